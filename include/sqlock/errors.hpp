@@ -1,0 +1,77 @@
+// sqlock — distributed locks in SQL tables.
+// Errors, grouped by what the caller should do about them.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace sqlock {
+
+/// Base of every runtime failure sqlock reports. "Busy" is never an error:
+/// try functions return an empty `std::optional` for it.
+///
+/// `code()` carries the engine's native code where one exists: a PostgreSQL
+/// SQLSTATE ("40P01"), a MySQL/MariaDB errno ("1213") or a SQLite extended
+/// result code ("5"); it is empty otherwise.
+///
+/// Thread safety: immutable once thrown.
+class error : public std::runtime_error {
+public:
+    explicit error(std::string const& what, std::string code = {})
+        : std::runtime_error(what), code_(std::move(code)) {}
+
+    /// The engine's native error code, or an empty string.
+    [[nodiscard]] std::string const& code() const noexcept { return code_; }
+
+private:
+    std::string code_;
+};
+
+/// A waiting acquire did not get the lock before its deadline.
+/// What to do: retry later, or give up; nothing was acquired.
+class timeout : public error {
+    using error::error;
+};
+
+/// The lease is no longer ours: it expired and was taken over, or it was
+/// released by someone else. What to do: restart the critical section.
+class lease_lost : public error {
+    using error::error;
+};
+
+/// The lock tables are not there. What to do: apply the schema
+/// (`store::schema_sql()` or the files in schema/), or open the store with
+/// `create_schema = true`.
+class schema_missing : public error {
+    using error::error;
+};
+
+/// The database could not be reached or refused the connection (wrong
+/// credentials, server down, pool exhausted by a dead server).
+/// What to do: retry later, or fix the URL.
+class backend_unavailable : public error {
+    using error::error;
+};
+
+/// The outcome of an operation is unknown (the connection broke while the
+/// statement was in flight and the clean-up could not run). A row we may have
+/// written expires by its TTL. What to do: never retry blindly; treat the lock
+/// as not held.
+class in_doubt : public error {
+    using error::error;
+};
+
+/// The database reported an error sqlock does not handle itself; `code()`
+/// holds the native code. What to do: look at the message; usually a bug or a
+/// misconfigured server.
+class backend_error : public error {
+    using error::error;
+};
+
+/// The call itself is wrong (empty lock name, TTL out of range, bad URL...).
+/// Reported before any I/O, so nothing was changed. What to do: fix the call.
+class usage_error : public std::logic_error {
+    using std::logic_error::logic_error;
+};
+
+}  // namespace sqlock

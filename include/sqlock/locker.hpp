@@ -1,0 +1,58 @@
+// sqlock — lockers: the strategies that take and hold locks.
+#pragma once
+
+#include <sqlock/lease.hpp>
+#include <sqlock/options.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace sqlock {
+
+class store;
+
+namespace detail {
+class locker_impl;
+}
+
+/// Takes named locks. A cheap handle: copies share one implementation.
+///
+/// Lock names are byte strings of 1..255 bytes of valid UTF-8 without NUL;
+/// they are always bound as parameters, so any such text is an ordinary name.
+///
+/// Thread safety: one locker may be used from any number of threads; each call
+/// borrows its own pooled connection and never touches the caller's
+/// transaction.
+class locker {
+public:
+    /// Take the lock if it is free (or its holder's lease has expired by the
+    /// database's clock); otherwise return empty at once.
+    /// @throws usage_error, backend_unavailable, backend_error, schema_missing,
+    ///         in_doubt (connection broke mid-statement and clean-up failed)
+    [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
+
+    /// Take the lock, waiting up to `wait` (capped exponential backoff with
+    /// full jitter between attempts). `wait == 0` tries once.
+    /// @throws timeout when the lock was not free within `wait`; and as
+    ///         `try_acquire`.
+    [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait);
+
+    /// The options this locker was built with (owner filled in).
+    [[nodiscard]] locker_options const& options() const noexcept;
+
+    /// Internal: built by the factories below.
+    explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
+
+private:
+    std::shared_ptr<detail::locker_impl> impl_;
+};
+
+/// The unique-index INSERT lock: a row per name in `<prefix>_locks`, inserted
+/// on acquire, taken over only once its `expires_at` has passed by the
+/// database's clock, deleted by its owner on release.
+/// @throws usage_error when an option is out of range (no I/O is done).
+[[nodiscard]] locker table_locker(store const& db, locker_options options = {});
+
+}  // namespace sqlock

@@ -1,0 +1,57 @@
+// sqlock — options, as aggregates with in-class defaults:
+//     sqlock::store db{url, {.pool_size = 4, .create_schema = true}};
+//     auto locks = sqlock::table_locker(db, {.ttl = 10s});
+// Every field is validated once, when the store or locker is constructed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace sqlock {
+
+using namespace std::chrono_literals;
+
+/// How a `store` opens and manages its connections.
+struct store_options {
+    /// Pooled connections (1..1024). Each concurrent lock operation borrows one
+    /// for the length of one statement or short transaction.
+    std::size_t pool_size = 8;
+
+    /// Create the lock tables when they are missing (idempotent DDL from
+    /// schema/<engine>.sql). Otherwise a missing table throws `schema_missing`.
+    bool create_schema = false;
+
+    /// Prefix of every table sqlock uses: `<prefix>_locks`, `<prefix>_tokens`.
+    /// An identifier: [A-Za-z_][A-Za-z0-9_]*, at most 48 characters.
+    std::string table_prefix = "sqlock";
+
+    /// Bound on establishing one connection (PostgreSQL's minimum is 2 s).
+    std::chrono::milliseconds connect_timeout = 5s;
+
+    /// Bound on waiting for a row lock inside one lock statement (another
+    /// client holding the row mid-statement); past it the attempt counts as busy.
+    std::chrono::milliseconds lock_wait_timeout = 5s;
+
+    /// How long an operation waits for a free pooled connection.
+    std::chrono::milliseconds pool_wait = 30s;
+};
+
+/// How a locker takes and holds locks.
+struct locker_options {
+    /// Lease length, measured by the database's clock (10 ms .. 7 days).
+    std::chrono::milliseconds ttl = 30s;
+
+    /// Owner id written into each lock row. Empty (the default) means
+    /// "host/pid/instance/thread": a random instance id per locker plus the
+    /// calling thread's id, so two lockers, or two threads of one locker, are
+    /// different owners. Set it to give a stable identity (at most 255 bytes).
+    std::string owner;
+
+    /// Backoff between attempts of a waiting `acquire`: capped exponential with
+    /// full jitter, from `backoff_min` doubling up to `backoff_max`.
+    std::chrono::milliseconds backoff_min = 5ms;
+    std::chrono::milliseconds backoff_max = 500ms;
+};
+
+}  // namespace sqlock

@@ -1,0 +1,8 @@
+// sqlock — distributed locks in SQL tables. The umbrella header.
+#pragma once
+
+#include <sqlock/errors.hpp>
+#include <sqlock/lease.hpp>
+#include <sqlock/locker.hpp>
+#include <sqlock/options.hpp>
+#include <sqlock/store.hpp>

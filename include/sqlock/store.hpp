@@ -1,0 +1,77 @@
+// sqlock — a database to keep locks in.
+#pragma once
+
+#include <sqlock/options.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace sqlock {
+
+namespace detail {
+class store_impl;
+}
+
+/// The database engines sqlock speaks to.
+enum class engine { postgresql, mysql, sqlite };
+
+/// "postgresql", "mysql" or "sqlite".
+[[nodiscard]] std::string_view to_string(engine e) noexcept;
+
+/// The DDL of the lock tables for an engine (the embedded schema/<engine>.sql),
+/// with its tables named by `table_prefix`.
+/// @throws usage_error when the prefix is not a valid identifier.
+[[nodiscard]] std::string schema_sql(engine e, std::string_view table_prefix = "sqlock");
+
+/// A database that holds locks: its engine, a pool of connections and the
+/// names of the lock tables.
+///
+/// URLs:
+///   - `postgresql://user:pass@host:port/db[?libpq-param=value...]` (also `postgres://`)
+///   - `mysql://user:pass@host:port/db` (MariaDB and MySQL; also `mariadb://`)
+///   - `sqlite:///abs/path.db` or `sqlite:relative/path.db` (WAL mode, synchronous=FULL)
+/// User and password are percent-decoded.
+///
+/// Opening connects once and checks that the lock tables exist (or creates
+/// them with `create_schema`). Further connections open on first use; a pooled
+/// connection found broken (server restarted) is reconnected on its next use.
+///
+/// Lockers and leases keep the store's internals alive, so a store may be
+/// destroyed before them.
+///
+/// Thread safety: a store may be used from any number of threads.
+class store {
+public:
+    /// @throws usage_error          bad URL or options (before any I/O)
+    /// @throws backend_unavailable  cannot connect within `connect_timeout`
+    /// @throws schema_missing       tables absent and `create_schema` is false
+    explicit store(std::string_view url, store_options options = {});
+
+    store(store&&) noexcept = default;
+    store& operator=(store&&) noexcept = default;
+    store(store const&) = delete;
+    store& operator=(store const&) = delete;
+    ~store();
+
+    /// The engine behind the URL.
+    [[nodiscard]] sqlock::engine engine() const noexcept;
+
+    /// The URL with its password masked, for logs.
+    [[nodiscard]] std::string const& url() const noexcept;
+
+    /// This store's DDL (engine and table prefix applied).
+    [[nodiscard]] std::string schema_sql() const;
+
+    /// Apply the DDL (idempotent).
+    /// @throws backend_unavailable, backend_error
+    void create_schema();
+
+    /// Internal: the shared state lockers are built on.
+    [[nodiscard]] std::shared_ptr<detail::store_impl> const& impl() const noexcept { return impl_; }
+
+private:
+    std::shared_ptr<detail::store_impl> impl_;
+};
+
+}  // namespace sqlock

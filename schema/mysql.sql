@@ -1,0 +1,23 @@
+-- sqlock schema for MariaDB (10.6+) and MySQL (8.0+). Apply with the mariadb
+-- client, `sqlock schema --apply`, or open a store with create_schema = true.
+-- Idempotent. Times are DATETIME(6) in UTC (sqlock sets time_zone='+00:00').
+-- Names are VARBINARY: byte-exact, no case folding, no trailing-space padding.
+-- The library renames every "sqlock_" table when a table_prefix is set.
+
+-- One row per held lock. Deleted on release; an expired row is taken over.
+CREATE TABLE IF NOT EXISTS sqlock_locks (
+    name       VARBINARY(255) NOT NULL PRIMARY KEY,
+    owner      VARBINARY(255) NOT NULL,
+    token      BIGINT         NOT NULL,
+    holds      INT            NOT NULL DEFAULT 1,
+    created_at DATETIME(6)    NOT NULL,
+    expires_at DATETIME(6)    NOT NULL,
+    KEY sqlock_locks_expires_at_idx (expires_at)
+) ENGINE = InnoDB;
+
+-- The fencing-token counter per name. Never deleted by release or the reaper,
+-- so tokens keep increasing across releases, takeovers and restarts.
+CREATE TABLE IF NOT EXISTS sqlock_tokens (
+    name  VARBINARY(255) NOT NULL PRIMARY KEY,
+    token BIGINT         NOT NULL
+) ENGINE = InnoDB;

@@ -1,0 +1,23 @@
+-- sqlock schema for PostgreSQL (15+). Apply with psql, `sqlock schema --apply`,
+-- or open a store with create_schema = true. Idempotent.
+-- The library renames every "sqlock_" table when a table_prefix is set.
+
+-- One row per held lock. Deleted on release; an expired row is taken over.
+CREATE TABLE IF NOT EXISTS sqlock_locks (
+    name       text        COLLATE "C" NOT NULL PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bigint      NOT NULL,
+    holds      integer     NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+-- Lets the reaper find expired rows without a scan.
+CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_at);
+
+-- The fencing-token counter per name. Never deleted by release or the reaper,
+-- so tokens keep increasing across releases, takeovers and restarts.
+CREATE TABLE IF NOT EXISTS sqlock_tokens (
+    name  text   COLLATE "C" NOT NULL PRIMARY KEY,
+    token bigint NOT NULL
+);

@@ -1,0 +1,26 @@
+-- sqlock schema for SQLite (3.35+). Applied by opening a store with
+-- create_schema = true, or `sqlock schema --apply`. Idempotent.
+-- Times are INTEGER microseconds since the Unix epoch, from this host's clock
+-- (julianday('now')): every process sharing the file shares that clock.
+-- The library renames every "sqlock_" table when a table_prefix is set.
+
+-- One row per held lock. Deleted on release; an expired row is taken over.
+CREATE TABLE IF NOT EXISTS sqlock_locks (
+    name       TEXT    NOT NULL PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    token      INTEGER NOT NULL,
+    holds      INTEGER NOT NULL DEFAULT 1,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+
+-- Lets the reaper find expired rows without a scan.
+CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_at);
+
+-- The fencing-token counter per name. Never deleted by release or the reaper,
+-- so tokens keep increasing across releases, takeovers and restarts (a rowid
+-- would be reused after the largest row is deleted).
+CREATE TABLE IF NOT EXISTS sqlock_tokens (
+    name  TEXT    NOT NULL PRIMARY KEY,
+    token INTEGER NOT NULL
+);

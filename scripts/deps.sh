@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
+# is already installed it only runs dpkg-query and exits, with no apt-get at all.
+# Usage: scripts/deps.sh [--servers]   (--servers: also PostgreSQL 15 and MariaDB server)
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
+      libpq-dev libmariadb-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev googletest
+      libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+for arg in "$@"; do
+  case $arg in
+    # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
+    --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client) ;;
+    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers])" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  # "ii" = wanted and fully installed; anything else (absent, half-configured, removed) counts as missing.
+  [[ $(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true) == ii* ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if ((EUID != 0)); then
+  echo "deps.sh: missing packages: ${missing[*]}" >&2
+  echo "deps.sh: not root, so not installing them; run:  sudo bash $0 $*" >&2
+  exit 1
+fi
+echo "deps.sh: installing: ${missing[*]}" >&2
+apt-get update
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# Private PostgreSQL 15 and MariaDB 10.11 servers for sqlock's tests, on free ports of 127.0.0.1.
+#
+# Usage: scripts/test-servers.sh start | stop | status | restart postgresql|mariadb
+#   start    Fresh, empty servers: any servers recorded in the dir are stopped and their data
+#            wiped first (no reuse, so a run never sees an earlier run's tables or locks).
+#            Writes DIR/env.sh (SQLOCK_TEST_* variables) and prints its path on stdout.
+#   stop     Stops both servers (pg_ctl / the recorded pid, never by name); keeps the dir and logs.
+#   restart  Stops one server and starts it again on the same port and data (no re-init).
+#   status   Prints each server's state; exit 0 only if both run.
+# Environment:
+#   SQLOCK_TEST_DIR   control dir: state, env.sh (default: <repo>/build/test-servers, whatever
+#                     the cwd). Servers live in DIR/run, or, if the postgres/mysql users cannot
+#                     reach DIR or its path is too long for a Unix socket, in a fresh
+#                     /tmp/sqlock-test.XXXXXX recorded in DIR/state.
+#   SQLOCK_PG_BIN     PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
+#   SQLOCK_TEST_SERVER_TIMEOUT  seconds to wait for start/stop (default 30)
+# Both servers trust local connections; user/password/database are all "sqlock".
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SELF="$ROOT/scripts/test-servers.sh"
+DIR=${SQLOCK_TEST_DIR:-$ROOT/build/test-servers}
+PG_BIN=${SQLOCK_PG_BIN:-/usr/lib/postgresql/15/bin}
+TIMEOUT=${SQLOCK_TEST_SERVER_TIMEOUT:-30}
+
+say() { echo "test-servers.sh: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+show_log() { [[ -f $1 ]] || return 0; say "--- last lines of $1 ---"; tail -n 40 "$1" >&2 || true; }
+
+# PostgreSQL refuses to run as root, and mariadbd drops to --user=mysql: as root, run the
+# servers as their system users. As anyone else, run everything as the current user.
+as_user() { # USER CMD...: cd first so tools don't complain about an unreadable cwd (e.g. /root)
+  local u=$1; shift
+  if ((EUID == 0)); then (cd "$RUN" && runuser -u "$u" -- "$@"); else (cd "$RUN" && "$@"); fi
+}
+give_to() { if ((EUID == 0)); then chown -R "$1:" "${@:2}"; fi; }
+
+port_free() { # no socket at all (listening or connected) uses this local port
+  if command -v ss >/dev/null; then
+    [[ -z $(ss -Htan "sport = :$1") ]]
+  else
+    if grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf %04X "$1") " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+      return 1
+    fi
+  fi
+}
+pick_port() { # random free port in 20000-60000, different from $1
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+    [[ $p != "${1:-}" ]] && port_free "$p" && { echo "$p"; return; }
+  done
+  die "found no free TCP port in 20000-60000 after 200 tries (see: ss -tan)"
+}
+
+load_state() {
+  [[ -f $DIR/state ]] || die "no servers recorded in $DIR (run: $SELF start)"
+  # shellcheck source=/dev/null
+  source "$DIR/state"
+  set_paths
+}
+set_paths() {
+  PGDIR=$RUN/pg PGDATA=$RUN/pg/data PGLOG=$RUN/pg/postgresql.log
+  MYDIR=$RUN/my MYDATA=$RUN/my/data MYLOG=$RUN/my/mariadb.log
+  MYSOCK=$RUN/my/mariadb.sock MYPID=$RUN/my/mariadb.pid
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+pg_running() { [[ -d $PGDATA ]] && as_user postgres "$PG_BIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; }
+
+pg_init() {
+  [[ -x $PG_BIN/initdb ]] || die "no PostgreSQL 15 in $PG_BIN (run: bash scripts/deps.sh --servers)"
+  mkdir -p "$PGDIR" && chmod 755 "$PGDIR" && touch "$PGLOG" && give_to postgres "$PGDIR"
+  as_user postgres "$PG_BIN/initdb" -D "$PGDATA" -A trust -U postgres -E UTF8 --no-locale \
+    >"$PGDIR/initdb.log" 2>&1 || { show_log "$PGDIR/initdb.log"; die "PostgreSQL initdb failed"; }
+  # Appending keeps the file owned by postgres. Later settings override initdb's.
+  cat >>"$PGDATA/postgresql.conf" <<CONF
+# --- sqlock test server (scripts/test-servers.sh)
+port = $PG_PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$PGDIR'
+max_connections = 200
+shared_buffers = 16MB
+fsync = on
+synchronous_commit = on
+# Everything goes to the pg_ctl -l log file, which tests may grep for ERROR lines.
+log_destination = 'stderr'
+logging_collector = off
+log_min_messages = warning
+log_line_prefix = '%m [%p] %q%u@%d '
+CONF
+}
+
+pg_start() {
+  as_user postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PGLOG" -w -t "$TIMEOUT" start >/dev/null 2>&1 ||
+    { show_log "$PGLOG"; die "PostgreSQL failed to start on 127.0.0.1:$PG_PORT (exited, or not ready in ${TIMEOUT}s); log: $PGLOG"; }
+}
+
+pg_setup() {
+  local c
+  # Separate -c: CREATE DATABASE cannot run inside the implicit transaction of a multi-statement -c.
+  for c in "CREATE ROLE sqlock LOGIN PASSWORD 'sqlock'" "CREATE DATABASE sqlock OWNER sqlock" \
+           "GRANT pg_signal_backend TO sqlock"; do
+    psql -X -q -v ON_ERROR_STOP=1 -h "$PGDIR" -p "$PG_PORT" -U postgres -d postgres -c "$c" >/dev/null ||
+      die "PostgreSQL setup failed at: $c"
+  done
+}
+
+pg_stop() {
+  pg_running || return 0
+  as_user postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t "$TIMEOUT" stop >/dev/null ||
+    { show_log "$PGLOG"; die "PostgreSQL (data $PGDATA) did not stop within ${TIMEOUT}s"; }
+}
+
+# ---------------------------------------------------------------- MariaDB
+my_pid() { # pid of our mariadbd, only if alive and really serving our data dir (pids get reused)
+  local pid
+  [[ -s $MYPID ]] && pid=$(<"$MYPID") && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--datadir=$MYDATA " && echo "$pid"
+}
+my_cli() { mariadb --no-defaults -S "$MYSOCK" -uroot "$@"; }
+
+my_init() {
+  command -v mariadbd >/dev/null || die "no mariadbd (run: bash scripts/deps.sh --servers)"
+  mkdir -p "$MYDIR" && chmod 755 "$MYDIR" && touch "$MYLOG" && give_to mysql "$MYDIR"
+  # root@localhost with an empty password (not unix_socket auth), so a non-root runner can log in too.
+  mariadb-install-db --no-defaults --datadir="$MYDATA" ${MYUSER:+--user=$MYUSER} --skip-test-db \
+    --auth-root-authentication-method=normal >"$MYDIR/install.log" 2>&1 ||
+    { show_log "$MYDIR/install.log"; die "mariadb-install-db failed"; }
+}
+
+my_start() {
+  local pid i
+  rm -f "$MYPID"
+  # setsid: own session, so a test harness killing its process group does not take the server along.
+  setsid mariadbd --no-defaults --datadir="$MYDATA" ${MYUSER:+--user=$MYUSER} --port="$MY_PORT" \
+    --bind-address=127.0.0.1 --socket="$MYSOCK" --pid-file="$MYPID" --skip-name-resolve \
+    --log-error="$MYLOG" --innodb-buffer-pool-size=32M --innodb-flush-log-at-trx-commit=1 \
+    --max-connections=300 --skip-log-bin </dev/null >>"$MYLOG" 2>&1 &
+  pid=$!
+  for ((i = 0; i < TIMEOUT * 5; i++)); do
+    if mariadb-admin --no-defaults -S "$MYSOCK" -uroot ping >/dev/null 2>&1 && [[ -n $(my_pid) ]]; then
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break # died during startup: no point waiting
+    sleep 0.2
+  done
+  kill -TERM "$pid" 2>/dev/null || true
+  show_log "$MYLOG"
+  die "MariaDB failed to start on 127.0.0.1:$MY_PORT (exited, or not ready in ${TIMEOUT}s); log: $MYLOG"
+}
+
+my_setup() {
+  # sqlock@localhost is for the socket, sqlock@127.0.0.1 for TCP (skip-name-resolve).
+  # PROCESS + CONNECTION ADMIN: tests may list and KILL any session, not only their own.
+  my_cli -e "CREATE DATABASE sqlock;
+    CREATE USER 'sqlock'@'127.0.0.1' IDENTIFIED BY 'sqlock';
+    CREATE USER 'sqlock'@'localhost' IDENTIFIED BY 'sqlock';
+    GRANT ALL ON sqlock.* TO 'sqlock'@'127.0.0.1', 'sqlock'@'localhost';
+    GRANT PROCESS, CONNECTION ADMIN ON *.* TO 'sqlock'@'127.0.0.1', 'sqlock'@'localhost';" ||
+    die "MariaDB setup (database and user sqlock) failed"
+}
+
+my_stop() {
+  local pid i
+  pid=$(my_pid) || { rm -f "$MYPID"; return 0; }
+  kill -TERM "$pid"
+  for ((i = 0; i < TIMEOUT * 10; i++)); do # InnoDB's clean shutdown can take a few seconds
+    kill -0 "$pid" 2>/dev/null || { rm -f "$MYPID"; return 0; }
+    sleep 0.1
+  done
+  show_log "$MYLOG"
+  die "MariaDB (pid $pid, data $MYDATA) did not stop within ${TIMEOUT}s of SIGTERM; kill -9 $pid if it hangs"
+}
+
+# ---------------------------------------------------------------- commands
+write_env() {
+  local restart
+  restart="env SQLOCK_TEST_DIR=$(printf %q "$DIR") bash $(printf %q "$SELF") restart"
+  {
+    echo "# Generated by scripts/test-servers.sh start; source it."
+    printf 'export SQLOCK_TEST_DIR=%q\n' "$DIR"
+    printf 'export SQLOCK_TEST_PG_URL=%q\n' "postgresql://sqlock:sqlock@127.0.0.1:$PG_PORT/sqlock"
+    printf 'export SQLOCK_TEST_MYSQL_URL=%q\n' "mysql://sqlock:sqlock@127.0.0.1:$MY_PORT/sqlock"
+    printf 'export SQLOCK_TEST_PG_LOG=%q\n' "$PGLOG"
+    printf 'export SQLOCK_TEST_MYSQL_LOG=%q\n' "$MYLOG"
+    printf 'export SQLOCK_TEST_PG_RESTART=%q\n' "$restart postgresql"
+    printf 'export SQLOCK_TEST_MYSQL_RESTART=%q\n' "$restart mariadb"
+    printf 'export SQLOCK_TEST_PG_PORT=%q SQLOCK_TEST_MYSQL_PORT=%q\n' "$PG_PORT" "$MY_PORT"
+    printf 'export SQLOCK_TEST_PG_SOCKET_DIR=%q SQLOCK_TEST_MYSQL_SOCKET=%q\n' "$PGDIR" "$MYSOCK"
+  } >"$DIR/env.sh"
+}
+
+choose_run_dir() { # sets RUN: DIR/run if the server users can reach it, else a fresh /tmp dir
+  RUN=$DIR/run
+  rm -rf "$RUN" # leftovers of an interrupted start (servers running from it would be in DIR/state)
+  mkdir -p "$RUN" && chmod 755 "$RUN"
+  # sun_path holds 107 bytes; the longest socket is $RUN/pg/.s.PGSQL.NNNNN.
+  local ok=1
+  ((${#RUN} + 20 < 100)) || ok=0
+  if ((EUID == 0)); then
+    runuser -u postgres -- test -x "$RUN" 2>/dev/null || ok=0
+    runuser -u mysql -- test -x "$RUN" 2>/dev/null || ok=0
+  fi
+  if ((ok == 0)); then
+    rm -rf "$RUN"
+    RUN=$(mktemp -d /tmp/sqlock-test.XXXXXX) && chmod 755 "$RUN"
+    say "note: postgres/mysql cannot reach $DIR (or path too long); servers live in $RUN"
+  fi
+}
+
+wipe_run_dir() { # only directories this script created
+  if [[ $RUN == "$DIR/run" || $RUN == /tmp/sqlock-test.* ]]; then rm -rf "$RUN"; fi
+}
+
+cmd_start() {
+  mkdir -p "$DIR"
+  DIR=$(cd "$DIR" && pwd)
+  if [[ -f $DIR/state ]]; then
+    (load_state && pg_stop && my_stop) # a failure here stops us: never leak a running server
+    (load_state && wipe_run_dir)
+    rm -f "$DIR/state" "$DIR/env.sh"
+  fi
+  MYUSER=
+  if ((EUID == 0)); then MYUSER=mysql; fi
+  choose_run_dir
+  set_paths
+  PG_PORT=$(pick_port)
+  MY_PORT=$(pick_port "$PG_PORT")
+  printf 'RUN=%q\nPG_PORT=%q\nMY_PORT=%q\nMYUSER=%q\n' "$RUN" "$PG_PORT" "$MY_PORT" "$MYUSER" >"$DIR/state"
+
+  say "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT, files in $RUN"
+  pg_init
+  my_init # while initdb's disk I/O settles; both are a few seconds
+  pg_start
+  pg_setup
+  my_start
+  my_setup
+  write_env
+  echo "$DIR/env.sh"
+}
+
+cmd_stop() {
+  [[ -f $DIR/state ]] || { say "nothing recorded in $DIR; nothing to stop"; return 0; }
+  load_state
+  local rc=0
+  (pg_stop) || rc=1 # subshells: die() in one must not skip the other
+  (my_stop) || rc=1
+  return "$rc"
+}
+
+cmd_restart() {
+  load_state
+  case ${1:-} in
+    postgresql | postgres | pg) pg_stop; pg_start ;;
+    mariadb | mysql) my_stop; my_start ;;
+    *) die "restart needs an engine: postgresql or mariadb (got '${1:-}')" ;;
+  esac
+}
+
+cmd_status() {
+  load_state
+  local rc=0 pid
+  if pg_running; then echo "postgresql: running on 127.0.0.1:$PG_PORT (data $PGDATA)"
+  else echo "postgresql: stopped (port $PG_PORT, data $PGDATA)"; rc=3; fi
+  if pid=$(my_pid); then echo "mariadb: running on 127.0.0.1:$MY_PORT, pid $pid (data $MYDATA)"
+  else echo "mariadb: stopped (port $MY_PORT, data $MYDATA)"; rc=3; fi
+  echo "env: $DIR/env.sh"
+  return "$rc"
+}
+
+case ${1:-} in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  restart) cmd_restart "${2:-}" ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 start | stop | status | restart postgresql|mariadb" >&2; exit 2 ;;
+esac

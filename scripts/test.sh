@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds sqlock and runs its tests (ctest) against private PostgreSQL and MariaDB servers.
+# Extra arguments go to ctest, e.g.  scripts/test.sh -R postgres -j2
+# The servers are always stopped on exit; the exit code is ctest's (or the failing step's).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+# CI (if set) reaches the tests unchanged; make sure it is exported even if only a shell variable.
+if [[ -v CI ]]; then export CI; fi
+
+bash scripts/deps.sh --servers
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j2
+
+export SQLOCK_TEST_DIR=${SQLOCK_TEST_DIR:-$root/build/test-servers}
+# EXIT trap without its own `exit`, so the script's exit status is kept; INT/TERM go through it too.
+trap 'bash "$root/scripts/test-servers.sh" stop || echo "test.sh: warning: stopping test servers failed" >&2' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+bash scripts/test-servers.sh start >/dev/null
+# shellcheck source=/dev/null
+source "$SQLOCK_TEST_DIR/env.sh"
+
+rc=0
+ctest --test-dir build --output-on-failure "$@" || rc=$?
+exit "$rc"

@@ -1,0 +1,109 @@
+// Internal: everything that differs between engines. All SQL text lives behind
+// this interface (src/dialect/*.cpp); lockers never branch on the engine.
+#pragma once
+
+#include "detail/url.hpp"
+
+#include <sqlock/options.hpp>
+#include <sqlock/store.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace soci {
+class session;
+class soci_error;
+}  // namespace soci
+
+namespace sqlock::detail {
+
+/// What the database answered to an acquire.
+struct grant {
+    bool acquired = false;
+    std::int64_t token = 0;
+    std::int64_t created_us = 0;  // database clock, microseconds since the Unix epoch
+    std::int64_t expires_us = 0;
+};
+
+/// How a failed statement should be handled.
+enum class failure {
+    transient,   // deadlock, serialization failure, SQLITE_BUSY: retry inside the library
+    lock_wait,   // a bounded row-lock wait ran out: the row is busy
+    connection,  // the connection is broken: reconnect, the outcome may be unknown
+    schema,      // a lock table is missing
+    other,       // report as backend_error
+};
+
+/// The SQL and session handling of one engine. Baseline SQL that is the same
+/// everywhere is in dialect.cpp; each engine overrides what differs.
+class dialect {
+public:
+    dialect(std::string const& table_prefix, store_options const& options);
+    virtual ~dialect() = default;
+    dialect(dialect const&) = delete;
+    dialect& operator=(dialect const&) = delete;
+
+    [[nodiscard]] virtual sqlock::engine engine() const noexcept = 0;
+
+    /// The SOCI connect string for a parsed URL.
+    [[nodiscard]] virtual std::string connect_string(url_parts const& url) const = 0;
+
+    /// Open a session and apply per-connection settings (isolation, time zone,
+    /// lock-wait bound, WAL...).
+    virtual void open(soci::session& s, std::string const& connect_string) const = 0;
+
+    /// The name of the first lock table that is missing, or empty.
+    [[nodiscard]] std::string missing_table(soci::session& s) const;
+
+    /// Create the tables (idempotent).
+    void create_schema(soci::session& s) const;
+
+    /// Insert the lock row, or take over an expired one, and draw a fencing
+    /// token, atomically. Not acquired when a live row exists.
+    [[nodiscard]] virtual grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+                                        std::int64_t ttl_us) const = 0;
+
+    /// Delete the row if (name, owner, token) still match; true when deleted.
+    [[nodiscard]] virtual bool release(soci::session& s, std::string const& name, std::string const& owner,
+                                       std::int64_t token) const;
+
+    /// Delete any row of this owner for the name (clean-up after an unknown outcome).
+    virtual void delete_owned(soci::session& s, std::string const& name, std::string const& owner) const;
+
+    /// Classify a failure; `s` is the session it happened on.
+    [[nodiscard]] virtual failure classify(soci::soci_error const& e, soci::session& s) const = 0;
+
+    /// The engine's native error code ("40P01", "1213", "5"), or empty.
+    [[nodiscard]] virtual std::string native_code(soci::soci_error const& e) const = 0;
+
+    /// The engine's DDL with this dialect's table names.
+    [[nodiscard]] std::string schema_sql() const;
+
+    [[nodiscard]] std::string const& locks_table() const noexcept { return locks_; }
+    [[nodiscard]] std::string const& tokens_table() const noexcept { return tokens_; }
+
+protected:
+    /// SQL that tells whether a table exists; binds `:t`, returns one integer.
+    [[nodiscard]] virtual std::string table_exists_sql() const = 0;
+
+    store_options options_;
+    std::string prefix_;
+    std::string locks_;
+    std::string tokens_;
+};
+
+/// @throws usage_error when the prefix is not a valid identifier.
+[[nodiscard]] std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table_prefix,
+                                                    store_options const& options);
+
+/// @throws usage_error naming the rule.
+void validate_table_prefix(std::string_view prefix);
+
+/// The embedded schema/<engine>.sql, tables named with the default prefix "sqlock".
+[[nodiscard]] std::string_view embedded_schema(sqlock::engine e) noexcept;
+
+/// Replace the default prefix in DDL by `prefix`.
+[[nodiscard]] std::string apply_prefix(std::string_view ddl, std::string_view prefix);
+
+}  // namespace sqlock::detail

@@ -1,0 +1,31 @@
+// Internal: database URLs.
+#pragma once
+
+#include <sqlock/store.hpp>
+
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace sqlock::detail {
+
+/// A database URL taken apart. `path` is the SQLite file; the other fields are
+/// for the server engines. `params` are the `?k=v&...` pairs, decoded.
+struct url_parts {
+    sqlock::engine engine = sqlock::engine::sqlite;
+    std::string user;
+    std::string password;
+    std::string host;
+    unsigned port = 0;
+    std::string database;
+    std::string path;
+    std::map<std::string, std::string> params;
+};
+
+/// @throws usage_error naming what is wrong with the URL and the accepted forms.
+[[nodiscard]] url_parts parse_url(std::string_view url);
+
+/// The URL with the password replaced by "***".
+[[nodiscard]] std::string redact_url(std::string_view url);
+
+}  // namespace sqlock::detail

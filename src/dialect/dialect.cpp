@@ -1,0 +1,104 @@
+// The baseline dialect: SQL that is the same on every engine, and the schema.
+#include "detail/dialect.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <soci/soci.h>
+
+namespace sqlock::detail {
+
+std::unique_ptr<dialect> make_postgresql_dialect(std::string const& prefix, store_options const& options);
+std::unique_ptr<dialect> make_mysql_dialect(std::string const& prefix, store_options const& options);
+std::unique_ptr<dialect> make_sqlite_dialect(std::string const& prefix, store_options const& options);
+
+namespace {
+constexpr std::string_view default_prefix = "sqlock";
+constexpr std::size_t max_prefix = 48;  // leaves room for "_tokens" and index suffixes within 63 bytes
+
+bool identifier_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+}  // namespace
+
+void validate_table_prefix(std::string_view prefix) {
+    bool ok = !prefix.empty() && prefix.size() <= max_prefix && !(prefix[0] >= '0' && prefix[0] <= '9');
+    for (char c : prefix) ok = ok && identifier_char(c);
+    if (!ok)
+        throw usage_error("sqlock: invalid table prefix '" + std::string(prefix) +
+                          "': use 1 to 48 characters from [A-Za-z0-9_], not starting with a digit");
+}
+
+std::string apply_prefix(std::string_view ddl, std::string_view prefix) {
+    std::string const from = std::string(default_prefix) + "_";
+    std::string const to = std::string(prefix) + "_";
+    std::string out;
+    out.reserve(ddl.size());
+    for (std::size_t i = 0; i < ddl.size();) {
+        bool at_word_start = i == 0 || !identifier_char(ddl[i - 1]);
+        if (at_word_start && ddl.substr(i, from.size()) == from) {
+            out += to;
+            i += from.size();
+        } else {
+            out += ddl[i++];
+        }
+    }
+    return out;
+}
+
+dialect::dialect(std::string const& table_prefix, store_options const& options)
+    : options_(options), prefix_(table_prefix), locks_(table_prefix + "_locks"), tokens_(table_prefix + "_tokens") {}
+
+std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
+
+std::string dialect::missing_table(soci::session& s) const {
+    for (auto const& table : {locks_, tokens_}) {
+        int found = 0;
+        s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
+        if (found == 0) return table;
+    }
+    return {};
+}
+
+void dialect::create_schema(soci::session& s) const {
+    // The schema files are plain statements separated by ';' with '--' comment lines.
+    std::string sql;
+    for (auto text = schema_sql(); !text.empty();) {
+        auto eol = text.find('\n');
+        auto line = text.substr(0, eol);
+        text = eol == std::string::npos ? std::string{} : text.substr(eol + 1);
+        auto first = line.find_first_not_of(" \t");
+        if (first != std::string::npos && line.compare(first, 2, "--") != 0) sql += line + "\n";
+    }
+    for (std::size_t start = 0; start < sql.size();) {
+        auto end = sql.find(';', start);
+        auto statement = sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        if (statement.find_first_not_of(" \t\n") != std::string::npos) s << statement;
+        if (end == std::string::npos) break;
+        start = end + 1;
+    }
+}
+
+bool dialect::release(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
+    long long tok = token;
+    soci::statement st = (s.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
+                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
+    st.execute(true);
+    return st.get_affected_rows() > 0;
+}
+
+void dialect::delete_owned(soci::session& s, std::string const& name, std::string const& owner) const {
+    s << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner", soci::use(name, "name"),
+        soci::use(owner, "owner");
+}
+
+std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table_prefix, store_options const& options) {
+    validate_table_prefix(table_prefix);
+    switch (e) {
+        case engine::postgresql: return make_postgresql_dialect(table_prefix, options);
+        case engine::mysql: return make_mysql_dialect(table_prefix, options);
+        case engine::sqlite: return make_sqlite_dialect(table_prefix, options);
+    }
+    throw usage_error("sqlock: unknown engine");
+}
+
+}  // namespace sqlock::detail

@@ -1,0 +1,141 @@
+// MariaDB and MySQL through MySQL Connector/C (libmariadb).
+//
+// Acquire is one short READ COMMITTED transaction: bump the name's token row
+// (its row lock is held to COMMIT, so grants happen in token order), upsert the
+// lock row with INSERT ... ON DUPLICATE KEY UPDATE that changes it only when
+// expired, and read back which token the row now carries. READ COMMITTED avoids
+// the gap-lock deadlocks REPEATABLE READ has on a hot unique key; the deadlocks
+// that remain (errno 1213) are retried by the store.
+#include "detail/dialect.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <soci/mysql/soci-mysql.h>
+#include <soci/soci.h>
+
+namespace sqlock::detail {
+namespace {
+
+// A SOCI MySQL connect-string value, single-quoted.
+std::string quote(std::string const& value) {
+    std::string out = "'";
+    for (char c : value) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+std::string epoch_us(std::string const& column) {
+    return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + column + ")";
+}
+
+class mysql_dialect final : public dialect {
+public:
+    mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+        // LAST_INSERT_ID(expr) remembers the drawn token for the next statement on
+        // this connection, on both the insert and the update path.
+        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, LAST_INSERT_ID(1))"
+                     " ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+        // Assignments run left to right and see earlier ones, so expires_at, which
+        // every condition reads, is assigned last.
+        auto expired = std::string("expires_at < NOW(6)");
+        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, created_at, expires_at)"
+                    " VALUES (:name, :owner, LAST_INSERT_ID(), 1, NOW(6), NOW(6) + INTERVAL :ttl MICROSECOND)"
+                    " ON DUPLICATE KEY UPDATE"
+                    " owner = IF(" + expired + ", VALUES(owner), owner),"
+                    " token = IF(" + expired + ", VALUES(token), token),"
+                    " holds = IF(" + expired + ", 1, holds),"
+                    " created_at = IF(" + expired + ", VALUES(created_at), created_at),"
+                    " expires_at = IF(" + expired + ", VALUES(expires_at), expires_at)";
+        check_sql_ = "SELECT CASE WHEN token = LAST_INSERT_ID() AND owner = :owner THEN 1 ELSE 0 END, token, " +
+                     epoch_us("created_at") + ", " + epoch_us("expires_at") + " FROM " + locks_ +
+                     " WHERE name = :name";
+    }
+
+    sqlock::engine engine() const noexcept override { return engine::mysql; }
+
+    std::string connect_string(url_parts const& url) const override {
+        auto seconds = std::max<long long>(1, (options_.connect_timeout.count() + 999) / 1000);
+        // A read must outlast the longest server-side wait of one statement.
+        auto read_seconds = seconds + (options_.lock_wait_timeout.count() + 999) / 1000 + 30;
+        std::string c = "host=" + quote(url.host) + " dbname=" + quote(url.database) +
+                        " connect_timeout=" + std::to_string(seconds) + " read_timeout=" +
+                        std::to_string(read_seconds) + " write_timeout=" + std::to_string(read_seconds);
+        if (url.port != 0) c += " port=" + std::to_string(url.port);
+        if (!url.user.empty()) c += " user=" + quote(url.user);
+        if (!url.password.empty()) c += " password=" + quote(url.password);
+        auto charset = url.params.find("charset");
+        c += " charset=" + quote(charset == url.params.end() ? "utf8mb4" : charset->second);
+        for (auto const& [key, value] : url.params)
+            if (key != "charset") c += " " + key + "=" + quote(value);
+        return c;
+    }
+
+    void open(soci::session& s, std::string const& connect_string) const override {
+        // Never auto-reconnect (the default): a silent reconnect would drop a
+        // transaction without telling us.
+        s.open(*soci::factory_mysql(), connect_string);
+        auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
+        s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+        s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " +
+                 std::to_string(wait_seconds) +
+                 ", SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+                 "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
+    }
+
+    grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+                  std::int64_t ttl_us) const override {
+        long long ttl = ttl_us;
+        int ours = 0;
+        long long token = 0, created = 0, expires = 0;
+        soci::transaction tx(s);
+        s << token_sql_, soci::use(name, "name");
+        s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(ttl, "ttl");
+        s << check_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(ours), soci::into(token),
+            soci::into(created), soci::into(expires);
+        tx.commit();
+        if (ours != 1) return {};
+        return {true, token, created, expires};
+    }
+
+    failure classify(soci::soci_error const& e, soci::session&) const override {
+        auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
+        if (my == nullptr) return failure::other;
+        switch (my->err_num_) {
+            case 1213: return failure::transient;   // ER_LOCK_DEADLOCK: the transaction was rolled back
+            case 1205: return failure::lock_wait;   // ER_LOCK_WAIT_TIMEOUT
+            case 1146: return failure::schema;      // ER_NO_SUCH_TABLE
+            case 1053:                              // ER_SERVER_SHUTDOWN
+            case 1927:                              // ER_CONNECTION_KILLED
+            case 2002: case 2003: case 2006: case 2013: case 2055:
+            case 4031:                              // ER_CLIENT_INTERACTION_TIMEOUT
+                return failure::connection;
+            default: return my->get_error_category() == soci::soci_error::connection_error ? failure::connection
+                                                                                            : failure::other;
+        }
+    }
+
+    std::string native_code(soci::soci_error const& e) const override {
+        if (auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e)) return std::to_string(my->err_num_);
+        return {};
+    }
+
+protected:
+    std::string table_exists_sql() const override {
+        return "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = :t";
+    }
+
+private:
+    std::string token_sql_;
+    std::string lock_sql_;
+    std::string check_sql_;
+};
+
+}  // namespace
+
+std::unique_ptr<dialect> make_mysql_dialect(std::string const& prefix, store_options const& options) {
+    return std::make_unique<mysql_dialect>(prefix, options);
+}
+
+}  // namespace sqlock::detail

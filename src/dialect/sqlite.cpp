@@ -1,0 +1,105 @@
+// SQLite: one file, one writer at a time. Acquire runs in BEGIN IMMEDIATE so
+// the write lock is taken up front (a deferred transaction upgrading to a
+// writer can fail with SQLITE_BUSY_SNAPSHOT); busy_timeout waits for it and the
+// store retries the SQLITE_BUSY that still comes back now and then.
+// Database time is julianday('now'): the clock of whichever process runs the
+// statement, so every process sharing the file must share one host clock.
+#include "detail/dialect.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <soci/soci.h>
+#include <soci/sqlite3/soci-sqlite3.h>
+
+namespace sqlock::detail {
+namespace {
+
+// julianday('now') is fixed for the duration of one sqlite3_step().
+constexpr std::string_view now_us = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+
+class sqlite_dialect final : public dialect {
+public:
+    sqlite_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, 1)"
+                     " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
+        auto now = std::string(now_us);
+        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, created_at, expires_at)"
+                    " VALUES (:name, :owner, :token, 1, " + now + ", " + now + " + :ttl)"
+                    " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
+                    " created_at = excluded.created_at, expires_at = excluded.expires_at"
+                    " WHERE expires_at < " + now +
+                    " RETURNING token, created_at, expires_at";
+    }
+
+    sqlock::engine engine() const noexcept override { return engine::sqlite; }
+
+    std::string connect_string(url_parts const& url) const override {
+        auto sync = url.params.find("synchronous");
+        return "db=\"" + url.path + "\" synchronous=" + (sync == url.params.end() ? "full" : sync->second);
+    }
+
+    void open(soci::session& s, std::string const& connect_string) const override {
+        s.open(*soci::factory_sqlite3(), connect_string);
+        s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());
+        std::string mode;
+        s << "PRAGMA journal_mode = WAL", soci::into(mode);
+    }
+
+    grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+                  std::int64_t ttl_us) const override {
+        long long ttl = ttl_us, token = 0, created = 0, expires = 0, row_token = 0;
+        s << "BEGIN IMMEDIATE";
+        try {
+            s << token_sql_, soci::use(name, "name"), soci::into(token);
+            s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(token, "token"),
+                soci::use(ttl, "ttl"), soci::into(row_token), soci::into(created), soci::into(expires);
+            bool acquired = s.got_data();
+            s << "COMMIT";
+            if (!acquired) return {};
+            return {true, row_token, created, expires};
+        } catch (...) {
+            try {
+                s << "ROLLBACK";
+            } catch (...) {  // no transaction left to roll back
+            }
+            throw;
+        }
+    }
+
+    failure classify(soci::soci_error const& e, soci::session&) const override {
+        auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
+        std::string_view what = e.what();
+        if (what.find("no such table") != std::string_view::npos) return failure::schema;
+        if (lite == nullptr) return failure::other;
+        switch (lite->result() & 0xff) {
+            case 5:  // SQLITE_BUSY
+            case 6:  // SQLITE_LOCKED
+                return failure::transient;
+            case 14:  // SQLITE_CANTOPEN
+                return failure::connection;
+            default: return failure::other;
+        }
+    }
+
+    std::string native_code(soci::soci_error const& e) const override {
+        if (auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e)) return std::to_string(lite->result());
+        return {};
+    }
+
+protected:
+    std::string table_exists_sql() const override {
+        return "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = :t";
+    }
+
+private:
+    std::string token_sql_;
+    std::string lock_sql_;
+};
+
+}  // namespace
+
+std::unique_ptr<dialect> make_sqlite_dialect(std::string const& prefix, store_options const& options) {
+    return std::make_unique<sqlite_dialect>(prefix, options);
+}
+
+}  // namespace sqlock::detail

@@ -1,0 +1,152 @@
+#include "detail/store_impl.hpp"
+
+#include <sqlock/errors.hpp>
+#include <sqlock/store.hpp>
+
+#include <soci/soci.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+namespace sqlock {
+
+std::string_view to_string(engine e) noexcept {
+    switch (e) {
+        case engine::postgresql: return "postgresql";
+        case engine::mysql: return "mysql";
+        case engine::sqlite: return "sqlite";
+    }
+    return "unknown";
+}
+
+std::string schema_sql(engine e, std::string_view table_prefix) {
+    detail::validate_table_prefix(table_prefix);
+    return detail::apply_prefix(detail::embedded_schema(e), table_prefix);
+}
+
+store::store(std::string_view url, store_options options)
+    : impl_(std::make_shared<detail::store_impl>(url, options)) {}
+
+store::~store() = default;
+
+engine store::engine() const noexcept { return impl_->engine(); }
+std::string const& store::url() const noexcept { return impl_->url(); }
+std::string store::schema_sql() const { return impl_->dialect().schema_sql(); }
+void store::create_schema() { impl_->create_schema(); }
+
+}  // namespace sqlock
+
+namespace sqlock::detail {
+namespace {
+
+void validate(store_options const& o) {
+    if (o.pool_size < 1 || o.pool_size > 1024)
+        throw usage_error("sqlock: pool_size " + std::to_string(o.pool_size) + " is out of range: use 1..1024");
+    if (o.connect_timeout <= 0ms || o.connect_timeout > 10min)
+        throw usage_error("sqlock: connect_timeout must be within (0, 10 min]");
+    if (o.lock_wait_timeout < 1ms || o.lock_wait_timeout > 10min)
+        throw usage_error("sqlock: lock_wait_timeout must be within [1 ms, 10 min]");
+    if (o.pool_wait < 0ms) throw usage_error("sqlock: pool_wait must not be negative");
+    validate_table_prefix(o.table_prefix);
+}
+
+std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_string(e)) + ".sql"; }
+
+}  // namespace
+
+store_impl::store_impl(std::string_view url, store_options const& options)
+    : options_((validate(options), options)),
+      url_(redact_url(url)),
+      dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
+      connect_string_(dialect_->connect_string(parse_url(url))),
+      pool_(options.pool_size),
+      open_(options.pool_size, 0) {
+    auto c = borrow("opening the store");
+    try {
+        auto missing = dialect_->missing_table(c.session());
+        if (!missing.empty() && options_.create_schema) {
+            try {
+                dialect_->create_schema(c.session());
+            } catch (soci::soci_error const&) {
+                // Another process may have created the tables at the same moment.
+            }
+            missing = dialect_->missing_table(c.session());
+        }
+        if (!missing.empty())
+            throw schema_missing("sqlock: table '" + missing + "' does not exist in " + url_ + ": apply " +
+                                 schema_file(engine()) + " (sqlock schema --apply), or open the store with "
+                                 "create_schema = true");
+    } catch (soci::soci_error const& e) {
+        auto f = dialect_->classify(e, c.session());
+        if (f == failure::connection) c.mark_broken();
+        raise(e, f, "opening the store");
+    }
+}
+
+void store_impl::create_schema() {
+    run("creating the schema", [&](soci::session& s) { dialect_->create_schema(s); });
+}
+
+connection store_impl::borrow(std::string_view what) {
+    std::size_t pos = 0;
+    auto wait_ms = static_cast<int>(std::min<long long>(options_.pool_wait.count(), INT32_MAX));
+    if (!pool_.try_lease(pos, wait_ms))
+        throw timeout("sqlock: all " + std::to_string(options_.pool_size) + " pooled connections to " + url_ +
+                      " stayed busy for " + std::to_string(options_.pool_wait.count()) + " ms during " +
+                      std::string(what) + ": raise store_options::pool_size or hold fewer leases at once");
+    connection c(*this, pos);
+    if (open_[pos] == 0) open_slot(pos, what);
+    return c;
+}
+
+void store_impl::open_slot(std::size_t pos, std::string_view what) {
+    auto& s = pool_.at(pos);
+    try {
+        s.close();
+        dialect_->open(s, connect_string_);
+        open_[pos] = 1;
+    } catch (std::exception const& e) {
+        auto const* se = dynamic_cast<soci::soci_error const*>(&e);
+        std::string message = se != nullptr ? se->get_error_message() : e.what();
+        while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+        try {
+            s.close();
+        } catch (...) {  // nothing left to close
+        }
+        throw backend_unavailable("sqlock: cannot connect to " + url_ + " (" + std::string(what) + "): " + message +
+                                      ": check the URL, the credentials and that the server is up",
+                                  se != nullptr ? dialect_->native_code(*se) : std::string{});
+    }
+}
+
+void store_impl::raise(soci::soci_error const& e, failure f, std::string_view what) const {
+    auto message = e.get_error_message();
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+    auto code = dialect_->native_code(e);
+    switch (f) {
+        case failure::schema:
+            throw schema_missing("sqlock: a lock table is missing in " + url_ + " (" + message + "): apply " +
+                                     schema_file(engine()) + " (sqlock schema --apply), or open the store with "
+                                     "create_schema = true",
+                                 code);
+        case failure::connection:
+            throw backend_unavailable("sqlock: lost the connection to " + url_ + " during " + std::string(what) +
+                                          ": " + message + "; retry later",
+                                      code);
+        case failure::transient:
+        case failure::lock_wait:
+        case failure::other: break;
+    }
+    throw backend_error("sqlock: " + std::string(what) + " failed on " + url_ + ": " + message, code);
+}
+
+void store_impl::pause_before_retry(int attempt) {
+    // Full jitter over a window that grows with the attempts: contenders that
+    // deadlocked together do not retry in lockstep.
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    auto window = std::min(50, 1 + attempt * 2);
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, window * 1000)(rng)));
+}
+
+}  // namespace sqlock::detail
