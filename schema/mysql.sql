@@ -21,3 +21,10 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  VARBINARY(255) NOT NULL PRIMARY KEY,
     token BIGINT         NOT NULL
 ) ENGINE = InnoDB;
+
+-- Fencing on the resource side (sqlock::fence): the highest token seen per
+-- resource. Lives in the database of the protected resource.
+CREATE TABLE IF NOT EXISTS sqlock_fences (
+    resource VARBINARY(255) NOT NULL PRIMARY KEY,
+    token    BIGINT         NOT NULL
+) ENGINE = InnoDB;

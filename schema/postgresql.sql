@@ -21,3 +21,10 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  text   COLLATE "C" NOT NULL PRIMARY KEY,
     token bigint NOT NULL
 );
+
+-- Fencing on the resource side (sqlock::fence): the highest token seen per
+-- resource. Lives in the database of the protected resource.
+CREATE TABLE IF NOT EXISTS sqlock_fences (
+    resource text   COLLATE "C" NOT NULL PRIMARY KEY,
+    token    bigint NOT NULL
+);

@@ -24,3 +24,10 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
     token INTEGER NOT NULL
 );
+
+-- Fencing on the resource side (sqlock::fence): the highest token seen per
+-- resource. Lives in the database of the protected resource.
+CREATE TABLE IF NOT EXISTS sqlock_fences (
+    resource TEXT    NOT NULL PRIMARY KEY,
+    token    INTEGER NOT NULL
+);

@@ -1,21 +1,132 @@
-#include "detail/lease_state.hpp"
+#include "detail/lease_row.hpp"
+#include "detail/locker_impl.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/lease.hpp>
 
 namespace sqlock {
 
+std::string_view to_string(lease_state s) noexcept {
+    switch (s) {
+        case lease_state::held: return "held";
+        case lease_state::in_doubt: return "in_doubt";
+        case lease_state::lost: return "lost";
+        case lease_state::released: return "released";
+    }
+    return "unknown";
+}
+
 namespace detail {
 
-void lease_state::release() {
-    if (released()) return;
+lease_row::lease_row(std::shared_ptr<locker_impl> locker, std::string name, std::string owner, grant const& g,
+                     std::chrono::milliseconds ttl, clock::time_point valid_until)
+    : locker_(std::move(locker)),
+      name_(std::move(name)),
+      owner_(std::move(owner)),
+      token_(g.token),
+      created_at_(std::chrono::microseconds(g.created_us)),
+      expires_us_(g.expires_us),
+      valid_until_(valid_until.time_since_epoch().count()),
+      ttl_ms_(ttl.count()) {}
+
+lease_state lease_row::state() const noexcept {
+    switch (state_.load(std::memory_order_acquire)) {
+        case st_released: return lease_state::released;
+        case st_lost: return lease_state::lost;
+        default: break;
+    }
+    if (clock::now() >= valid_until()) return lease_state::lost;
+    return state_.load(std::memory_order_acquire) == st_in_doubt ? lease_state::in_doubt : lease_state::held;
+}
+
+void lease_row::mark_lost(std::string_view why) noexcept {
+    int s = state_.load();
+    do {
+        if (s == st_lost || s == st_released) return;
+    } while (!state_.compare_exchange_weak(s, st_lost));
+    stop_.request_stop();
+    locker_->on_lost(*this, why);
+}
+
+bool lease_row::add_hold() {
+    std::lock_guard lock(io_);
+    if (state_.load() == st_lost || state_.load() == st_released) return false;
+    if (!db_add_hold()) {
+        mark_lost("a reentrant acquire found the row expired or taken over");
+        return false;
+    }
+    ++holds_;
+    return true;
+}
+
+void lease_row::release_hold() {
+    auto lost_error = [this] {
+        return lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                          ") was no longer held by this owner at release: it expired and was taken over, or was "
+                          "released by someone else; restart the critical section");
+    };
+    std::unique_lock lock(io_);
+    if (state_.load() == st_released) return;
+    if (state_.load() == st_lost) {
+        try {
+            (void)db_delete();  // polite: free the row at once if it is somehow still ours
+        } catch (...) {
+        }
+        throw lost_error();
+    }
+    bool last = holds_ == 1;
+    bool ours = last ? db_delete() : db_drop_hold();
+    if (!ours) {
+        lock.unlock();
+        mark_lost("release found the row expired and taken over, or released by someone else");
+        throw lost_error();
+    }
+    if (last) {
+        state_.store(st_released);
+    } else {
+        --holds_;
+    }
+    lock.unlock();
+    locker_->on_released(*this, last);
+}
+
+void lease_row::renew(std::chrono::milliseconds ttl) {
+    std::unique_lock lock(io_);
+    auto s = state_.load();
+    if (s == st_released)
+        throw usage_error("sqlock: lock '" + name_ + "' was already released: acquire it again instead of renewing");
+    if (s == st_lost || clock::now() >= valid_until()) {
+        lock.unlock();
+        mark_lost("its validity ran out before a renewal succeeded");
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                         ") is lost: its validity ran out; restart the critical section");
+    }
+    auto sent = clock::now();
+    std::optional<renewal> r;
     try {
-        do_release();
-    } catch (lease_lost const&) {
-        released_.store(true, std::memory_order_release);
+        r = db_renew(ttl);
+    } catch (error const& e) {
+        // Unreachable: in doubt until the safe deadline, which the renewer watches.
+        int expected = st_held;
+        state_.compare_exchange_strong(expected, st_in_doubt);
+        lock.unlock();
+        locker_->on_renew_failed(*this, e.what());
         throw;
     }
-    released_.store(true, std::memory_order_release);
+    if (!r) {
+        lock.unlock();
+        mark_lost("the database refused the renewal: the row expired or is someone else's");
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                         ") could not be renewed: the row had expired or was no longer ours; restart the "
+                         "critical section");
+    }
+    expires_us_.store(r->expires_us);
+    ttl_ms_.store(ttl.count());
+    valid_until_.store(locker_impl::valid_until(sent, ttl).time_since_epoch().count());
+    int expected = st_in_doubt;
+    state_.compare_exchange_strong(expected, st_held);
+    lock.unlock();
+    locker_->on_renewed(*this);
 }
 
 }  // namespace detail
@@ -24,41 +135,78 @@ namespace {
 std::string const empty;
 }
 
-lease::lease(std::shared_ptr<detail::lease_state> state) noexcept : state_(std::move(state)) {}
+lease::lease(std::shared_ptr<detail::lease_row> row) noexcept : row_(std::move(row)) {}
+
+lease::lease(lease&& other) noexcept
+    : row_(std::move(other.row_)), released_(std::exchange(other.released_, false)) {}
 
 lease& lease::operator=(lease&& other) noexcept {
     if (this != &other) {
         lease old(std::move(*this));  // releases the lease being replaced
-        state_ = std::move(other.state_);
+        row_ = std::move(other.row_);
+        released_ = std::exchange(other.released_, false);
     }
     return *this;
 }
 
 lease::~lease() {
-    if (!state_ || state_->released()) return;
+    if (!row_ || released_) return;
     try {
-        state_->release();
+        row_->release_hold();
     } catch (...) {
-        // Never throw from a destructor: the row expires by its TTL.
+        // Never throw from a destructor: a row left behind expires by its TTL.
     }
 }
 
-std::string const& lease::name() const noexcept { return state_ ? state_->name() : empty; }
-std::string const& lease::owner() const noexcept { return state_ ? state_->owner() : empty; }
-std::int64_t lease::token() const noexcept { return state_ ? state_->token() : 0; }
-db_time lease::created_at() const noexcept { return state_ ? state_->created_at() : db_time{}; }
-db_time lease::expires_at() const noexcept { return state_ ? state_->expires_at() : db_time{}; }
+std::string const& lease::name() const noexcept { return row_ ? row_->name() : empty; }
+std::string const& lease::owner() const noexcept { return row_ ? row_->owner() : empty; }
+std::int64_t lease::token() const noexcept { return row_ ? row_->token() : 0; }
+db_time lease::created_at() const noexcept { return row_ ? row_->created_at() : db_time{}; }
+db_time lease::expires_at() const noexcept { return row_ ? row_->expires_at() : db_time{}; }
+
+lease_state lease::state() const noexcept {
+    if (!row_ || released_) return lease_state::released;
+    return row_->state();
+}
 
 std::chrono::steady_clock::duration lease::remaining() const noexcept {
-    if (!state_ || state_->released()) return {};
-    auto left = state_->valid_until() - std::chrono::steady_clock::now();
+    auto s = state();
+    if (s != lease_state::held && s != lease_state::in_doubt) return {};
+    auto left = row_->valid_until() - std::chrono::steady_clock::now();
     return left > std::chrono::steady_clock::duration::zero() ? left : std::chrono::steady_clock::duration::zero();
 }
 
-bool lease::held() const noexcept { return remaining() > std::chrono::steady_clock::duration::zero(); }
+bool lease::held() const noexcept {
+    auto s = state();
+    return s == lease_state::held || s == lease_state::in_doubt;
+}
+
+bool lease::lost() const noexcept { return state() == lease_state::lost; }
+
+std::stop_token lease::stop_token() const noexcept { return row_ ? row_->stop_token() : std::stop_token{}; }
+
+void lease::renew() {
+    if (!row_ || released_)
+        throw usage_error("sqlock: renew() on a released or moved-from lease: acquire the lock again");
+    row_->renew(row_->locker().options().ttl);
+}
+
+void lease::renew(std::chrono::milliseconds ttl) {
+    detail::validate_ttl(ttl);
+    if (!row_ || released_)
+        throw usage_error("sqlock: renew() on a released or moved-from lease: acquire the lock again");
+    row_->renew(ttl);
+}
 
 void lease::release() {
-    if (state_) state_->release();
+    if (!row_ || released_) return;
+    try {
+        row_->release_hold();
+    } catch (lease_lost const&) {
+        released_ = true;
+        throw;
+    }
+    released_ = true;
 }
 
 }  // namespace sqlock

@@ -8,9 +8,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
-#include <thread>
 
 namespace sqlock {
+
+std::string_view to_string(lease_event::kind k) noexcept {
+    switch (k) {
+        case lease_event::kind::acquired: return "acquired";
+        case lease_event::kind::busy: return "busy";
+        case lease_event::kind::timeout: return "timeout";
+        case lease_event::kind::cancelled: return "cancelled";
+        case lease_event::kind::renewed: return "renewed";
+        case lease_event::kind::renew_failed: return "renew_failed";
+        case lease_event::kind::lost: return "lost";
+        case lease_event::kind::released: return "released";
+    }
+    return "unknown";
+}
 
 namespace detail {
 namespace {
@@ -25,11 +38,11 @@ bool valid_utf8(std::string_view s) {
         auto c = static_cast<unsigned char>(s[i]);
         std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
         if (len == 0 || i + len > s.size()) return false;
-        std::uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        std::uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
         for (std::size_t k = 1; k < len; ++k) {
             auto cc = static_cast<unsigned char>(s[i + k]);
             if ((cc & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (cc & 0x3F);
+            cp = (cp << 6) | (cc & 0x3Fu);
         }
         constexpr std::uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
         if (cp < min_for_len[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
@@ -52,17 +65,28 @@ void validate_text(std::string_view what, std::string_view value) {
 std::string hostname() {
     char buf[256] = {};
     if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-    return buf;
+    return std::string(buf).substr(0, 64);
+}
+
+template <class Duration>
+auto jitter(Duration ceiling) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(ceiling).count();
+    return std::chrono::microseconds(std::uniform_int_distribution<long long>(0, std::max<long long>(us, 0))(rng));
 }
 
 }  // namespace
 
 void validate_name(std::string_view name) { validate_text("lock name", name); }
 
-locker_impl::locker_impl(locker_options options) : options_(std::move(options)) {
-    if (options_.ttl < min_ttl || options_.ttl > max_ttl)
-        throw usage_error("sqlock: ttl " + std::to_string(options_.ttl.count()) +
-                          " ms is out of range: use 10 ms to 7 days (renew longer holds)");
+void validate_ttl(std::chrono::milliseconds ttl) {
+    if (ttl < min_ttl || ttl > max_ttl)
+        throw usage_error("sqlock: ttl " + std::to_string(ttl.count()) +
+                          " ms is out of range: use 10 ms to 7 days (renew to hold longer)");
+}
+
+locker_impl::locker_impl(locker_options options) : options_(std::move(options)), host_(hostname()) {
+    validate_ttl(options_.ttl);
     if (!options_.owner.empty()) validate_text("owner", options_.owner);
     if (options_.backoff_min <= std::chrono::milliseconds::zero() || options_.backoff_max < options_.backoff_min)
         throw usage_error("sqlock: backoff_min must be positive and backoff_max at least backoff_min");
@@ -70,38 +94,220 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)) 
     char id[17];
     std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
     instance_ = id;
-    owner_prefix_ = hostname().substr(0, 64);
+}
+
+locker_impl::~locker_impl() {
+    // The last reference may be dropped by the renewer thread itself (it briefly
+    // owns a row, which owns its locker): it cannot join itself.
+    if (watchdog_.joinable() && watchdog_.get_id() == std::this_thread::get_id()) {
+        watchdog_.request_stop();
+        watchdog_.detach();
+    }
 }
 
 std::string locker_impl::owner_for_this_thread() const {
     if (!options_.owner.empty()) return options_.owner;
     // getpid() at call time, so a forked child is a different owner.
-    return owner_prefix_ + "/" + std::to_string(getpid()) + "/" + instance_ + "/" + std::to_string(gettid());
+    return host_ + "/" + std::to_string(getpid()) + "/" + instance_ + "/" + std::to_string(gettid());
 }
 
-std::chrono::steady_clock::time_point locker_impl::valid_until(
-    std::chrono::steady_clock::time_point sent) const noexcept {
+locker_impl::clock::time_point locker_impl::valid_until(clock::time_point sent, std::chrono::milliseconds ttl) noexcept {
     // Redlock's margin: 1 % of the TTL for clock-rate drift, plus 1 ms.
-    auto drift = options_.ttl / 100 + std::chrono::milliseconds(1);
-    return sent + options_.ttl - drift;
+    auto drift = ttl / 100 + std::chrono::milliseconds(1);
+    return sent + ttl - drift;
 }
 
-lease locker_impl::acquire_until(std::string const& name, std::chrono::milliseconds wait) {
-    using clock = std::chrono::steady_clock;
-    auto const deadline = clock::now() + wait;
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    auto ceiling = options_.backoff_min;
+std::optional<lease> locker_impl::try_acquire(std::string const& name) {
+    auto owner = owner_for_this_thread();
+    std::shared_ptr<lease_row> existing;
+    {
+        std::lock_guard lock(held_mutex_);
+        if (auto it = held_.find({name, owner}); it != held_.end()) existing = it->second.lock();
+    }
+    if (existing) {
+        auto s = existing->state();
+        if ((s == lease_state::held || s == lease_state::in_doubt) && existing->add_hold()) {
+            counters_.acquired.fetch_add(1, std::memory_order_relaxed);
+            emit(lease_event::kind::acquired, name, existing->token(), "reentrant hold");
+            return lease(existing);
+        }
+    }
+    auto row = acquire_row(name, owner);
+    if (!row) {
+        counters_.busy.fetch_add(1, std::memory_order_relaxed);
+        emit(lease_event::kind::busy, name, 0);
+        return std::nullopt;
+    }
+    {
+        std::lock_guard lock(held_mutex_);
+        held_[{name, owner}] = row;
+    }
+    watch(row);
+    counters_.acquired.fetch_add(1, std::memory_order_relaxed);
+    emit(lease_event::kind::acquired, name, row->token());
+    return lease(std::move(row));
+}
+
+lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel) {
+    auto const start = clock::now();
+    auto const deadline = start + wait;
+    auto ceiling = std::chrono::duration_cast<clock::duration>(options_.backoff_min);
+    auto const cap = std::chrono::duration_cast<clock::duration>(options_.backoff_max);
     for (;;) {
-        if (auto got = try_acquire(name)) return std::move(*got);
+        if (cancel.stop_requested()) {
+            counters_.cancelled.fetch_add(1, std::memory_order_relaxed);
+            record_wait(clock::now() - start);
+            emit(lease_event::kind::cancelled, name, 0);
+            throw cancelled("sqlock: waiting for lock '" + name + "' was cancelled");
+        }
+        // Read the generation before trying, so a release between the attempt
+        // and the wait is not missed.
+        auto generation = release_generation(name);
+        if (auto got = try_acquire(name)) {
+            record_wait(clock::now() - start);
+            return std::move(*got);
+        }
         auto now = clock::now();
-        if (now >= deadline)
+        if (now >= deadline) {
+            counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+            record_wait(now - start);
+            emit(lease_event::kind::timeout, name, 0);
             throw timeout("sqlock: lock '" + name + "' was still held by another owner after waiting " +
                           std::to_string(wait.count()) + " ms: retry later or wait longer");
-        // Full jitter: sleep a uniform random time up to a ceiling that doubles, capped.
-        auto pause = std::chrono::microseconds(std::uniform_int_distribution<long long>(
-            0, std::chrono::duration_cast<std::chrono::microseconds>(ceiling).count())(rng));
-        ceiling = std::min(ceiling * 2, options_.backoff_max);
-        std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
+        }
+        auto until = std::min<clock::time_point>(now + jitter(ceiling), deadline);
+        ceiling = std::min(ceiling * 2, cap);
+        wait_for_release(name, generation, until, cancel);
+    }
+}
+
+void locker_impl::record_wait(clock::duration waited) noexcept {
+    std::size_t bucket = 0;
+    while (bucket < locker_stats::wait_bounds.size() && waited >= locker_stats::wait_bounds[bucket]) ++bucket;
+    counters_.waits[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
+locker_stats locker_impl::stats() const noexcept {
+    locker_stats s;
+    s.acquired = counters_.acquired.load();
+    s.busy = counters_.busy.load();
+    s.timeouts = counters_.timeouts.load();
+    s.cancelled = counters_.cancelled.load();
+    s.renewed = counters_.renewed.load();
+    s.renew_failures = counters_.renew_failures.load();
+    s.lost = counters_.lost.load();
+    s.released = counters_.released.load();
+    for (std::size_t i = 0; i < s.wait_histogram.size(); ++i) s.wait_histogram[i] = counters_.waits[i].load();
+    return s;
+}
+
+void locker_impl::emit(lease_event::kind what, std::string_view name, std::int64_t token,
+                       std::string_view detail) noexcept {
+    if (!options_.on_event) return;
+    try {
+        options_.on_event(lease_event{what, name, token, detail});
+    } catch (...) {  // a logging hook must not break locking
+    }
+}
+
+void locker_impl::on_released(lease_row const& row, bool last) noexcept {
+    counters_.released.fetch_add(1, std::memory_order_relaxed);
+    if (last) {
+        {
+            std::lock_guard lock(held_mutex_);
+            auto it = held_.find({row.name(), row.owner()});
+            if (it != held_.end() && it->second.lock().get() == &row) held_.erase(it);
+        }
+        announce_release(row.name());
+    }
+    emit(lease_event::kind::released, row.name(), row.token(), last ? "" : "one hold of several");
+}
+
+void locker_impl::on_renewed(lease_row const& row) noexcept {
+    counters_.renewed.fetch_add(1, std::memory_order_relaxed);
+    emit(lease_event::kind::renewed, row.name(), row.token());
+}
+
+void locker_impl::on_renew_failed(lease_row const& row, std::string_view why) noexcept {
+    counters_.renew_failures.fetch_add(1, std::memory_order_relaxed);
+    emit(lease_event::kind::renew_failed, row.name(), row.token(), why);
+}
+
+void locker_impl::on_lost(lease_row const& row, std::string_view why) noexcept {
+    counters_.lost.fetch_add(1, std::memory_order_relaxed);
+    {
+        std::lock_guard lock(held_mutex_);
+        auto it = held_.find({row.name(), row.owner()});
+        if (it != held_.end() && it->second.lock().get() == &row) held_.erase(it);
+    }
+    if (options_.on_lost) {
+        try {
+            options_.on_lost(row.name(), row.token());
+        } catch (...) {  // the hook must not break the renewer
+        }
+    }
+    emit(lease_event::kind::lost, row.name(), row.token(), why);
+}
+
+// ---- the renewer ---------------------------------------------------------
+
+void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
+    {
+        std::lock_guard lock(watch_->mutex);
+        watch_->auto_renew = options_.auto_renew;
+        watch_->rows.push_back({row, clock::now() + row->ttl() / 3});
+        watch_->changed = true;
+    }
+    watch_->cv.notify_all();
+    std::lock_guard lock(watchdog_mutex_);
+    if (!watchdog_.joinable())
+        watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_watchdog(state, stop); });
+}
+
+void locker_impl::run_watchdog(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {
+    std::unique_lock lock(state->mutex);
+    while (!stop.stop_requested()) {
+        auto now = clock::now();
+        auto wake = now + std::chrono::seconds(60);
+        std::vector<std::shared_ptr<lease_row>> due;
+        std::vector<std::shared_ptr<lease_row>> expired;
+        std::erase_if(state->rows, [&](watched& w) {
+            auto row = w.row.lock();
+            if (!row) return true;
+            auto s = row->state();
+            if (s == lease_state::released) return true;
+            if (s == lease_state::lost) {
+                expired.push_back(std::move(row));  // validity ran out: say so now
+                return true;
+            }
+            if (state->auto_renew && now >= w.next_renewal) {
+                due.push_back(row);
+                // Until the renewal reports, retry at a tenth of the TTL (at most 1 s).
+                w.next_renewal = now + std::min<clock::duration>(row->ttl() / 10, std::chrono::seconds(1));
+            }
+            wake = std::min(wake, row->valid_until());
+            if (state->auto_renew) wake = std::min(wake, w.next_renewal);
+            return false;
+        });
+        lock.unlock();
+        for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded");
+        for (auto& row : due) {
+            try {
+                row->renew(row->ttl());
+                std::lock_guard relock(state->mutex);
+                for (auto& w : state->rows)
+                    if (w.row.lock() == row) w.next_renewal = clock::now() + row->ttl() / 3;
+            } catch (...) {
+                // lease_lost marked the row lost; an unreachable database left it in
+                // doubt, and the retry time set above stands.
+            }
+        }
+        // Drop strong references before sleeping: the last one may destroy the
+        // locker, which only detaches this thread; from here on only `state` is used.
+        expired.clear();
+        due.clear();
+        lock.lock();
+        state->cv.wait_until(lock, stop, wake, [&] { return std::exchange(state->changed, false); });
     }
 }
 
@@ -114,13 +320,14 @@ std::optional<lease> locker::try_acquire(std::string_view name) {
     return impl_->try_acquire(std::string(name));
 }
 
-lease locker::acquire(std::string_view name, std::chrono::milliseconds wait) {
+lease locker::acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel) {
     detail::validate_name(name);
     if (wait < std::chrono::milliseconds::zero())
         throw usage_error("sqlock: the wait for lock '" + std::string(name) + "' is negative: use 0 or more");
-    return impl_->acquire_until(std::string(name), wait);
+    return impl_->acquire(std::string(name), wait, std::move(cancel));
 }
 
 locker_options const& locker::options() const noexcept { return impl_->options(); }
+locker_stats locker::stats() const noexcept { return impl_->stats(); }
 
 }  // namespace sqlock

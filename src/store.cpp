@@ -34,6 +34,7 @@ engine store::engine() const noexcept { return impl_->engine(); }
 std::string const& store::url() const noexcept { return impl_->url(); }
 std::string store::schema_sql() const { return impl_->dialect().schema_sql(); }
 void store::create_schema() { impl_->create_schema(); }
+store_stats store::stats() const noexcept { return impl_->stats(); }
 
 }  // namespace sqlock
 
@@ -118,6 +119,63 @@ void store_impl::open_slot(std::size_t pos, std::string_view what) {
                                       ": check the URL, the credentials and that the server is up",
                                   se != nullptr ? dialect_->native_code(*se) : std::string{});
     }
+}
+
+release_hub& store_impl::hub() {
+    std::call_once(listener_once_, [this] {
+        listener_ = dialect_->listen(connect_string_, [this](std::string_view name) {
+            if (!name.empty()) notifications_.fetch_add(1, std::memory_order_relaxed);
+            hub_.announce(name);
+        });
+    });
+    return hub_;
+}
+
+void store_impl::record_clock(std::int64_t db_us, std::chrono::system_clock::time_point before,
+                              std::chrono::system_clock::time_point after) noexcept {
+    using std::chrono::duration_cast;
+    using std::chrono::microseconds;
+    auto mid_us = duration_cast<microseconds>((before + (after - before) / 2).time_since_epoch()).count();
+    auto sample = db_us - mid_us;
+    // An exponentially weighted mean (1/8 per sample); the first sample seeds it.
+    if (skew_samples_.fetch_add(1, std::memory_order_relaxed) == 0) {
+        skew_us_.store(sample, std::memory_order_relaxed);
+        return;
+    }
+    auto old = skew_us_.load(std::memory_order_relaxed);
+    skew_us_.store(old + (sample - old) / 8, std::memory_order_relaxed);
+}
+
+store_stats store_impl::stats() const noexcept {
+    return {std::chrono::microseconds(skew_us_.load()), skew_samples_.load(), notifications_.load()};
+}
+
+std::uint64_t release_hub::generation(std::string_view name) {
+    std::lock_guard lock(mutex_);
+    return generations_[bucket(name)];
+}
+
+void release_hub::announce(std::string_view name) noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        if (name.empty()) {
+            for (auto& g : generations_) ++g;
+        } else {
+            ++generations_[bucket(name)];
+        }
+    }
+    cv_.notify_all();
+}
+
+void release_hub::wait(std::string_view name, std::uint64_t generation, clock::time_point until,
+                       std::stop_token const& cancel) {
+    std::unique_lock lock(mutex_);
+    auto b = bucket(name);
+    cv_.wait_until(lock, cancel, until, [&] { return generations_[b] != generation; });
+}
+
+std::size_t release_hub::bucket(std::string_view name) noexcept {
+    return std::hash<std::string_view>{}(name) % std::tuple_size_v<decltype(generations_)>;
 }
 
 void store_impl::raise(soci::soci_error const& e, failure f, std::string_view what) const {

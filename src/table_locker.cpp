@@ -1,5 +1,5 @@
 // The unique-index INSERT lock: a row per name in <prefix>_locks.
-#include "detail/lease_state.hpp"
+#include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
 
@@ -11,29 +11,48 @@ namespace sqlock {
 namespace detail {
 namespace {
 
-db_time from_us(std::int64_t us) { return db_time(std::chrono::microseconds(us)); }
+using sys_clock = std::chrono::system_clock;
 
-class table_lease final : public lease_state {
+class table_row final : public lease_row {
 public:
-    table_lease(std::shared_ptr<store_impl> store, std::string name, std::string owner, grant const& g,
-                std::chrono::steady_clock::time_point valid_until)
-        : lease_state(std::move(name), std::move(owner), g.token, from_us(g.created_us), from_us(g.expires_us),
-                      valid_until),
+    table_row(std::shared_ptr<locker_impl> locker, std::shared_ptr<store_impl> store, std::string name,
+              std::string owner, grant const& g, std::chrono::milliseconds ttl, clock::time_point valid_until)
+        : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
           store_(std::move(store)) {}
 
 private:
-    void do_release() override {
+    bool db_delete() override {
         bool reconnected = false;
         bool deleted = store_->run(
             "releasing lock '" + name() + "'",
             [&](soci::session& s) { return store_->dialect().release(s, name(), owner(), token()); },
-            [&](soci::session&) { reconnected = true; });
+            {.on_reconnect = [&](soci::session&) { reconnected = true; }});
         // After a broken connection the first DELETE may have gone through:
         // finding no row of ours then means it is released either way.
-        if (!deleted && !reconnected)
-            throw lease_lost("sqlock: lock '" + name() + "' (token " + std::to_string(token()) +
-                             ") was no longer held by this owner at release: it expired and was taken over, "
-                             "or was released by someone else; restart the critical section");
+        return deleted || reconnected;
+    }
+
+    bool db_add_hold() override {
+        return store_->run("re-entering lock '" + name() + "'", [&](soci::session& s) {
+            return store_->dialect().add_hold(s, name(), owner(), token());
+        });
+    }
+
+    bool db_drop_hold() override {
+        return store_->run("releasing a hold on lock '" + name() + "'", [&](soci::session& s) {
+            return store_->dialect().drop_hold(s, name(), owner(), token());
+        });
+    }
+
+    std::optional<renewal> db_renew(std::chrono::milliseconds ttl) override {
+        auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(ttl).count();
+        auto before = sys_clock::now();
+        auto r = store_->run(
+            "renewing lock '" + name() + "'",
+            [&](soci::session& s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
+            {.deadline = valid_until()});
+        if (r) store_->record_clock(r->now_us, before, sys_clock::now());
+        return r;
     }
 
     std::shared_ptr<store_impl> store_;
@@ -44,33 +63,45 @@ public:
     table_locker_impl(std::shared_ptr<store_impl> store, locker_options options)
         : locker_impl(std::move(options)), store_(std::move(store)) {}
 
-    std::optional<lease> try_acquire(std::string const& name) override {
-        auto owner = owner_for_this_thread();
+protected:
+    std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner) override {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
-        auto sent = std::chrono::steady_clock::now();
+        auto sent = clock::now();
+        auto before = sys_clock::now();
         grant g;
         try {
             g = store_->run(
                 "acquiring lock '" + name + "'",
                 [&](soci::session& s) { return store_->dialect().acquire(s, name, owner, ttl_us); },
                 // The broken attempt may have inserted our row: delete it before retrying.
-                [&](soci::session& s) { store_->dialect().delete_owned(s, name, owner); },
-                /*lock_wait_is_busy=*/true);
+                {.on_reconnect = [&](soci::session& s) { store_->dialect().delete_owned(s, name, owner); },
+                 .lock_wait_is_busy = true});
         } catch (row_busy const&) {
-            return std::nullopt;
+            return nullptr;
         }
-        if (!g.acquired) return std::nullopt;
-        auto state = std::make_shared<table_lease>(store_, name, std::move(owner), g, valid_until(sent));
-        if (std::chrono::steady_clock::now() >= state->valid_until()) {
+        if (!g.acquired) return nullptr;
+        store_->record_clock(g.created_us, before, sys_clock::now());
+        auto row = std::make_shared<table_row>(shared_from_this(), store_, name, owner, g, options_.ttl,
+                                               valid_until(sent, options_.ttl));
+        if (clock::now() >= row->valid_until()) {
             // Granted, but the round trip ate the whole lease: not a success.
             try {
-                state->release();
+                row->release_hold();
             } catch (error const&) {  // expired anyway
             }
-            return std::nullopt;
+            return nullptr;
         }
-        return lease(std::move(state));
+        return row;
     }
+
+    std::uint64_t release_generation(std::string const& name) override { return store_->hub().generation(name); }
+
+    void wait_for_release(std::string const& name, std::uint64_t generation, clock::time_point until,
+                          std::stop_token const& cancel) override {
+        store_->hub().wait(name, generation, until, cancel);
+    }
+
+    void announce_release(std::string const& name) noexcept override { store_->announce(name); }
 
 private:
     std::shared_ptr<store_impl> store_;

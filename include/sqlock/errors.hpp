@@ -2,6 +2,7 @@
 // Errors, grouped by what the caller should do about them.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,25 @@ private:
 /// What to do: retry later, or give up; nothing was acquired.
 class timeout : public error {
     using error::error;
+};
+
+/// A waiting acquire was cancelled through its `std::stop_token`; nothing was
+/// acquired. What to do: stop (it was your own request).
+class cancelled : public error {
+    using error::error;
+};
+
+/// A fenced write was refused: the resource has already seen a higher token,
+/// so the lease that carried this one was overtaken (expired and taken over).
+/// What to do: roll back the transaction; do not retry with the same lease.
+class stale_token : public error {
+public:
+    stale_token(std::string const& what, std::int64_t seen) : error(what), seen_(seen) {}
+    /// The highest token the resource had already accepted.
+    [[nodiscard]] std::int64_t seen() const noexcept { return seen_; }
+
+private:
+    std::int64_t seen_;
 };
 
 /// The lease is no longer ours: it expired and was taken over, or it was

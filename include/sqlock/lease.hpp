@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stop_token>
 #include <string>
+#include <string_view>
 
 namespace sqlock {
 
 namespace detail {
-class lease_state;
+class lease_row;
 }
 
 /// A point in the database's time (UTC, microseconds). It comes from the
@@ -17,23 +19,42 @@ class lease_state;
 /// never with `system_clock::now()`.
 using db_time = std::chrono::sys_time<std::chrono::microseconds>;
 
+/// Where a lease stands.
+enum class lease_state {
+    held,      ///< ours, and its local validity has not run out
+    in_doubt,  ///< the last renewal could not reach the database; still ours
+               ///< until the local safe deadline passes
+    lost,      ///< the database said the row is not ours, or the safe deadline passed
+    released,  ///< released by us (or moved from)
+};
+
+/// "held", "in_doubt", "lost" or "released".
+[[nodiscard]] std::string_view to_string(lease_state s) noexcept;
+
 /// A held lock: an RAII guard that releases on destruction.
 ///
 /// Move-only. A moved-from or released lease does nothing on destruction;
 /// move assignment releases the lease it replaces first. The destructor never
 /// throws: a failed release there is swallowed (the row expires by its TTL).
 ///
+/// Reentrancy: when the same owner (by default: the same locker on the same
+/// thread) acquires a name it already holds, it gets another `lease` on the
+/// same row, with the same token, and the row's `holds` count goes up. Each
+/// lease releases one hold; the last one deletes the row. Another thread is
+/// another owner and waits like everyone else.
+///
 /// @warning A lease can be lost while you hold it: a pause longer than the TTL
 /// (GC, swap, SIGSTOP, a slow disk) lets the row expire and another client take
-/// the lock. Check `remaining()` before acting, and pass `token()` to the
-/// resource you protect so it can refuse writes from a holder that was
-/// overtaken (fencing).
+/// the lock. Check `state()` or `stop_token()` inside the critical section, and
+/// pass `token()` to the resource you protect so it can refuse writes from a
+/// holder that was overtaken (see `sqlock::fence`).
 ///
-/// Thread safety: distinct leases are independent; one lease must not be
-/// released from two threads at once. The accessors may be called concurrently.
+/// Thread safety: the accessors, `state()` and `stop_token()` may be called
+/// from any thread; `renew()` and `release()` of one lease must not race each
+/// other from two threads.
 class lease {
 public:
-    lease(lease&& other) noexcept = default;
+    lease(lease&& other) noexcept;
     lease& operator=(lease&& other) noexcept;
     lease(lease const&) = delete;
     lease& operator=(lease const&) = delete;
@@ -45,33 +66,56 @@ public:
     [[nodiscard]] std::string const& owner() const noexcept;
     /// The fencing token: strictly greater than every earlier token of this
     /// name on this database (tokens are increasing, not consecutive).
+    /// Reentrant holds share their row's token.
     [[nodiscard]] std::int64_t token() const noexcept;
     /// When the database granted the lease (database clock).
     [[nodiscard]] db_time created_at() const noexcept;
-    /// When the database will consider the lease expired (database clock).
+    /// When the database will consider the lease expired (database clock; moves on renewal).
     [[nodiscard]] db_time expires_at() const noexcept;
 
     /// How long the lease is still safely ours, on this host's steady clock,
-    /// measured from before the acquire was sent, minus a drift margin: it
-    /// never overstates. Zero once expired, released or moved from.
+    /// measured from before the last successful acquire or renewal was sent,
+    /// minus a drift margin: it never overstates. Zero once lost or released.
     [[nodiscard]] std::chrono::steady_clock::duration remaining() const noexcept;
 
-    /// True until `release()` (or a move) and while `remaining()` is positive.
+    /// Where the lease stands; see `lease_state`.
+    [[nodiscard]] sqlock::lease_state state() const noexcept;
+
+    /// True while `state()` is `held` or `in_doubt` (still safely ours).
     [[nodiscard]] bool held() const noexcept;
 
-    /// Delete the lock row (only if it is still ours). Idempotent: a second
-    /// call does nothing.
+    /// True once the lease is lost (not when released).
+    [[nodiscard]] bool lost() const noexcept;
+
+    /// Requested at the moment the lease is found lost; never requested by a
+    /// normal release. Poll it in long critical sections, or attach a
+    /// `std::stop_callback`.
+    [[nodiscard]] std::stop_token stop_token() const noexcept;
+
+    /// Extend the lease to `ttl` from now (database clock) in one atomic
+    /// statement that matches the owner and token and refuses an expired row.
+    /// `ttl` defaults to the locker's.
+    /// @throws lease_lost           the row had expired or was no longer ours
+    /// @throws usage_error          ttl out of range, or the lease was released
+    /// @throws backend_unavailable  the database could not be reached (the lease
+    ///                              is in doubt until its safe deadline)
+    void renew();
+    void renew(std::chrono::milliseconds ttl);
+
+    /// Release this hold; the last hold deletes the lock row (only if it is
+    /// still ours). Idempotent: a second call does nothing.
     /// @throws lease_lost           the row was no longer ours (expired and
     ///                              taken over, or force-released)
     /// @throws backend_unavailable  the database could not be reached; the row
-    ///                              expires by its TTL
+    ///                              expires by its TTL, and release() may be retried
     void release();
 
-    /// Internal: lockers build leases from their state.
-    explicit lease(std::shared_ptr<detail::lease_state> state) noexcept;
+    /// Internal: lockers build leases from their rows.
+    explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
 
 private:
-    std::shared_ptr<detail::lease_state> state_;
+    std::shared_ptr<detail::lease_row> row_;
+    bool released_ = false;
 };
 
 }  // namespace sqlock

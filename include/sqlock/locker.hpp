@@ -3,10 +3,12 @@
 
 #include <sqlock/lease.hpp>
 #include <sqlock/options.hpp>
+#include <sqlock/stats.hpp>
 
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string_view>
 
 namespace sqlock {
@@ -33,11 +35,22 @@ public:
     ///         in_doubt (connection broke mid-statement and clean-up failed)
     [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
 
-    /// Take the lock, waiting up to `wait` (capped exponential backoff with
-    /// full jitter between attempts). `wait == 0` tries once.
-    /// @throws timeout when the lock was not free within `wait`; and as
-    ///         `try_acquire`.
-    [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait);
+    /// Take the lock, waiting up to `wait`. `wait == 0` tries once.
+    ///
+    /// Waiters wake up when the lock is released: on PostgreSQL through
+    /// LISTEN/NOTIFY (one listening connection per store, for every process);
+    /// elsewhere the releasing thread wakes waiters of the same process and
+    /// other processes poll. Between wake-ups: capped exponential backoff with
+    /// full jitter, which also covers a lost notification. The deadline is
+    /// honoured exactly.
+    /// @throws timeout   the lock was not free within `wait`
+    /// @throws cancelled `cancel` was requested while waiting
+    /// @throws as `try_acquire`
+    [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait,
+                                std::stop_token cancel = {});
+
+    /// A snapshot of this locker's counters.
+    [[nodiscard]] locker_stats stats() const noexcept;
 
     /// The options this locker was built with (owner filled in).
     [[nodiscard]] locker_options const& options() const noexcept;

@@ -6,7 +6,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+
+#include <sqlock/stats.hpp>
 
 namespace sqlock {
 
@@ -52,6 +56,19 @@ struct locker_options {
     /// full jitter, from `backoff_min` doubling up to `backoff_max`.
     std::chrono::milliseconds backoff_min = 5ms;
     std::chrono::milliseconds backoff_max = 500ms;
+
+    /// The watchdog: a background thread (one per locker, shared by all its
+    /// leases) renews every held lease at about ttl/3. A renewal that cannot
+    /// reach the database is retried until the lease's local validity runs out.
+    bool auto_renew = true;
+
+    /// Called once when a lease is lost (renewal refused, validity gone, or a
+    /// release found another owner), with its name and token. Runs on the
+    /// thread that noticed (often the renewer): keep it short and non-throwing.
+    std::function<void(std::string_view name, std::int64_t token)> on_lost;
+
+    /// Called for every lease event (for logging and metrics); see lease_event.
+    std::function<void(lease_event const&)> on_event;
 };
 
 }  // namespace sqlock

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <sqlock/errors.hpp>
+#include <sqlock/fence.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/options.hpp>
+#include <sqlock/stats.hpp>
 #include <sqlock/store.hpp>

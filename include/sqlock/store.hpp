@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sqlock/options.hpp>
+#include <sqlock/stats.hpp>
 
 #include <memory>
 #include <string>
@@ -62,6 +63,9 @@ public:
 
     /// This store's DDL (engine and table prefix applied).
     [[nodiscard]] std::string schema_sql() const;
+
+    /// What the store has learned: clock skew against the database, notifications.
+    [[nodiscard]] store_stats stats() const noexcept;
 
     /// Apply the DDL (idempotent).
     /// @throws backend_unavailable, backend_error

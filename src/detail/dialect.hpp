@@ -8,7 +8,9 @@
 #include <sqlock/store.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace soci {
@@ -26,6 +28,12 @@ struct grant {
     std::int64_t expires_us = 0;
 };
 
+/// What the database answered to a renewal.
+struct renewal {
+    std::int64_t expires_us = 0;
+    std::int64_t now_us = 0;
+};
+
 /// How a failed statement should be handled.
 enum class failure {
     transient,   // deadlock, serialization failure, SQLITE_BUSY: retry inside the library
@@ -33,6 +41,14 @@ enum class failure {
     connection,  // the connection is broken: reconnect, the outcome may be unknown
     schema,      // a lock table is missing
     other,       // report as backend_error
+};
+
+/// Listens for release announcements on a connection of its own (PostgreSQL
+/// LISTEN/NOTIFY) and hands each announced lock name to a callback, from its
+/// own thread, until destroyed. Reconnects by itself when the connection drops.
+class release_listener {
+public:
+    virtual ~release_listener() = default;
 };
 
 /// The SQL and session handling of one engine. Baseline SQL that is the same
@@ -65,8 +81,39 @@ public:
                                         std::int64_t ttl_us) const = 0;
 
     /// Delete the row if (name, owner, token) still match; true when deleted.
+    /// PostgreSQL also notifies waiters (NOTIFY on `channel()`) in the same statement.
     [[nodiscard]] virtual bool release(soci::session& s, std::string const& name, std::string const& owner,
                                        std::int64_t token) const;
+
+    /// Extend an unexpired row of (name, owner, token) to now + ttl. Empty when
+    /// the row is expired or not ours; otherwise the new expiry and the database's now.
+    [[nodiscard]] virtual std::optional<renewal> renew(soci::session& s, std::string const& name,
+                                                       std::string const& owner, std::int64_t token,
+                                                       std::int64_t ttl_us) const;
+
+    /// One more hold on an unexpired row of ours (reentrancy); false when the row is not ours.
+    [[nodiscard]] bool add_hold(soci::session& s, std::string const& name, std::string const& owner,
+                                std::int64_t token) const;
+
+    /// One hold fewer on a row of ours that has more than one; false when nothing matched.
+    [[nodiscard]] bool drop_hold(soci::session& s, std::string const& name, std::string const& owner,
+                                 std::int64_t token) const;
+
+    /// Record `token` as the highest seen for `resource` unless a higher one was
+    /// seen: returns the higher token that refuses it, or empty when accepted.
+    /// Runs on the caller's session, inside the caller's transaction.
+    [[nodiscard]] virtual std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
+                                                            std::int64_t token) const = 0;
+
+    /// The LISTEN/NOTIFY channel releases are announced on (PostgreSQL).
+    [[nodiscard]] std::string channel() const { return prefix_ + "_released"; }
+
+    /// A listener for releases announced by other processes, or null where the
+    /// engine has no such thing (then waiters poll). `on_notify(name)` is called
+    /// for each release, and `on_notify("")` after (re)connecting, since
+    /// announcements may have been missed meanwhile.
+    [[nodiscard]] virtual std::unique_ptr<release_listener> listen(
+        std::string const& connect_string, std::function<void(std::string_view)> on_notify) const;
 
     /// Delete any row of this owner for the name (clean-up after an unknown outcome).
     virtual void delete_owned(soci::session& s, std::string const& name, std::string const& owner) const;
@@ -83,14 +130,23 @@ public:
     [[nodiscard]] std::string const& locks_table() const noexcept { return locks_; }
     [[nodiscard]] std::string const& tokens_table() const noexcept { return tokens_; }
 
+    [[nodiscard]] std::string const& fences_table() const noexcept { return fences_; }
+
 protected:
     /// SQL that tells whether a table exists; binds `:t`, returns one integer.
     [[nodiscard]] virtual std::string table_exists_sql() const = 0;
+    /// The database's current time as a value comparable with expires_at.
+    [[nodiscard]] virtual std::string now_sql() const = 0;
+    /// `timestamp` plus the microseconds bound to `:ttl`.
+    [[nodiscard]] virtual std::string plus_ttl_sql(std::string const& timestamp) const = 0;
+    /// A timestamp column as bigint microseconds since the Unix epoch.
+    [[nodiscard]] virtual std::string epoch_us_sql(std::string const& column) const = 0;
 
     store_options options_;
     std::string prefix_;
     std::string locks_;
     std::string tokens_;
+    std::string fences_;
 };
 
 /// @throws usage_error when the prefix is not a valid identifier.

@@ -1,50 +1,122 @@
-// Internal: what every locker strategy shares.
+// Internal: what every locker strategy shares — validation, owner ids, the
+// waiting loop, reentrancy bookkeeping, the renewer thread, counters and hooks.
 #pragma once
+
+#include "detail/lease_row.hpp"
 
 #include <sqlock/lease.hpp>
 #include <sqlock/options.hpp>
+#include <sqlock/stats.hpp>
 
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
 
 namespace sqlock::detail {
 
-class locker_impl {
+class locker_impl : public std::enable_shared_from_this<locker_impl> {
 public:
+    using clock = std::chrono::steady_clock;
+
     /// @throws usage_error when an option is out of range.
     explicit locker_impl(locker_options options);
-    virtual ~locker_impl() = default;
+    virtual ~locker_impl();
     locker_impl(locker_impl const&) = delete;
     locker_impl& operator=(locker_impl const&) = delete;
 
-    /// `name` is already validated.
-    [[nodiscard]] virtual std::optional<lease> try_acquire(std::string const& name) = 0;
+    /// One attempt: a reentrant hold when this owner already holds `name`,
+    /// else the strategy's acquire. `name` is already validated.
+    [[nodiscard]] std::optional<lease> try_acquire(std::string const& name);
 
-    /// Retry `try_acquire` with capped exponential backoff and full jitter until
-    /// `deadline`. `name` is already validated.
-    [[nodiscard]] virtual lease acquire_until(std::string const& name, std::chrono::milliseconds wait);
+    /// Attempts until `wait` runs out, sleeping between them until a release
+    /// is announced or the backoff (capped exponential, full jitter) expires.
+    [[nodiscard]] lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel);
 
     [[nodiscard]] locker_options const& options() const noexcept { return options_; }
+    [[nodiscard]] locker_stats stats() const noexcept;
+
+    // Called by lease rows.
+    void on_released(lease_row const& row, bool last) noexcept;  // last: forget the row, wake waiters
+    void on_renewed(lease_row const& row) noexcept;
+    void on_renew_failed(lease_row const& row, std::string_view why) noexcept;
+    void on_lost(lease_row const& row, std::string_view why) noexcept;
+    void emit(lease_event::kind what, std::string_view name, std::int64_t token, std::string_view detail = {}) noexcept;
+
+    /// The local validity of a lease whose acquire (or renewal) was sent at
+    /// `sent` with `ttl`: the TTL less a drift margin for clock-rate differences.
+    [[nodiscard]] static clock::time_point valid_until(clock::time_point sent, std::chrono::milliseconds ttl) noexcept;
 
 protected:
+    /// The strategy's acquire of a lock this owner does not hold.
+    [[nodiscard]] virtual std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner) = 0;
+
+    /// A number that changes whenever a release of `name` is announced.
+    [[nodiscard]] virtual std::uint64_t release_generation(std::string const& name) = 0;
+
+    /// Sleep until `until`, a release of `name` announced after `generation`,
+    /// or `cancel`.
+    virtual void wait_for_release(std::string const& name, std::uint64_t generation, clock::time_point until,
+                                  std::stop_token const& cancel) = 0;
+
+    /// Announce a release of `name` to this process's waiters.
+    virtual void announce_release(std::string const& name) noexcept = 0;
+
     /// The owner id for a lock taken by the calling thread.
     [[nodiscard]] std::string owner_for_this_thread() const;
-
-    /// The local validity of a lease whose acquire was sent at `sent`: the TTL
-    /// less a drift margin for clock-rate differences.
-    [[nodiscard]] std::chrono::steady_clock::time_point valid_until(
-        std::chrono::steady_clock::time_point sent) const noexcept;
 
     locker_options options_;
 
 private:
-    std::string owner_prefix_;  // host, with the instance id appended per process
+    // The renewer's state is shared with its thread, so the thread can outlive
+    // a locker whose last reference it dropped itself.
+    struct watched {
+        std::weak_ptr<lease_row> row;
+        clock::time_point next_renewal;
+    };
+    struct watch_state {
+        std::mutex mutex;
+        std::condition_variable_any cv;
+        std::vector<watched> rows;
+        bool changed = false;
+        bool auto_renew = true;
+    };
+    void watch(std::shared_ptr<lease_row> const& row);
+    static void run_watchdog(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
+
+    std::string host_;
     std::string instance_;
+
+    std::mutex held_mutex_;
+    std::map<std::pair<std::string, std::string>, std::weak_ptr<lease_row>> held_;  // (name, owner) -> row
+
+    struct counters {
+        std::atomic<std::uint64_t> acquired{0}, busy{0}, timeouts{0}, cancelled{0}, renewed{0}, renew_failures{0},
+            lost{0}, released{0};
+        std::array<std::atomic<std::uint64_t>, locker_stats::wait_bounds.size() + 1> waits{};
+    } counters_;
+
+    std::shared_ptr<watch_state> watch_ = std::make_shared<watch_state>();
+    std::mutex watchdog_mutex_;
+    std::jthread watchdog_;  // last member: stopped and joined first
+
+    void record_wait(clock::duration waited) noexcept;
 };
 
 /// @throws usage_error unless `name` is 1..255 bytes of valid UTF-8 without NUL.
 void validate_name(std::string_view name);
+/// @throws usage_error unless ttl is within 10 ms .. 7 days.
+void validate_ttl(std::chrono::milliseconds ttl);
 
 }  // namespace sqlock::detail

@@ -11,8 +11,15 @@
 #include <soci/session.h>
 #include <soci/soci-backend.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -35,6 +42,23 @@ private:
     std::size_t pos_;
 };
 
+/// Announcements of releases to the waiters of this process. Names hash into
+/// a few generation counters: a waiter wakes when its counter moves (a rare
+/// collision costs one extra attempt).
+class release_hub {
+public:
+    using clock = std::chrono::steady_clock;
+    [[nodiscard]] std::uint64_t generation(std::string_view name);
+    void announce(std::string_view name) noexcept;  // "" wakes everyone
+    void wait(std::string_view name, std::uint64_t generation, clock::time_point until, std::stop_token const& cancel);
+
+private:
+    static std::size_t bucket(std::string_view name) noexcept;
+    std::mutex mutex_;
+    std::condition_variable_any cv_;
+    std::array<std::uint64_t, 64> generations_{};
+};
+
 class store_impl {
 public:
     store_impl(std::string_view url, store_options const& options);
@@ -49,20 +73,45 @@ public:
     ///         backend_unavailable when connecting fails.
     [[nodiscard]] connection borrow(std::string_view what);
 
+    /// How `run` treats failures.
+    struct run_options {
+        /// After a broken connection is reopened, run this on the fresh
+        /// connection before trying `op` again: it must make the retry safe. If
+        /// it fails, the outcome is reported as `in_doubt`. Without it, `op` is
+        /// simply tried again.
+        std::function<void(soci::session&)> on_reconnect;
+        /// A bounded row-lock wait that ran out is thrown as `row_busy`
+        /// (otherwise it is retried like a deadlock).
+        bool lock_wait_is_busy = false;
+        /// Stop retrying deadlocks and busy errors at this point.
+        std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    };
+
     /// Run `op(session)` on a pooled connection. Deadlocks, serialization
-    /// failures and SQLITE_BUSY are retried. A broken connection is reopened
-    /// once; `on_reconnect(session)` (if set) then runs on the fresh connection
-    /// before `op` is tried again — it must make the retry safe, and if it
-    /// fails the outcome is reported as `in_doubt`. A bounded row-lock wait
-    /// that ran out is thrown as `row_busy` when `lock_wait_is_busy`.
+    /// failures and SQLITE_BUSY are retried with jitter (until `deadline`, then
+    /// `backend_unavailable`). A broken connection is reopened once.
     template <class Op>
-    auto run(std::string_view what, Op&& op, std::function<void(soci::session&)> const& on_reconnect = {},
-             bool lock_wait_is_busy = false) -> decltype(op(std::declval<soci::session&>()));
+    auto run(std::string_view what, Op&& op, run_options const& how = {})
+        -> decltype(op(std::declval<soci::session&>()));
 
     /// Turn an engine error into the sqlock error for `failure`.
     [[noreturn]] void raise(soci::soci_error const& e, failure f, std::string_view what) const;
 
     void create_schema();
+
+    /// Waiters of this process; on PostgreSQL fed by a LISTEN connection too,
+    /// started on first use.
+    [[nodiscard]] release_hub& hub();
+
+    /// Tell this process's waiters that `name` was released.
+    void announce(std::string_view name) noexcept { hub_.announce(name); }
+
+    /// Fold one database timestamp into the clock-skew estimate: `db_us` was
+    /// read between `before` and `after` on this host's system clock.
+    void record_clock(std::int64_t db_us, std::chrono::system_clock::time_point before,
+                      std::chrono::system_clock::time_point after) noexcept;
+
+    [[nodiscard]] store_stats stats() const noexcept;
 
 private:
     friend class connection;
@@ -76,6 +125,13 @@ private:
     std::string connect_string_;
     soci::connection_pool pool_;
     std::vector<char> open_;  // per slot; touched only by the thread that leased the slot
+
+    release_hub hub_;
+    std::atomic<std::uint64_t> notifications_{0};
+    std::atomic<std::int64_t> skew_us_{0};
+    std::atomic<std::uint64_t> skew_samples_{0};
+    std::once_flag listener_once_;
+    std::unique_ptr<release_listener> listener_;  // last: stopped first
 };
 
 /// Thrown by `store_impl::run` when a bounded row-lock wait ran out.
@@ -88,18 +144,17 @@ inline soci::session& connection::session() const { return owner_->pool_.at(pos_
 inline void connection::mark_broken() noexcept { owner_->open_[pos_] = 0; }
 
 template <class Op>
-auto store_impl::run(std::string_view what, Op&& op, std::function<void(soci::session&)> const& on_reconnect,
-                     bool lock_wait_is_busy) -> decltype(op(std::declval<soci::session&>())) {
+auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
+    -> decltype(op(std::declval<soci::session&>())) {
     constexpr int max_transient = 100;
     int transient = 0;
     bool reconnected = false;
     for (;;) {
         auto c = borrow(what);
-        bool broken = false;
         try {
-            if (reconnected && on_reconnect) {
+            if (reconnected && how.on_reconnect) {
                 try {
-                    on_reconnect(c.session());
+                    how.on_reconnect(c.session());
                 } catch (soci::soci_error const& e) {
                     if (dialect_->classify(e, c.session()) == failure::connection) c.mark_broken();
                     throw in_doubt("sqlock: the connection to " + url_ + " broke during " + std::string(what) +
@@ -111,21 +166,24 @@ auto store_impl::run(std::string_view what, Op&& op, std::function<void(soci::se
             return op(c.session());
         } catch (soci::soci_error const& e) {
             auto f = dialect_->classify(e, c.session());
-            if (f == failure::lock_wait && !lock_wait_is_busy) f = failure::transient;
-            if (f == failure::transient && ++transient < max_transient) {
-                pause_before_retry(transient);
-                continue;
+            if (f == failure::lock_wait && how.lock_wait_is_busy) throw row_busy{};
+            if (f == failure::lock_wait || f == failure::transient) {
+                if (++transient < max_transient && std::chrono::steady_clock::now() < how.deadline) {
+                    pause_before_retry(transient);
+                    continue;
+                }
+                throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
+                                              " kept failing (deadlocks or a busy database): " +
+                                              e.get_error_message() + "; retry later",
+                                          dialect_->native_code(e));
             }
-            if (f == failure::lock_wait) throw row_busy{};
-            if (f == failure::connection) {
-                c.mark_broken();
-                broken = true;
-                if (reconnected) raise(e, f, what);
-            } else {
+            if (f != failure::connection || reconnected) {
+                if (f == failure::connection) c.mark_broken();
                 raise(e, f, what);
             }
+            c.mark_broken();
         }
-        if (broken) reconnected = true;
+        reconnected = true;
     }
 }
 

@@ -46,12 +46,16 @@ std::string apply_prefix(std::string_view ddl, std::string_view prefix) {
 }
 
 dialect::dialect(std::string const& table_prefix, store_options const& options)
-    : options_(options), prefix_(table_prefix), locks_(table_prefix + "_locks"), tokens_(table_prefix + "_tokens") {}
+    : options_(options),
+      prefix_(table_prefix),
+      locks_(table_prefix + "_locks"),
+      tokens_(table_prefix + "_tokens"),
+      fences_(table_prefix + "_fences") {}
 
 std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
 
 std::string dialect::missing_table(soci::session& s) const {
-    for (auto const& table : {locks_, tokens_}) {
+    for (auto const& table : {locks_, tokens_, fences_}) {
         int found = 0;
         s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
         if (found == 0) return table;
@@ -84,6 +88,42 @@ bool dialect::release(soci::session& s, std::string const& name, std::string con
                           soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
     st.execute(true);
     return st.get_affected_rows() > 0;
+}
+
+std::optional<renewal> dialect::renew(soci::session& s, std::string const& name, std::string const& owner,
+                                      std::int64_t token, std::int64_t ttl_us) const {
+    long long tok = token, ttl = ttl_us, expires = 0, now = 0;
+    s << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
+             " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now_sql() +
+             " RETURNING " + epoch_us_sql("expires_at") + ", " + epoch_us_sql(now_sql()),
+        soci::use(ttl, "ttl"), soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"),
+        soci::into(expires), soci::into(now);
+    if (!s.got_data()) return std::nullopt;
+    return renewal{expires, now};
+}
+
+bool dialect::add_hold(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
+    long long tok = token;
+    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds + 1 WHERE name = :name AND owner = "
+                                       ":owner AND token = :token AND expires_at >= " + now_sql(),
+                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
+    st.execute(true);
+    return st.get_affected_rows() > 0;
+}
+
+bool dialect::drop_hold(soci::session& s, std::string const& name, std::string const& owner,
+                        std::int64_t token) const {
+    long long tok = token;
+    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds - 1 WHERE name = :name AND owner = "
+                                       ":owner AND token = :token AND holds > 1",
+                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
+    st.execute(true);
+    return st.get_affected_rows() > 0;
+}
+
+std::unique_ptr<release_listener> dialect::listen(std::string const&,
+                                                  std::function<void(std::string_view)>) const {
+    return nullptr;
 }
 
 void dialect::delete_owned(soci::session& s, std::string const& name, std::string const& owner) const {

@@ -26,10 +26,6 @@ std::string quote(std::string const& value) {
     return out + "'";
 }
 
-std::string epoch_us(std::string const& column) {
-    return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + column + ")";
-}
-
 class mysql_dialect final : public dialect {
 public:
     mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
@@ -49,8 +45,17 @@ public:
                     " created_at = IF(" + expired + ", VALUES(created_at), created_at),"
                     " expires_at = IF(" + expired + ", VALUES(expires_at), expires_at)";
         check_sql_ = "SELECT CASE WHEN token = LAST_INSERT_ID() AND owner = :owner THEN 1 ELSE 0 END, token, " +
-                     epoch_us("created_at") + ", " + epoch_us("expires_at") + " FROM " + locks_ +
+                     epoch_us_sql("created_at") + ", " + epoch_us_sql("expires_at") + " FROM " + locks_ +
                      " WHERE name = :name";
+        renew_sql_ = "UPDATE " + locks_ + " SET expires_at = NOW(6) + INTERVAL :ttl MICROSECOND"
+                     " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= NOW(6)";
+        renewed_sql_ = "SELECT " + epoch_us_sql("expires_at") + ", " + epoch_us_sql("NOW(6)") + " FROM " + locks_ +
+                       " WHERE name = :name AND token = :token";
+        // Equal tokens pass: one holder may write several times. The row is locked
+        // by the upsert until the caller's transaction ends, so the read-back is exact.
+        fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
+                     " ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)";
+        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
     }
 
     sqlock::engine engine() const noexcept override { return engine::mysql; }
@@ -99,6 +104,27 @@ public:
         return {true, token, created, expires};
     }
 
+    std::optional<renewal> renew(soci::session& s, std::string const& name, std::string const& owner,
+                                 std::int64_t token, std::int64_t ttl_us) const override {
+        long long tok = token, ttl = ttl_us, expires = 0, now = 0;
+        soci::statement st = (s.prepare << renew_sql_, soci::use(ttl, "ttl"), soci::use(name, "name"),
+                              soci::use(owner, "owner"), soci::use(tok, "token"));
+        st.execute(true);
+        if (st.get_affected_rows() == 0) return std::nullopt;
+        s << renewed_sql_, soci::use(name, "name"), soci::use(tok, "token"), soci::into(expires), soci::into(now);
+        if (!s.got_data()) return std::nullopt;  // renewed, then expired and taken over at once
+        return renewal{expires, now};
+    }
+
+    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
+                                      std::int64_t token) const override {
+        long long tok = token, stored = 0;
+        s << fence_sql_, soci::use(resource, "resource"), soci::use(tok, "token");
+        s << fence_seen_sql_, soci::use(resource, "resource"), soci::into(stored);
+        if (stored <= tok) return std::nullopt;
+        return stored;
+    }
+
     failure classify(soci::soci_error const& e, soci::session&) const override {
         auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
         if (my == nullptr) return failure::other;
@@ -125,11 +151,22 @@ protected:
     std::string table_exists_sql() const override {
         return "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = :t";
     }
+    std::string now_sql() const override { return "NOW(6)"; }
+    std::string plus_ttl_sql(std::string const& timestamp) const override {
+        return timestamp + " + INTERVAL :ttl MICROSECOND";
+    }
+    std::string epoch_us_sql(std::string const& column) const override {
+        return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + column + ")";
+    }
 
 private:
     std::string token_sql_;
     std::string lock_sql_;
     std::string check_sql_;
+    std::string renew_sql_;
+    std::string renewed_sql_;
+    std::string fence_sql_;
+    std::string fence_seen_sql_;
 };
 
 }  // namespace

@@ -10,6 +10,12 @@
 
 #include <libpq-fe.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <thread>
+
 namespace sqlock::detail {
 namespace {
 
@@ -23,15 +29,78 @@ std::string quote(std::string const& value) {
     return out + "'";
 }
 
-std::string epoch_us(std::string const& column) {
-    return "CAST(EXTRACT(EPOCH FROM " + column + ") * 1000000 AS bigint)";
-}
+// SOCI has no API for LISTEN/NOTIFY, so the listener owns a raw libpq
+// connection. An eventfd wakes its poll() for a prompt shutdown.
+class pg_listener final : public release_listener {
+public:
+    pg_listener(std::string conninfo, std::string channel, std::function<void(std::string_view)> on_notify)
+        : conninfo_(std::move(conninfo)),
+          listen_sql_("LISTEN \"" + channel + "\""),
+          on_notify_(std::move(on_notify)),
+          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+          thread_([this](std::stop_token stop) { run(stop); }) {}
+
+    ~pg_listener() override {
+        thread_.request_stop();
+        std::uint64_t one = 1;
+        (void)!::write(wake_, &one, sizeof one);
+        thread_.join();
+        ::close(wake_);
+    }
+
+private:
+    void run(std::stop_token const& stop) {
+        auto retry = std::chrono::milliseconds(100);
+        while (!stop.stop_requested()) {
+            PGconn* conn = PQconnectdb(conninfo_.c_str());
+            if (PQstatus(conn) == CONNECTION_OK) {
+                PGresult* r = PQexec(conn, listen_sql_.c_str());
+                bool listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+                PQclear(r);
+                if (listening) {
+                    retry = std::chrono::milliseconds(100);
+                    on_notify_("");  // anything released while we were away is unknown
+                    pump(conn, stop);
+                }
+            }
+            PQfinish(conn);
+            if (stop.stop_requested()) break;
+            sleep_unless_woken(retry);
+            retry = std::min(retry * 2, std::chrono::milliseconds(5000));
+        }
+    }
+
+    // Deliver notifications until the connection drops or we are stopped.
+    void pump(PGconn* conn, std::stop_token const& stop) {
+        while (!stop.stop_requested()) {
+            pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_, POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+            if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+                if (PQconsumeInput(conn) == 0) return;
+                while (PGnotify* n = PQnotifies(conn)) {
+                    std::string name = n->extra;
+                    PQfreemem(n);
+                    if (!name.empty()) on_notify_(name);
+                }
+            }
+        }
+    }
+
+    void sleep_unless_woken(std::chrono::milliseconds d) {
+        pollfd fd{wake_, POLLIN, 0};
+        ::poll(&fd, 1, static_cast<int>(d.count()));
+    }
+
+    std::string conninfo_;
+    std::string listen_sql_;
+    std::function<void(std::string_view)> on_notify_;
+    int wake_;
+    std::jthread thread_;
+};
 
 class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
-        // statement_timestamp() is fixed for the statement and our connection is in
-        // autocommit, so it never lags behind by a caller's transaction (ShedLock #3577).
         acquire_sql_ =
             "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
             " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.name, t.token)"
@@ -41,7 +110,16 @@ public:
             " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
             " created_at = excluded.created_at, expires_at = excluded.expires_at"
             " WHERE l.expires_at < statement_timestamp()"
-            " RETURNING l.token, " + epoch_us("l.created_at") + ", " + epoch_us("l.expires_at");
+            " RETURNING l.token, " + epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
+        // The NOTIFY is sent at COMMIT, in the same round trip as the DELETE.
+        release_sql_ = "WITH d AS (DELETE FROM " + locks_ +
+                       " WHERE name = :name AND owner = :owner AND token = :token RETURNING name)"
+                       " SELECT 1 FROM d, LATERAL pg_notify('" + channel() + "', d.name)";
+        // Equal tokens pass: one holder may write several times.
+        fence_sql_ = "INSERT INTO " + fences_ + " AS f (resource, token) VALUES (:resource, :token)"
+                     " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token"
+                     " RETURNING f.token";
+        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
     }
 
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
@@ -61,6 +139,7 @@ public:
         s.open(*soci::factory_postgresql(), connect_string);
         s << "SET lock_timeout = " + std::to_string(options_.lock_wait_timeout.count());
         s << "SET TIME ZONE 'UTC'";
+        s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
     }
 
     grant acquire(soci::session& s, std::string const& name, std::string const& owner,
@@ -70,6 +149,29 @@ public:
             soci::into(token), soci::into(created), soci::into(expires);
         if (!s.got_data()) return {};
         return {true, token, created, expires};
+    }
+
+    bool release(soci::session& s, std::string const& name, std::string const& owner,
+                 std::int64_t token) const override {
+        long long tok = token;
+        int deleted = 0;
+        s << release_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"),
+            soci::into(deleted);
+        return s.got_data();
+    }
+
+    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
+                                      std::int64_t token) const override {
+        long long tok = token, stored = 0;
+        s << fence_sql_, soci::use(resource, "resource"), soci::use(tok, "token"), soci::into(stored);
+        if (s.got_data()) return std::nullopt;
+        s << fence_seen_sql_, soci::use(resource, "resource"), soci::into(stored);
+        return stored;
+    }
+
+    std::unique_ptr<release_listener> listen(std::string const& connect_string,
+                                             std::function<void(std::string_view)> on_notify) const override {
+        return std::make_unique<pg_listener>(connect_string, channel(), std::move(on_notify));
     }
 
     failure classify(soci::soci_error const& e, soci::session& s) const override {
@@ -94,9 +196,21 @@ protected:
     std::string table_exists_sql() const override {
         return "SELECT CASE WHEN to_regclass(:t) IS NULL THEN 0 ELSE 1 END";
     }
+    // statement_timestamp() is fixed for the statement and our connections are in
+    // autocommit, so it never lags behind by a caller's transaction (ShedLock #3577).
+    std::string now_sql() const override { return "statement_timestamp()"; }
+    std::string plus_ttl_sql(std::string const& timestamp) const override {
+        return timestamp + " + CAST(:ttl AS double precision) * interval '1 microsecond'";
+    }
+    std::string epoch_us_sql(std::string const& column) const override {
+        return "CAST(EXTRACT(EPOCH FROM " + column + ") * 1000000 AS bigint)";
+    }
 
 private:
     std::string acquire_sql_;
+    std::string release_sql_;
+    std::string fence_sql_;
+    std::string fence_seen_sql_;
 };
 
 }  // namespace

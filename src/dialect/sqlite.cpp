@@ -29,6 +29,11 @@ public:
                     " created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
                     " RETURNING token, created_at, expires_at";
+        // Equal tokens pass: one holder may write several times.
+        fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
+                     " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE token <= excluded.token"
+                     " RETURNING token";
+        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
     }
 
     sqlock::engine engine() const noexcept override { return engine::sqlite; }
@@ -66,6 +71,15 @@ public:
         }
     }
 
+    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
+                                      std::int64_t token) const override {
+        long long tok = token, stored = 0;
+        s << fence_sql_, soci::use(resource, "resource"), soci::use(tok, "token"), soci::into(stored);
+        if (s.got_data()) return std::nullopt;
+        s << fence_seen_sql_, soci::use(resource, "resource"), soci::into(stored);
+        return stored;
+    }
+
     failure classify(soci::soci_error const& e, soci::session&) const override {
         auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
         std::string_view what = e.what();
@@ -90,10 +104,15 @@ protected:
     std::string table_exists_sql() const override {
         return "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = :t";
     }
+    std::string now_sql() const override { return std::string(now_us); }
+    std::string plus_ttl_sql(std::string const& timestamp) const override { return timestamp + " + :ttl"; }
+    std::string epoch_us_sql(std::string const& column) const override { return column; }
 
 private:
     std::string token_sql_;
     std::string lock_sql_;
+    std::string fence_sql_;
+    std::string fence_seen_sql_;
 };
 
 }  // namespace

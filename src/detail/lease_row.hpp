@@ -1,0 +1,87 @@
+// Internal: one held lock row, shared by every reentrant hold on it, watched
+// by its locker's renewer through a weak reference.
+#pragma once
+
+#include "detail/dialect.hpp"
+
+#include <sqlock/lease.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+namespace sqlock::detail {
+
+class locker_impl;
+
+class lease_row : public std::enable_shared_from_this<lease_row> {
+public:
+    using clock = std::chrono::steady_clock;
+
+    lease_row(std::shared_ptr<locker_impl> locker, std::string name, std::string owner, grant const& g,
+              std::chrono::milliseconds ttl, clock::time_point valid_until);
+    virtual ~lease_row() = default;
+    lease_row(lease_row const&) = delete;
+    lease_row& operator=(lease_row const&) = delete;
+
+    std::string const& name() const noexcept { return name_; }
+    std::string const& owner() const noexcept { return owner_; }
+    std::int64_t token() const noexcept { return token_; }
+    db_time created_at() const noexcept { return created_at_; }
+    db_time expires_at() const noexcept { return db_time(std::chrono::microseconds(expires_us_.load())); }
+    clock::time_point valid_until() const noexcept { return clock::time_point(clock::duration(valid_until_.load())); }
+    std::chrono::milliseconds ttl() const noexcept { return std::chrono::milliseconds(ttl_ms_.load()); }
+
+    /// Lost when the safe deadline has passed, even before the renewer notices.
+    lease_state state() const noexcept;
+    std::stop_token stop_token() const noexcept { return stop_.get_token(); }
+
+    /// Another hold by the same owner (reentrancy). False when the database
+    /// says the row is no longer ours (the row is then marked lost).
+    bool add_hold();
+
+    /// Drop one hold; the last one deletes the row.
+    void release_hold();
+
+    /// Extend to `ttl` from now. Throws lease_lost (and marks the row lost) when
+    /// refused; backend_unavailable (and marks it in doubt) when unreachable.
+    void renew(std::chrono::milliseconds ttl);
+
+    /// Idempotent; fires the stop token, the on_lost hook and the event once.
+    void mark_lost(std::string_view why) noexcept;
+
+    /// The locker this row belongs to.
+    locker_impl& locker() const noexcept { return *locker_; }
+
+protected:
+    // The strategy's statements. Each returns false when the row was not ours.
+    virtual bool db_delete() = 0;
+    virtual bool db_add_hold() = 0;
+    virtual bool db_drop_hold() = 0;
+    /// The new expiry (and the database's now), or empty when refused.
+    virtual std::optional<renewal> db_renew(std::chrono::milliseconds ttl) = 0;
+
+    std::shared_ptr<locker_impl> locker_;
+
+private:
+    enum : int { st_held, st_in_doubt, st_lost, st_released };
+
+    std::string name_;
+    std::string owner_;
+    std::int64_t token_;
+    db_time created_at_;
+    std::atomic<std::int64_t> expires_us_;
+    std::atomic<clock::rep> valid_until_;
+    std::atomic<std::int64_t> ttl_ms_;
+    std::atomic<int> state_{st_held};
+    std::stop_source stop_;
+    std::mutex io_;  // one statement at a time per row: renewals never race a release
+    int holds_ = 1;  // guarded by io_
+};
+
+}  // namespace sqlock::detail
