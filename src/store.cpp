@@ -67,10 +67,17 @@ store_impl::store_impl(std::string_view url, store_options const& options)
     try {
         auto missing = dialect_->missing_table(c.session());
         if (!missing.empty() && options_.create_schema) {
-            try {
-                dialect_->create_schema(c.session());
-            } catch (soci::soci_error const&) {
-                // Another process may have created the tables at the same moment.
+            // Services starting together race on the DDL (PostgreSQL reports a
+            // unique violation in its catalog); the DDL is idempotent, so retry.
+            for (int attempt = 1;; ++attempt) {
+                try {
+                    dialect_->create_schema(c.session());
+                    break;
+                } catch (soci::soci_error const& e) {
+                    auto f = dialect_->classify(e, c.session());
+                    if (attempt == 20 || f == failure::connection) throw;
+                    pause_before_retry(attempt);
+                }
             }
             missing = dialect_->missing_table(c.session());
         }

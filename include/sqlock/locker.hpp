@@ -52,7 +52,8 @@ public:
     /// A snapshot of this locker's counters.
     [[nodiscard]] locker_stats stats() const noexcept;
 
-    /// The options this locker was built with (owner filled in).
+    /// The options this locker was built with (`owner` stays empty when the
+    /// owner id is the default per-thread one).
     [[nodiscard]] locker_options const& options() const noexcept;
 
     /// Internal: built by the factories below.
