@@ -1,6 +1,6 @@
 -- sqlock schema for SQLite (3.35+). Applied by opening a store with
 -- create_schema = true, or `sqlock schema --apply`. Idempotent.
--- Times are INTEGER microseconds since the Unix epoch, from this host's clock
+-- Times are BIGINT (64-bit INTEGER) microseconds since the Unix epoch, from this host's clock
 -- (julianday('now')): every process sharing the file shares that clock.
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
@@ -8,10 +8,10 @@
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       TEXT    NOT NULL PRIMARY KEY,
     owner      TEXT    NOT NULL,
-    token      INTEGER NOT NULL,
+    token      BIGINT  NOT NULL,
     holds      INTEGER NOT NULL DEFAULT 1,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
+    created_at BIGINT  NOT NULL,
+    expires_at BIGINT  NOT NULL
 );
 
 -- Lets the reaper find expired rows without a scan.
@@ -22,12 +22,12 @@ CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_
 -- would be reused after the largest row is deleted).
 CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
-    token INTEGER NOT NULL
+    token BIGINT  NOT NULL
 );
 
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.
 CREATE TABLE IF NOT EXISTS sqlock_fences (
     resource TEXT    NOT NULL PRIMARY KEY,
-    token    INTEGER NOT NULL
+    token    BIGINT  NOT NULL
 );

@@ -34,6 +34,13 @@ struct renewal {
     std::int64_t now_us = 0;
 };
 
+/// What one reaper batch did.
+struct reap_batch {
+    std::int64_t rows = 0;                       // deleted (or, dry, that would be)
+    std::optional<std::int64_t> oldest_expiry_us;  // the earliest expires_at among them
+    std::int64_t live_purged = 0;                // of them, rows purged by max_age that had not expired
+};
+
 /// How a failed statement should be handled.
 enum class failure {
     transient,   // deadlock, serialization failure, SQLITE_BUSY: retry inside the library
@@ -105,6 +112,13 @@ public:
     [[nodiscard]] virtual std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
                                                             std::int64_t token) const = 0;
 
+    /// One reaper batch: delete (or, dry, count) at most `batch` rows of the
+    /// lock table whose expires_at is older than now - grace (database clock),
+    /// and, when `max_age_us` is set, rows created before now - max_age. One
+    /// atomic statement: a row renewed a moment before is never deleted.
+    [[nodiscard]] virtual reap_batch reap(soci::session& s, std::int64_t grace_us,
+                                          std::optional<std::int64_t> max_age_us, int batch, bool dry_run) const;
+
     /// The LISTEN/NOTIFY channel releases are announced on (PostgreSQL).
     [[nodiscard]] std::string channel() const { return prefix_ + "_released"; }
 
@@ -139,6 +153,10 @@ protected:
     [[nodiscard]] virtual std::string now_sql() const = 0;
     /// `timestamp` plus the microseconds bound to `:ttl`.
     [[nodiscard]] virtual std::string plus_ttl_sql(std::string const& timestamp) const = 0;
+    /// `timestamp` minus the microseconds bound to `:<param>`.
+    [[nodiscard]] virtual std::string minus_sql(std::string const& timestamp, std::string const& param) const = 0;
+    /// Appended to a row-picking subquery so that rows locked by others are skipped.
+    [[nodiscard]] virtual std::string skip_locked_sql() const { return ""; }
     /// A timestamp column as bigint microseconds since the Unix epoch.
     [[nodiscard]] virtual std::string epoch_us_sql(std::string const& column) const = 0;
 

@@ -121,6 +121,38 @@ bool dialect::drop_hold(soci::session& s, std::string const& name, std::string c
     return st.get_affected_rows() > 0;
 }
 
+reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
+                        bool dry_run) const {
+    // Baseline (PostgreSQL, SQLite): a bounded set chosen by a subquery, the
+    // condition repeated on the DELETE so a row renewed meanwhile is kept.
+    long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
+    std::string const now = now_sql();
+    std::string cond = "expires_at < " + minus_sql(now, "grace");
+    if (max_age_us) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
+    std::string const live = "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END";
+    std::string pick = "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" +
+                       skip_locked_sql();
+    std::string sql =
+        dry_run ? "SELECT COUNT(*), MIN(" + epoch_us_sql("expires_at") + "), COALESCE(SUM(" + live + "), 0) FROM " +
+                      locks_ + " WHERE name IN (" + pick + ")"
+                : "WITH d AS (DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
+                      " RETURNING expires_at, " + live + " AS live) SELECT COUNT(*), MIN(" +
+                      epoch_us_sql("expires_at") + "), COALESCE(SUM(live), 0) FROM d";
+    long long rows = 0, oldest = 0, live_rows = 0;
+    soci::indicator oldest_ind = soci::i_null;
+    if (max_age_us)
+        s << sql, soci::use(grace, "grace"), soci::use(age, "age"), soci::use(limit, "lim"), soci::into(rows),
+            soci::into(oldest, oldest_ind), soci::into(live_rows);
+    else
+        s << sql, soci::use(grace, "grace"), soci::use(limit, "lim"), soci::into(rows),
+            soci::into(oldest, oldest_ind), soci::into(live_rows);
+    reap_batch r;
+    r.rows = rows;
+    r.live_purged = live_rows;
+    if (oldest_ind == soci::i_ok && rows > 0) r.oldest_expiry_us = oldest;
+    return r;
+}
+
 std::unique_ptr<release_listener> dialect::listen(std::string const&,
                                                   std::function<void(std::string_view)>) const {
     return nullptr;

@@ -205,6 +205,11 @@ protected:
     std::string epoch_us_sql(std::string const& column) const override {
         return "CAST(EXTRACT(EPOCH FROM " + column + ") * 1000000 AS bigint)";
     }
+    std::string minus_sql(std::string const& timestamp, std::string const& param) const override {
+        return "(" + timestamp + " - CAST(:" + param + " AS double precision) * interval '1 microsecond')";
+    }
+    // Rows a renewal or takeover is updating right now are left for the next pass.
+    std::string skip_locked_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
 
 private:
     std::string acquire_sql_;

@@ -71,6 +71,40 @@ public:
         }
     }
 
+    // SQLite has no DELETE inside a WITH: the deleted rows come back through
+    // RETURNING and are summed here. One statement, one write transaction.
+    reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
+                    bool dry_run) const override {
+        long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
+        std::string const now = now_sql();
+        std::string cond = "expires_at < " + minus_sql(now, "grace");
+        if (max_age_us) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
+        std::string const live = "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END";
+        std::string const pick =
+            "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim";
+        std::string const sql = dry_run ? "SELECT expires_at, " + live + " FROM " + locks_ + " WHERE name IN (" + pick + ")"
+                                        : "DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
+                                              " RETURNING expires_at, " + live;
+        // Vectors sized to the batch take every returned row in one fetch.
+        std::vector<long long> expires(static_cast<std::size_t>(batch));
+        std::vector<int> live_flags(static_cast<std::size_t>(batch));
+        soci::statement st = max_age_us ? (s.prepare << sql, soci::use(grace, "grace"), soci::use(age, "age"),
+                                           soci::use(limit, "lim"), soci::into(expires), soci::into(live_flags))
+                                        : (s.prepare << sql, soci::use(grace, "grace"), soci::use(limit, "lim"),
+                                           soci::into(expires), soci::into(live_flags));
+        if (!st.execute(true)) {
+            expires.clear();
+            live_flags.clear();
+        }
+        reap_batch r;
+        for (std::size_t i = 0; i < expires.size(); ++i) {
+            ++r.rows;
+            r.live_purged += live_flags[i];
+            r.oldest_expiry_us = std::min<std::int64_t>(r.oldest_expiry_us.value_or(expires[i]), expires[i]);
+        }
+        return r;
+    }
+
     std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
                                       std::int64_t token) const override {
         long long tok = token, stored = 0;
@@ -107,6 +141,9 @@ protected:
     std::string now_sql() const override { return std::string(now_us); }
     std::string plus_ttl_sql(std::string const& timestamp) const override { return timestamp + " + :ttl"; }
     std::string epoch_us_sql(std::string const& column) const override { return column; }
+    std::string minus_sql(std::string const& timestamp, std::string const& param) const override {
+        return "(" + timestamp + " - :" + param + ")";
+    }
 
 private:
     std::string token_sql_;
