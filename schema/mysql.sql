@@ -28,3 +28,18 @@ CREATE TABLE IF NOT EXISTS sqlock_fences (
     resource VARBINARY(255) NOT NULL PRIMARY KEY,
     token    BIGINT         NOT NULL
 ) ENGINE = InnoDB;
+
+-- The row lock (row_locker): a row per name, locked with SELECT ... FOR UPDATE
+-- by a transaction held open for the lease. token/owner/locked_at record the
+-- last holder (committed on release).
+CREATE TABLE IF NOT EXISTS sqlock_rows (
+    name       VARBINARY(255) NOT NULL PRIMARY KEY,
+    token      BIGINT         NOT NULL DEFAULT 0,
+    owner      VARBINARY(255) NOT NULL DEFAULT '',
+    locked_at  DATETIME(6)    NULL,
+    created_at DATETIME(6)    NOT NULL
+) ENGINE = InnoDB;
+
+-- Row-lock tokens (MariaDB 10.3+ sequences): NEXTVAL is not undone by a
+-- rollback, so a holder that crashed never hands its token out again.
+CREATE SEQUENCE IF NOT EXISTS sqlock_row_tokens ENGINE = InnoDB;

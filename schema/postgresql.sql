@@ -28,3 +28,18 @@ CREATE TABLE IF NOT EXISTS sqlock_fences (
     resource text   COLLATE "C" NOT NULL PRIMARY KEY,
     token    bigint NOT NULL
 );
+
+-- The row lock (row_locker): a row per name, locked with SELECT ... FOR UPDATE
+-- by a transaction held open for the lease. token/owner/locked_at record the
+-- last holder (committed on release).
+CREATE TABLE IF NOT EXISTS sqlock_rows (
+    name       text        COLLATE "C" NOT NULL PRIMARY KEY,
+    token      bigint      NOT NULL DEFAULT 0,
+    owner      text        NOT NULL DEFAULT '',
+    locked_at  timestamptz,
+    created_at timestamptz NOT NULL
+);
+
+-- Row-lock tokens: nextval() is not undone by a rollback, so a holder that
+-- crashed (its transaction rolled back) never hands its token out again.
+CREATE SEQUENCE IF NOT EXISTS sqlock_row_tokens;

@@ -31,3 +31,14 @@ CREATE TABLE IF NOT EXISTS sqlock_fences (
     resource TEXT    NOT NULL PRIMARY KEY,
     token    BIGINT  NOT NULL
 );
+
+-- The row lock (row_locker). SQLite has no row locks: the holder keeps a
+-- BEGIN IMMEDIATE transaction open, which locks the whole file. token/owner/
+-- locked_at record the last holder (committed on release).
+CREATE TABLE IF NOT EXISTS sqlock_rows (
+    name       TEXT    NOT NULL PRIMARY KEY,
+    token      BIGINT  NOT NULL DEFAULT 0,
+    owner      TEXT    NOT NULL DEFAULT '',
+    locked_at  BIGINT,
+    created_at BIGINT  NOT NULL
+);

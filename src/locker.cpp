@@ -118,6 +118,10 @@ locker_impl::clock::time_point locker_impl::valid_until(clock::time_point sent, 
 }
 
 std::optional<lease> locker_impl::try_acquire(std::string const& name) {
+    return try_acquire(name, attempt{clock::now(), {}});
+}
+
+std::optional<lease> locker_impl::try_acquire(std::string const& name, attempt const& bounds) {
     auto owner = owner_for_this_thread();
     std::shared_ptr<lease_row> existing;
     {
@@ -132,7 +136,7 @@ std::optional<lease> locker_impl::try_acquire(std::string const& name) {
             return lease(existing);
         }
     }
-    auto row = acquire_row(name, owner);
+    auto row = acquire_row(name, owner, bounds);
     if (!row) {
         counters_.busy.fetch_add(1, std::memory_order_relaxed);
         emit(lease_event::kind::busy, name, 0);
@@ -163,7 +167,7 @@ lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wa
         // Read the generation before trying, so a release between the attempt
         // and the wait is not missed.
         auto generation = release_generation(name);
-        if (auto got = try_acquire(name)) {
+        if (auto got = try_acquire(name, attempt{deadline, cancel})) {
             record_wait(clock::now() - start);
             return std::move(*got);
         }

@@ -96,13 +96,15 @@ void store_impl::create_schema() {
     run("creating the schema", [&](soci::session& s) { dialect_->create_schema(s); });
 }
 
-connection store_impl::borrow(std::string_view what) {
+connection store_impl::borrow(std::string_view what) { return borrow(what, options_.pool_wait); }
+
+connection store_impl::borrow(std::string_view what, std::chrono::milliseconds wait) {
     std::size_t pos = 0;
-    auto wait_ms = static_cast<int>(std::min<long long>(options_.pool_wait.count(), INT32_MAX));
+    auto wait_ms = static_cast<int>(std::clamp<long long>(wait.count(), 0, INT32_MAX));
     if (!pool_.try_lease(pos, wait_ms))
         throw timeout("sqlock: all " + std::to_string(options_.pool_size) + " pooled connections to " + url_ +
-                      " stayed busy for " + std::to_string(options_.pool_wait.count()) + " ms during " +
-                      std::string(what) + ": raise store_options::pool_size or hold fewer leases at once");
+                      " stayed busy for " + std::to_string(wait_ms) + " ms during " + std::string(what) +
+                      ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
     connection c(*this, pos);
     if (open_[pos] == 0) open_slot(pos, what);
     return c;

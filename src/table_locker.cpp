@@ -64,7 +64,8 @@ public:
         : locker_impl(std::move(options)), store_(std::move(store)) {}
 
 protected:
-    std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner) override {
+    std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
+                                           attempt const&) override {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
         auto sent = clock::now();
         auto before = sys_clock::now();

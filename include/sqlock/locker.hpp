@@ -69,4 +69,17 @@ private:
 /// @throws usage_error when an option is out of range (no I/O is done).
 [[nodiscard]] locker table_locker(store const& db, locker_options options = {});
 
+/// The SELECT ... FOR UPDATE lock: the engine's own row lock on a row of
+/// `<prefix>_rows`, held in a transaction that stays open on a dedicated pooled
+/// connection while the lease lives. Released by COMMIT, by the holder's
+/// connection dropping (a crashed holder releases at once), or by a
+/// server-enforced idle bound set from the TTL. Waiters queue inside the
+/// engine. On SQLite the "row lock" is `BEGIN IMMEDIATE`, which locks the whole
+/// database file: one holder at a time across all names.
+///
+/// Each held lease pins one pooled connection: size the pool for the most
+/// leases held at once plus the concurrent short operations.
+/// @throws usage_error when an option is out of range (no I/O is done).
+[[nodiscard]] locker row_locker(store const& db, locker_options options = {});
+
 }  // namespace sqlock

@@ -1,10 +1,12 @@
 // sqlock — distributed locks in SQL tables. The umbrella header.
 #pragma once
 
+#include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>
 #include <sqlock/fence.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/options.hpp>
+#include <sqlock/reaper.hpp>
 #include <sqlock/stats.hpp>
 #include <sqlock/store.hpp>

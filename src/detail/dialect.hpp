@@ -7,11 +7,13 @@
 #include <sqlock/options.hpp>
 #include <sqlock/store.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace soci {
 class session;
@@ -32,6 +34,17 @@ struct grant {
 struct renewal {
     std::int64_t expires_us = 0;
     std::int64_t now_us = 0;
+};
+
+/// One row of the lock table, as an operator sees it.
+struct lock_listing {
+    std::string name;
+    std::string owner;
+    std::int64_t token = 0;
+    int holds = 0;
+    std::int64_t created_us = 0;
+    std::int64_t expires_us = 0;
+    std::int64_t now_us = 0;  // the database's clock when read
 };
 
 /// What one reaper batch did.
@@ -76,6 +89,9 @@ public:
     /// lock-wait bound, WAL...).
     virtual void open(soci::session& s, std::string const& connect_string) const = 0;
 
+    /// Every table (and sequence) the schema creates.
+    [[nodiscard]] virtual std::vector<std::string> required_tables() const;
+
     /// The name of the first lock table that is missing, or empty.
     [[nodiscard]] std::string missing_table(soci::session& s) const;
 
@@ -119,6 +135,38 @@ public:
     [[nodiscard]] virtual reap_batch reap(soci::session& s, std::int64_t grace_us,
                                           std::optional<std::int64_t> max_age_us, int batch, bool dry_run) const;
 
+    /// Every row of the lock table (held or expired-but-not-reaped), by name.
+    [[nodiscard]] std::vector<lock_listing> list_locks(soci::session& s) const;
+
+    /// Delete the row of `name` whoever owns it; the row as it was, or empty.
+    [[nodiscard]] std::optional<lock_listing> force_release(soci::session& s, std::string const& name) const;
+
+    // ---- the row lock (SELECT ... FOR UPDATE in a transaction held open) ----
+
+    /// Create the lock row of `name` if missing (autocommit, idempotent).
+    virtual void ensure_row(soci::session& s, std::string const& name) const = 0;
+
+    /// Open the holding transaction with the server-side bounds derived from
+    /// `ttl`: an idle-in-transaction limit and TCP keepalives, where the engine
+    /// has them. (SQLite: nothing; its lock is taken by `lock_row`.)
+    virtual void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const = 0;
+
+    /// Inside the holding transaction: lock the row of `name`, waiting up to
+    /// `wait` in the engine's own queue (zero: do not wait), draw a token that
+    /// survives a rollback, and record the owner. Empty when the row is locked
+    /// by someone else (or, `missing` set, when it does not exist). The caller
+    /// ends the transaction in either case.
+    [[nodiscard]] virtual std::optional<grant> lock_row(soci::session& s, std::string const& name,
+                                                        std::string const& owner, std::chrono::milliseconds wait,
+                                                        bool& missing) const = 0;
+
+    /// A statement on the holding transaction that resets the server's idle
+    /// limit (to `ttl`) and proves the transaction is alive; the database's now.
+    [[nodiscard]] virtual std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const = 0;
+
+    /// COMMIT (or ROLLBACK) the holding transaction and restore the session.
+    virtual void end_row_lock(soci::session& s, bool commit) const = 0;
+
     /// The LISTEN/NOTIFY channel releases are announced on (PostgreSQL).
     [[nodiscard]] std::string channel() const { return prefix_ + "_released"; }
 
@@ -155,6 +203,8 @@ protected:
     [[nodiscard]] virtual std::string plus_ttl_sql(std::string const& timestamp) const = 0;
     /// `timestamp` minus the microseconds bound to `:<param>`.
     [[nodiscard]] virtual std::string minus_sql(std::string const& timestamp, std::string const& param) const = 0;
+    /// Announce a release of `name` to other processes (PostgreSQL NOTIFY), if the engine can.
+    virtual void notify_release(soci::session& s, std::string const& name) const;
     /// Appended to a row-picking subquery so that rows locked by others are skipped.
     [[nodiscard]] virtual std::string skip_locked_sql() const { return ""; }
     /// A timestamp column as bigint microseconds since the Unix epoch.
@@ -164,6 +214,11 @@ protected:
     std::string prefix_;
     std::string locks_;
     std::string tokens_;
+
+private:
+    std::vector<lock_listing> read_locks(soci::session& s, std::string const* name) const;
+
+protected:
     std::string fences_;
 };
 

@@ -36,9 +36,16 @@ public:
     locker_impl(locker_impl const&) = delete;
     locker_impl& operator=(locker_impl const&) = delete;
 
+    /// The bounds of one acquire attempt.
+    struct attempt {
+        clock::time_point deadline;           ///< the strategy may wait in the engine until then
+        std::stop_token cancel;               ///< and must return early once this is requested
+    };
+
     /// One attempt: a reentrant hold when this owner already holds `name`,
     /// else the strategy's acquire. `name` is already validated.
     [[nodiscard]] std::optional<lease> try_acquire(std::string const& name);
+    [[nodiscard]] std::optional<lease> try_acquire(std::string const& name, attempt const& bounds);
 
     /// Attempts until `wait` runs out, sleeping between them until a release
     /// is announced or the backoff (capped exponential, full jitter) expires.
@@ -59,8 +66,11 @@ public:
     [[nodiscard]] static clock::time_point valid_until(clock::time_point sent, std::chrono::milliseconds ttl) noexcept;
 
 protected:
-    /// The strategy's acquire of a lock this owner does not hold.
-    [[nodiscard]] virtual std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner) = 0;
+    /// The strategy's acquire of a lock this owner does not hold; null when
+    /// busy. A strategy whose engine queues waiters may wait until
+    /// `bounds.deadline`; others try once.
+    [[nodiscard]] virtual std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
+                                                                 attempt const& bounds) = 0;
 
     /// A number that changes whenever a release of `name` is announced.
     [[nodiscard]] virtual std::uint64_t release_generation(std::string const& name) = 0;

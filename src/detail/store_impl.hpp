@@ -72,6 +72,8 @@ public:
     /// @throws timeout when the pool stays exhausted for `pool_wait`;
     ///         backend_unavailable when connecting fails.
     [[nodiscard]] connection borrow(std::string_view what);
+    /// The same, waiting at most `wait` for a free connection.
+    [[nodiscard]] connection borrow(std::string_view what, std::chrono::milliseconds wait);
 
     /// How `run` treats failures.
     struct run_options {

@@ -54,8 +54,12 @@ dialect::dialect(std::string const& table_prefix, store_options const& options)
 
 std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
 
+std::vector<std::string> dialect::required_tables() const {
+    return {locks_, tokens_, fences_, prefix_ + "_rows", prefix_ + "_row_tokens"};
+}
+
 std::string dialect::missing_table(soci::session& s) const {
-    for (auto const& table : {locks_, tokens_, fences_}) {
+    for (auto const& table : required_tables()) {
         int found = 0;
         s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
         if (found == 0) return table;
@@ -152,6 +156,48 @@ reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<
     if (oldest_ind == soci::i_ok && rows > 0) r.oldest_expiry_us = oldest;
     return r;
 }
+
+std::vector<lock_listing> dialect::list_locks(soci::session& s) const { return read_locks(s, nullptr); }
+
+std::vector<lock_listing> dialect::read_locks(soci::session& s, std::string const* name) const {
+    std::vector<lock_listing> out;
+    std::string const sql = "SELECT name, owner, " + epoch_us_sql("created_at") + ", " + epoch_us_sql("expires_at") +
+                            ", " + epoch_us_sql(now_sql()) + ", token, holds FROM " + locks_ +
+                            (name != nullptr ? " WHERE name = :name" : " ORDER BY name");
+    soci::rowset<soci::row> rows = name != nullptr ? (s.prepare << sql, soci::use(*name, "name")) : (s.prepare << sql);
+    for (auto const& r : rows) {
+        // Integer columns come back as int or long long depending on the engine.
+        auto integer = [&](std::size_t i) -> std::int64_t {
+            switch (r.get_properties(i).get_data_type()) {
+                case soci::dt_integer: return r.get<int>(i);
+                case soci::dt_long_long: return r.get<long long>(i);
+                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
+                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
+                case soci::dt_string: return std::stoll(r.get<std::string>(i));
+                default: return 0;
+            }
+        };
+        out.push_back({r.get<std::string>(0), r.get<std::string>(1), integer(5), static_cast<int>(integer(6)),
+                       integer(2), integer(3), integer(4)});
+    }
+    return out;
+}
+
+std::optional<lock_listing> dialect::force_release(soci::session& s, std::string const& name) const {
+    // An operator's tool: read the row, then delete exactly that grant (its token).
+    for (auto const& r : read_locks(s, &name)) {
+        long long tok = r.token;
+        soci::statement st = (s.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND token = :token",
+                              soci::use(name, "name"), soci::use(tok, "token"));
+        st.execute(true);
+        if (st.get_affected_rows() == 0) return std::nullopt;
+        notify_release(s, name);
+        return r;
+    }
+    return std::nullopt;
+}
+
+void dialect::notify_release(soci::session&, std::string const&) const {}
 
 std::unique_ptr<release_listener> dialect::listen(std::string const&,
                                                   std::function<void(std::string_view)>) const {

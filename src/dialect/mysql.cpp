@@ -13,6 +13,10 @@
 #include <soci/mysql/soci-mysql.h>
 #include <soci/soci.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 namespace sqlock::detail {
 namespace {
 
@@ -56,6 +60,16 @@ public:
         fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
                      " ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)";
         fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
+
+        auto const rows = prefix_ + "_rows";
+        ensure_row_sql_ = "INSERT IGNORE INTO " + rows + " (name, created_at) VALUES (:name, NOW(6))";
+        // SKIP LOCKED answers "busy" without an error (MariaDB 10.6+).
+        try_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED";
+        wait_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE WAIT ";
+        record_sql_ = "UPDATE " + rows + " SET token = NEXTVAL(" + prefix_ +
+                      "_row_tokens), owner = :owner, locked_at = NOW(6) WHERE name = :name";
+        recorded_sql_ = "SELECT token, " + epoch_us_sql("locked_at") + " FROM " + rows + " WHERE name = :name";
+        exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     }
 
     sqlock::engine engine() const noexcept override { return engine::mysql; }
@@ -162,6 +176,74 @@ public:
         return stored;
     }
 
+    void ensure_row(soci::session& s, std::string const& name) const override {
+        s << ensure_row_sql_, soci::use(name, "name");
+    }
+
+    void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
+        // The server ends a holder idle in its transaction for a TTL. Its TCP
+        // keepalive settings are global (tcp_keepalive_time): see docs. On our
+        // side, probe the connection so a holder learns soon that the server vanished.
+        auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+        if (auto fd = mysql_get_socket(backend->conn_); fd >= 0) {
+            int on = 1;
+            int idle = static_cast<int>(std::max<long long>(1, ttl.count() / 3000));
+            int count = 3;
+            ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+        }
+        s << "SET SESSION idle_transaction_timeout = " + std::to_string(idle_seconds(ttl));
+        s.begin();
+    }
+
+    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds wait, bool& missing) const override {
+        missing = false;
+        long long token = 0, locked = 0;
+        // WAIT takes whole seconds; the caller polls what is left below a second.
+        auto seconds = wait.count() / 1000;
+        bool got = false;
+        if (seconds == 0) {
+            s << try_lock_sql_, soci::use(name, "name"), soci::into(token);
+            got = s.got_data();
+            if (!got) {
+                int rows = 0;
+                s << exists_sql_, soci::use(name, "name"), soci::into(rows);
+                missing = rows == 0;
+            }
+        } else {
+            try {
+                s << wait_lock_sql_ + std::to_string(seconds), soci::use(name, "name"), soci::into(token);
+            } catch (soci::soci_error const& e) {
+                if (native_code(e) == "1205") return std::nullopt;  // waited the whole time: busy
+                throw;
+            }
+            got = s.got_data();
+            missing = !got;
+        }
+        if (!got) return std::nullopt;
+        s << record_sql_, soci::use(owner, "owner"), soci::use(name, "name");
+        s << recorded_sql_, soci::use(name, "name"), soci::into(token), soci::into(locked);
+        return grant{true, token, locked, 0};
+    }
+
+    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
+        long long now = 0;
+        s << "SET SESSION idle_transaction_timeout = " + std::to_string(idle_seconds(ttl));
+        s << "SELECT " + epoch_us_sql("NOW(6)"), soci::into(now);
+        return now;
+    }
+
+    void end_row_lock(soci::session& s, bool commit) const override {
+        if (commit)
+            s.commit();
+        else
+            s.rollback();
+        s << "SET SESSION idle_transaction_timeout = 0";
+    }
+
     failure classify(soci::soci_error const& e, soci::session&) const override {
         auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
         if (my == nullptr) return failure::other;
@@ -207,6 +289,14 @@ private:
     std::string renewed_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;
+    std::string ensure_row_sql_;
+    std::string try_lock_sql_;
+    std::string wait_lock_sql_;
+    std::string record_sql_;
+    std::string recorded_sql_;
+    std::string exists_sql_;
+
+    static long long idle_seconds(std::chrono::milliseconds ttl) { return std::max<long long>(1, (ttl.count() + 999) / 1000); }
 };
 
 }  // namespace

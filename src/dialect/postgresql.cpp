@@ -120,14 +120,30 @@ public:
                      " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token"
                      " RETURNING f.token";
         fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
+
+        auto const rows = prefix_ + "_rows";
+        auto const record = " SET token = nextval('" + prefix_ + "_row_tokens'), owner = :owner,"
+                            " locked_at = clock_timestamp()";
+        auto const returning = " RETURNING r.token, " + epoch_us_sql("r.locked_at");
+        ensure_row_sql_ = "INSERT INTO " + rows + " (name, created_at) VALUES (:name, clock_timestamp())"
+                          " ON CONFLICT (name) DO NOTHING";
+        // SKIP LOCKED answers "busy" without an error: NOWAIT would raise one,
+        // abort the transaction and log it on the server.
+        try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED)"
+                        " UPDATE " + rows + " AS r" + record + " FROM l WHERE r.name = l.name" + returning;
+        wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " WHERE r.name = :name" + returning;
+        exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     }
 
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
 
     std::string connect_string(url_parts const& url) const override {
         auto seconds = std::max<long long>(2, (options_.connect_timeout.count() + 999) / 1000);
+        // Client-side keepalives: a holder learns within about a minute that the
+        // server vanished, instead of waiting on a dead socket for hours.
         std::string c = "host=" + quote(url.host) + " dbname=" + quote(url.database) +
-                        " connect_timeout=" + std::to_string(seconds) + " application_name='sqlock'";
+                        " connect_timeout=" + std::to_string(seconds) + " application_name='sqlock'" +
+                        " keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3";
         if (url.port != 0) c += " port=" + std::to_string(url.port);
         if (!url.user.empty()) c += " user=" + quote(url.user);
         if (!url.password.empty()) c += " password=" + quote(url.password);
@@ -169,9 +185,69 @@ public:
         return stored;
     }
 
+    void notify_release(soci::session& s, std::string const& name) const override {
+        s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");
+    }
+
     std::unique_ptr<release_listener> listen(std::string const& connect_string,
                                              std::function<void(std::string_view)> on_notify) const override {
         return std::make_unique<pg_listener>(connect_string, channel(), std::move(on_notify));
+    }
+
+    void ensure_row(soci::session& s, std::string const& name) const override {
+        s << ensure_row_sql_, soci::use(name, "name");
+    }
+
+    void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
+        // The server ends a holder that stays idle in its transaction for a TTL,
+        // and probes the connection so a vanished host is noticed within ~TTL.
+        auto ms = std::max<long long>(1000, ttl.count());
+        auto probe_s = std::to_string(std::max<long long>(1, ms / 3000));
+        s.begin();
+        s << "SELECT set_config('idle_in_transaction_session_timeout', '" + std::to_string(ms) + "', true),"
+             " set_config('tcp_keepalives_idle', '" + probe_s + "', true),"
+             " set_config('tcp_keepalives_interval', '" + probe_s + "', true),"
+             " set_config('tcp_keepalives_count', '3', true),"
+             " set_config('tcp_user_timeout', '" + std::to_string(ms) + "', true)";
+    }
+
+    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds wait, bool& missing) const override {
+        long long token = 0, locked = 0;
+        missing = false;
+        if (wait.count() <= 0) {
+            s << try_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
+                soci::into(locked);
+        } else {
+            s << "SELECT set_config('lock_timeout', '" + std::to_string(wait.count()) + "', true)";
+            try {
+                s << wait_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
+                    soci::into(locked);
+            } catch (soci::soci_error const& e) {
+                if (native_code(e) == "55P03") return std::nullopt;  // waited the whole time: busy
+                throw;
+            }
+        }
+        if (s.got_data()) return grant{true, token, locked, 0};
+        int rows = 0;
+        s << exists_sql_, soci::use(name, "name"), soci::into(rows);
+        missing = rows == 0;
+        return std::nullopt;
+    }
+
+    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
+        long long now = 0;
+        s << "SELECT " + epoch_us_sql("clock_timestamp()") + " FROM set_config('idle_in_transaction_session_timeout', '" +
+                 std::to_string(std::max<long long>(1000, ttl.count())) + "', true)",
+            soci::into(now);
+        return now;
+    }
+
+    void end_row_lock(soci::session& s, bool commit) const override {
+        if (commit)
+            s.commit();
+        else
+            s.rollback();
     }
 
     failure classify(soci::soci_error const& e, soci::session& s) const override {
@@ -216,6 +292,10 @@ private:
     std::string release_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;
+    std::string ensure_row_sql_;
+    std::string try_lock_sql_;
+    std::string wait_lock_sql_;
+    std::string exists_sql_;
 };
 
 }  // namespace

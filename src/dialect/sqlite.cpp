@@ -20,9 +20,9 @@ constexpr std::string_view now_us = "CAST((julianday('now') - 2440587.5) * 86400
 class sqlite_dialect final : public dialect {
 public:
     sqlite_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+        auto const now = std::string(now_us);
         token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, 1)"
                      " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
-        auto now = std::string(now_us);
         lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, created_at, expires_at)"
                     " VALUES (:name, :owner, :token, 1, " + now + ", " + now + " + :ttl)"
                     " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
@@ -34,6 +34,13 @@ public:
                      " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE token <= excluded.token"
                      " RETURNING token";
         fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
+        // The token is drawn inside the holding transaction, so a crash rolls it
+        // back; max(.., now in microseconds) keeps the next one higher anyway,
+        // as long as the host clock does not step back.
+        row_lock_sql_ = "INSERT INTO " + prefix_ + "_rows (name, token, owner, locked_at, created_at)"
+                        " VALUES (:name, " + now + ", :owner, " + now + ", " + now + ")"
+                        " ON CONFLICT (name) DO UPDATE SET token = max(token + 1, excluded.token),"
+                        " owner = excluded.owner, locked_at = excluded.locked_at RETURNING token, locked_at";
     }
 
     sqlock::engine engine() const noexcept override { return engine::sqlite; }
@@ -114,6 +121,46 @@ public:
         return stored;
     }
 
+    std::vector<std::string> required_tables() const override {
+        return {locks_, tokens_, fences_, prefix_ + "_rows"};  // no sequences in SQLite
+    }
+
+    void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
+    void begin_row_lock(soci::session&, std::chrono::milliseconds) const override {}
+
+    // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every name at once.
+    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds wait, bool& missing) const override {
+        missing = false;
+        s << "PRAGMA busy_timeout = " + std::to_string(std::max<long long>(0, wait.count()));
+        try {
+            s << "BEGIN IMMEDIATE";
+        } catch (soci::soci_error const& e) {
+            auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
+            if (lite != nullptr && (lite->result() & 0xff) == 5) return std::nullopt;  // SQLITE_BUSY
+            throw;
+        }
+        long long token = 0, locked = 0;
+        s << row_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
+            soci::into(locked);
+        return grant{true, token, locked, 0};
+    }
+
+    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds) const override {
+        long long now = 0;
+        s << "SELECT " + now_sql(), soci::into(now);
+        return now;
+    }
+
+    void end_row_lock(soci::session& s, bool commit) const override {
+        try {
+            s << (commit ? "COMMIT" : "ROLLBACK");
+        } catch (soci::soci_error const&) {
+            if (commit) throw;  // a ROLLBACK without a transaction (BEGIN was busy) is fine
+        }
+        s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());
+    }
+
     failure classify(soci::soci_error const& e, soci::session&) const override {
         auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
         std::string_view what = e.what();
@@ -150,6 +197,7 @@ private:
     std::string lock_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;
+    std::string row_lock_sql_;
 };
 
 }  // namespace

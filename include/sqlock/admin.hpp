@@ -1,0 +1,45 @@
+// sqlock — operators' view of the lock table.
+#pragma once
+
+#include <sqlock/lease.hpp>
+#include <sqlock/store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sqlock {
+
+/// A row of the table lock, as an operator sees it. Times are the database's.
+struct lock_info {
+    std::string name;
+    std::string owner;
+    std::int64_t token = 0;
+    int holds = 0;
+    db_time created_at;
+    db_time expires_at;
+    /// expires_at minus the database's now when read; negative once expired
+    /// (a row not yet taken over or reaped).
+    std::chrono::microseconds remaining{0};
+};
+
+/// Every row of the table lock (`<prefix>_locks`), ordered by name, including
+/// expired rows nobody has taken over or reaped yet. Row locks (`row_locker`)
+/// live in open transactions and are not listed.
+/// @throws backend_unavailable, backend_error, schema_missing
+/// Thread safety: any thread.
+[[nodiscard]] std::vector<lock_info> list_locks(store const& db);
+
+/// Delete the table-lock row of `name` whoever owns it — an operator's tool for
+/// a holder that is stuck. Waiters are woken. The holder's next renewal or
+/// release reports `lease_lost`.
+/// @return the row as it was, or empty when no row existed.
+/// @throws usage_error (bad name), backend_unavailable, backend_error, schema_missing
+/// @warning The holder may still be inside its critical section: only fencing
+/// tokens protect the resource from it.
+[[nodiscard]] std::optional<lock_info> force_release(store const& db, std::string_view name);
+
+}  // namespace sqlock

@@ -1,0 +1,135 @@
+// sqlock — the reaper: purges lock rows nobody asks for again.
+#pragma once
+
+#include <sqlock/lease.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string_view>
+
+namespace sqlock {
+
+class store;
+
+namespace detail {
+class store_impl;
+}
+
+/// How a reaper purges. Validated once, when the reaper is constructed.
+///
+///     sqlock::reaper r(db, {.grace = 10s, .batch_size = 500});
+struct reaper_options {
+    /// A row is purged once its `expires_at` is older than the database's now
+    /// minus `grace` (0 .. 7 days). The grace covers a holder whose renewal is
+    /// in flight while its row expires; see docs/operations.md for sizing it.
+    std::chrono::milliseconds grace = std::chrono::seconds(5);
+
+    /// Rows deleted per statement (1 .. 100000). Each batch is one short
+    /// statement (one short transaction on MariaDB/MySQL), so row locks are
+    /// held only for one batch and acquire/renew traffic goes on in between.
+    std::size_t batch_size = 1000;
+
+    /// Off by default. When set (1 s .. 3650 days), rows whose `created_at` is
+    /// older than the database's now minus `max_age` are purged too, *even
+    /// while their holders keep renewing them*: those holders lose their
+    /// leases. For locks that are renewed forever by a holder that is stuck.
+    /// Every pass that purges such live rows reports it through `on_warning`.
+    std::optional<std::chrono::milliseconds> max_age;
+
+    /// Count instead of deleting. A dry pass looks at one batch only (the
+    /// `batch_size` rows that the next pass would delete first): see
+    /// `reap_result::complete`.
+    bool dry_run = false;
+
+    /// Receives the loud warnings (live rows purged, or in a dry run that
+    /// would be purged, by `max_age`), one line each. Empty: they go to
+    /// `std::clog`. Called on the thread that runs `reap_once`; must not throw.
+    std::function<void(std::string_view message)> on_warning;
+};
+
+/// What one pass of the reaper found and did.
+struct reap_result {
+    /// Rows deleted (in a dry run: rows that would be deleted).
+    std::uint64_t purged = 0;
+    /// Of `purged`, rows that had not expired: purged by `max_age` (their
+    /// holders lose their leases). Always 0 without `max_age`.
+    std::uint64_t live_purged = 0;
+    /// Statements run (a pass over a clean table runs one).
+    std::uint64_t batches = 0;
+    /// The earliest `expires_at` among the purged rows (database clock);
+    /// empty when nothing was purged. How far behind the reaper is.
+    std::optional<db_time> oldest_expiry;
+    /// How long the pass took (this host's steady clock).
+    std::chrono::microseconds duration{0};
+    /// True when the pass ended on a batch smaller than `batch_size`: at that
+    /// moment no more rows were due. False when it was stopped through its
+    /// `std::stop_token`, and for a dry run that filled its one batch (there
+    /// may be more).
+    bool complete = false;
+    /// True when the pass ended because its `std::stop_token` was requested.
+    bool stopped = false;
+    /// The pass only counted (`reaper_options::dry_run`).
+    bool dry_run = false;
+};
+
+/// Checks `options` as the `reaper` constructor does, without a store: for
+/// tools that reject bad flags before connecting to anything.
+/// @throws usage_error naming the option that is out of range and its range
+void validate(reaper_options const& options);
+
+/// Purges expired rows from a store's lock table (`<prefix>_locks`).
+///
+/// Taking over an expired row on acquire already frees a dead holder's lock
+/// after its TTL; the reaper removes the rows of names nobody asks for again,
+/// so the table stays small, and tells how far behind it was.
+///
+/// Each batch is one atomic conditional DELETE on the database's clock
+/// (`expires_at < now - grace`, the condition checked again on every row as it
+/// is deleted), so a lease renewed a moment before can never be deleted. On
+/// PostgreSQL rows are picked with `FOR UPDATE SKIP LOCKED`: a row being
+/// renewed or taken over at that moment is left for the next pass.
+///
+/// The reaper takes no lock of its own: two reapers on one database (two hosts,
+/// or a cron job and a daemon) are safe; each row is deleted and counted by
+/// exactly one of them. Fencing-token counters (`<prefix>_tokens`) are never
+/// deleted, so tokens keep increasing after a row is purged.
+///
+/// Thread safety: `reap_once` may be called from several threads at once (each
+/// call borrows its own pooled connection for each batch); the options are
+/// immutable.
+class reaper {
+public:
+    /// A reaper for `db`'s lock table. Keeps the store's internals alive.
+    /// @throws usage_error an option is out of range (no I/O is done)
+    explicit reaper(store const& db, reaper_options options = {});
+
+    /// One pass: delete batches of due rows until a batch comes back smaller
+    /// than `batch_size`.
+    /// @throws backend_unavailable the database could not be reached (batches
+    ///         deleted before that stay deleted)
+    /// @throws schema_missing      the lock table is missing
+    /// @throws backend_error       the database refused the statement
+    /// @throws timeout             no pooled connection became free within the
+    ///         store's `pool_wait`
+    [[nodiscard]] reap_result reap_once();
+
+    /// As `reap_once()`, but checks `stop` before every batch and ends the
+    /// pass early (`reap_result::stopped`) once it is requested: stopping
+    /// never waits for more than the batch in flight. A stop already requested
+    /// runs no batch at all.
+    /// @throws as `reap_once()`
+    [[nodiscard]] reap_result reap_once(std::stop_token stop);
+
+    /// The options this reaper was built with.
+    [[nodiscard]] reaper_options const& options() const noexcept { return options_; }
+
+private:
+    std::shared_ptr<detail::store_impl> store_;
+    reaper_options options_;
+};
+
+}  // namespace sqlock

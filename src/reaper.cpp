@@ -1,0 +1,102 @@
+// The reaper: batches of one conditional DELETE each, on the database's clock.
+#include "detail/store_impl.hpp"
+
+#include <sqlock/errors.hpp>
+#include <sqlock/reaper.hpp>
+#include <sqlock/store.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+
+namespace sqlock {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr std::size_t max_batch = 100000;
+
+std::string ms_text(milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+void check(reaper_options const& o) {
+    if (o.grace < 0ms || o.grace > std::chrono::days(7))
+        throw usage_error("sqlock: reaper grace " + ms_text(o.grace) + " is out of range: use 0 .. 7 days");
+    if (o.batch_size < 1 || o.batch_size > max_batch)
+        throw usage_error("sqlock: reaper batch_size " + std::to_string(o.batch_size) +
+                          " is out of range: use 1 .. " + std::to_string(max_batch));
+    // A lower bound: max_age = 0 would purge every live row, almost always a unit slip.
+    if (o.max_age && (*o.max_age < 1s || *o.max_age > std::chrono::days(3650)))
+        throw usage_error("sqlock: reaper max_age " + ms_text(*o.max_age) +
+                          " is out of range: use 1 s .. 3650 days, or leave it unset (the default) to never "
+                          "purge live rows");
+}
+
+}  // namespace
+
+void validate(reaper_options const& options) { check(options); }
+
+reaper::reaper(store const& db, reaper_options options)
+    : store_(db.impl()), options_((check(options), std::move(options))) {}
+
+reap_result reaper::reap_once() { return reap_once(std::stop_token{}); }
+
+reap_result reaper::reap_once(std::stop_token stop) {
+    auto const started = std::chrono::steady_clock::now();
+    auto const grace_us = duration_cast<microseconds>(options_.grace).count();
+    std::optional<std::int64_t> max_age_us;
+    if (options_.max_age) max_age_us = duration_cast<microseconds>(*options_.max_age).count();
+    auto const batch = static_cast<int>(options_.batch_size);
+    auto const& d = store_->dialect();
+
+    reap_result r;
+    r.dry_run = options_.dry_run;
+    for (;;) {
+        if (stop.stop_requested()) {
+            r.stopped = true;
+            break;
+        }
+        // Each batch borrows a connection for one statement and gives it back,
+        // and a deadlock or busy error is retried by run(): a batch is idempotent.
+        auto b = store_->run("reaping expired locks", [&](soci::session& s) {
+            return d.reap(s, grace_us, max_age_us, batch, options_.dry_run);
+        });
+        ++r.batches;
+        r.purged += static_cast<std::uint64_t>(b.rows);
+        r.live_purged += static_cast<std::uint64_t>(b.live_purged);
+        if (b.oldest_expiry_us) {
+            db_time t{microseconds(*b.oldest_expiry_us)};
+            r.oldest_expiry = r.oldest_expiry ? std::min(*r.oldest_expiry, t) : t;
+        }
+        if (b.rows < batch) {
+            r.complete = true;
+            break;
+        }
+        // Counting does not change the table: a second batch would count the same rows.
+        if (options_.dry_run) break;
+    }
+    r.duration = duration_cast<microseconds>(std::chrono::steady_clock::now() - started);
+
+    if (r.live_purged > 0) {
+        std::string message = "sqlock: WARNING: the reaper " +
+                              std::string(options_.dry_run ? "would purge " : "purged ") +
+                              std::to_string(r.live_purged) + " live lock row" + (r.live_purged == 1 ? "" : "s") +
+                              " in " + store_->url() + " because max_age " + ms_text(*options_.max_age) +
+                              " had passed since they were created: their holders " +
+                              (options_.dry_run ? "would lose" : "have lost") +
+                              " their leases; raise max_age or unset it if these locks are meant to be held "
+                              "that long";
+        if (options_.on_warning) {
+            try {
+                options_.on_warning(message);
+            } catch (...) {  // a logging hook must not undo a pass that already ran
+            }
+        } else {
+            std::clog << message << std::endl;
+        }
+    }
+    return r;
+}
+
+}  // namespace sqlock

@@ -1,0 +1,178 @@
+// The SELECT ... FOR UPDATE lock: the engine's own row lock, held by a
+// transaction that stays open on a pooled connection pinned to the lease.
+#include "detail/lease_row.hpp"
+#include "detail/locker_impl.hpp"
+#include "detail/store_impl.hpp"
+
+#include <sqlock/errors.hpp>
+#include <sqlock/locker.hpp>
+#include <sqlock/store.hpp>
+
+#include <soci/soci.h>
+
+#include <random>
+#include <thread>
+
+namespace sqlock {
+namespace detail {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+class row_lease final : public lease_row {
+public:
+    row_lease(std::shared_ptr<locker_impl> locker, std::shared_ptr<store_impl> store, std::string name,
+              std::string owner, grant const& g, milliseconds ttl, clock::time_point valid_until, connection conn)
+        : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
+          store_(std::move(store)),
+          conn_(std::move(conn)) {}
+
+    ~row_lease() override {
+        // Lost or abandoned: roll back so the pooled connection goes back clean.
+        if (!conn_) return;
+        try {
+            store_->dialect().end_row_lock(conn_->session(), false);
+        } catch (...) {
+            conn_->mark_broken();
+        }
+    }
+
+private:
+    // Runs `op` on the pinned connection. A broken connection means the server
+    // rolled the transaction back (or will): the lock is gone, so the result is
+    // `when_broken`, and the connection is given up.
+    template <class Op, class T>
+    T on_connection(std::string_view what, Op&& op, T when_broken) {
+        if (!conn_) return when_broken;
+        try {
+            return op(conn_->session());
+        } catch (soci::soci_error const& e) {
+            auto f = store_->dialect().classify(e, conn_->session());
+            if (f == failure::connection) {
+                conn_->mark_broken();
+                conn_.reset();
+                return when_broken;
+            }
+            store_->raise(e, f, what);
+        }
+    }
+
+    bool db_delete() override {
+        bool committed = on_connection(
+            "releasing row lock '" + name() + "'",
+            [&](soci::session& s) {
+                store_->dialect().end_row_lock(s, true);
+                return true;
+            },
+            false);
+        conn_.reset();
+        return committed;
+    }
+
+    bool db_add_hold() override {
+        return on_connection(
+            "re-entering row lock '" + name() + "'",
+            [&](soci::session& s) {
+                (void)store_->dialect().keep_row_lock(s, ttl());
+                return true;
+            },
+            false);
+    }
+
+    bool db_drop_hold() override { return conn_.has_value(); }
+
+    std::optional<renewal> db_renew(milliseconds ttl) override {
+        return on_connection(
+            "renewing row lock '" + name() + "'",
+            [&](soci::session& s) -> std::optional<renewal> {
+                auto now = store_->dialect().keep_row_lock(s, ttl);
+                return renewal{now + duration_cast<microseconds>(ttl).count(), now};
+            },
+            std::optional<renewal>{});
+    }
+
+    std::shared_ptr<store_impl> store_;
+    std::optional<connection> conn_;
+};
+
+class row_locker_impl final : public locker_impl {
+public:
+    row_locker_impl(std::shared_ptr<store_impl> store, locker_options options)
+        : locker_impl(std::move(options)), store_(std::move(store)) {}
+
+protected:
+    std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
+                                           attempt const& bounds) override {
+        std::string const what = "acquiring row lock '" + name + "'";
+        auto left = [&] { return std::max(milliseconds(0), duration_cast<milliseconds>(bounds.deadline - clock::now())); };
+        // The pool is the limit: waiting for a connection shares the caller's deadline.
+        auto c = store_->borrow(what, left());
+        auto const& d = store_->dialect();
+        bool ensured = false;
+        int transient = 0;
+        for (;;) {
+            if (bounds.cancel.stop_requested()) return nullptr;
+            // With a cancel token, wait in slices of a second so cancellation is seen.
+            auto wait = bounds.cancel.stop_possible() ? std::min(left(), milliseconds(1000)) : left();
+            auto sent = clock::now();
+            bool missing = false;
+            try {
+                d.begin_row_lock(c.session(), options_.ttl);
+                auto g = d.lock_row(c.session(), name, owner, wait, missing);
+                if (g) {
+                    if (clock::now() - sent > options_.ttl / 10) {
+                        // We queued a while: count validity from a fresh round trip.
+                        sent = clock::now();
+                        (void)d.keep_row_lock(c.session(), options_.ttl);
+                    }
+                    g->expires_us = g->created_us + duration_cast<microseconds>(options_.ttl).count();
+                    return std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
+                                                       valid_until(sent, options_.ttl), std::move(c));
+                }
+                d.end_row_lock(c.session(), false);
+            } catch (soci::soci_error const& e) {
+                auto f = d.classify(e, c.session());
+                try {
+                    d.end_row_lock(c.session(), false);
+                } catch (...) {
+                    c.mark_broken();
+                }
+                if ((f == failure::transient || f == failure::lock_wait) && ++transient < 100) continue;
+                if (f == failure::connection) c.mark_broken();
+                // The transaction died with the error: nothing is held.
+                store_->raise(e, f, what);
+            }
+            if (missing && !ensured) {
+                ensured = true;
+                store_->run("creating row lock '" + name + "'",
+                            [&](soci::session& s) { d.ensure_row(s, name); });
+                continue;
+            }
+            if (clock::now() >= bounds.deadline) return nullptr;
+            // Engines that wait in whole seconds (MariaDB's WAIT n) leave a
+            // remainder below a second: poll it with a short jittered pause.
+            thread_local std::minstd_rand rng{std::random_device{}()};
+            auto pause = milliseconds(std::uniform_int_distribution<int>(1, 20)(rng));
+            std::this_thread::sleep_for(std::min(pause, left()));
+        }
+    }
+
+    // Waiters queue in the engine; between slices there is nothing to wait for.
+    std::uint64_t release_generation(std::string const&) override { return 0; }
+    void wait_for_release(std::string const&, std::uint64_t, clock::time_point, std::stop_token const&) override {}
+    void announce_release(std::string const& name) noexcept override { store_->announce(name); }
+
+private:
+    std::shared_ptr<store_impl> store_;
+};
+
+}  // namespace
+}  // namespace detail
+
+locker row_locker(store const& db, locker_options options) {
+    return locker(std::make_shared<detail::row_locker_impl>(db.impl(), std::move(options)));
+}
+
+}  // namespace sqlock
