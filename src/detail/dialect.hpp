@@ -126,7 +126,7 @@ public:
     /// seen: returns the higher token that refuses it, or empty when accepted.
     /// Runs on the caller's session, inside the caller's transaction.
     [[nodiscard]] virtual std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
-                                                            std::int64_t token) const = 0;
+                                                            std::int64_t token) const;
 
     /// One reaper batch: delete (or, dry, count) at most `batch` rows of the
     /// lock table whose expires_at is older than now - grace (database clock),

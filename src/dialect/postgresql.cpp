@@ -115,11 +115,6 @@ public:
         release_sql_ = "WITH d AS (DELETE FROM " + locks_ +
                        " WHERE name = :name AND owner = :owner AND token = :token RETURNING name)"
                        " SELECT 1 FROM d, LATERAL pg_notify('" + channel() + "', d.name)";
-        // Equal tokens pass: one holder may write several times.
-        fence_sql_ = "INSERT INTO " + fences_ + " AS f (resource, token) VALUES (:resource, :token)"
-                     " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token"
-                     " RETURNING f.token";
-        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
 
         auto const rows = prefix_ + "_rows";
         auto const record = " SET token = nextval('" + prefix_ + "_row_tokens'), owner = :owner,"
@@ -176,14 +171,6 @@ public:
         return s.got_data();
     }
 
-    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
-                                      std::int64_t token) const override {
-        long long tok = token, stored = 0;
-        s << fence_sql_, soci::use(resource, "resource"), soci::use(tok, "token"), soci::into(stored);
-        if (s.got_data()) return std::nullopt;
-        s << fence_seen_sql_, soci::use(resource, "resource"), soci::into(stored);
-        return stored;
-    }
 
     void notify_release(soci::session& s, std::string const& name) const override {
         s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");
@@ -290,8 +277,6 @@ protected:
 private:
     std::string acquire_sql_;
     std::string release_sql_;
-    std::string fence_sql_;
-    std::string fence_seen_sql_;
     std::string ensure_row_sql_;
     std::string try_lock_sql_;
     std::string wait_lock_sql_;

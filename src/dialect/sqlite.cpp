@@ -29,11 +29,6 @@ public:
                     " created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
                     " RETURNING token, created_at, expires_at";
-        // Equal tokens pass: one holder may write several times.
-        fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
-                     " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE token <= excluded.token"
-                     " RETURNING token";
-        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
         // The token is drawn inside the holding transaction, so a crash rolls it
         // back; max(.., now in microseconds) keeps the next one higher anyway,
         // as long as the host clock does not step back.
@@ -112,14 +107,6 @@ public:
         return r;
     }
 
-    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
-                                      std::int64_t token) const override {
-        long long tok = token, stored = 0;
-        s << fence_sql_, soci::use(resource, "resource"), soci::use(tok, "token"), soci::into(stored);
-        if (s.got_data()) return std::nullopt;
-        s << fence_seen_sql_, soci::use(resource, "resource"), soci::into(stored);
-        return stored;
-    }
 
     std::vector<std::string> required_tables() const override {
         return {locks_, tokens_, fences_, prefix_ + "_rows"};  // no sequences in SQLite
@@ -195,8 +182,6 @@ protected:
 private:
     std::string token_sql_;
     std::string lock_sql_;
-    std::string fence_sql_;
-    std::string fence_seen_sql_;
     std::string row_lock_sql_;
 };
 
