@@ -138,19 +138,19 @@ std::string const empty;
 lease::lease(std::shared_ptr<detail::lease_row> row) noexcept : row_(std::move(row)) {}
 
 lease::lease(lease&& other) noexcept
-    : row_(std::move(other.row_)), released_(std::exchange(other.released_, false)) {}
+    : row_(std::move(other.row_)), ended_(std::exchange(other.ended_, ending::none)) {}
 
 lease& lease::operator=(lease&& other) noexcept {
     if (this != &other) {
         lease old(std::move(*this));  // releases the lease being replaced
         row_ = std::move(other.row_);
-        released_ = std::exchange(other.released_, false);
+        ended_ = std::exchange(other.ended_, ending::none);
     }
     return *this;
 }
 
 lease::~lease() {
-    if (!row_ || released_) return;
+    if (!row_ || ended_ != ending::none) return;
     try {
         row_->release_hold();
     } catch (...) {
@@ -165,7 +165,8 @@ db_time lease::created_at() const noexcept { return row_ ? row_->created_at() : 
 db_time lease::expires_at() const noexcept { return row_ ? row_->expires_at() : db_time{}; }
 
 lease_state lease::state() const noexcept {
-    if (!row_ || released_) return lease_state::released;
+    if (!row_ || ended_ == ending::released) return lease_state::released;
+    if (ended_ == ending::lost) return lease_state::lost;
     return row_->state();
 }
 
@@ -186,27 +187,28 @@ bool lease::lost() const noexcept { return state() == lease_state::lost; }
 std::stop_token lease::stop_token() const noexcept { return row_ ? row_->stop_token() : std::stop_token{}; }
 
 void lease::renew() {
-    if (!row_ || released_)
-        throw usage_error("sqlock: renew() on a released or moved-from lease: acquire the lock again");
-    row_->renew(row_->locker().options().ttl);
+    if (row_) renew(row_->locker().options().ttl);
+    else renew(std::chrono::milliseconds(0));
 }
 
 void lease::renew(std::chrono::milliseconds ttl) {
     detail::validate_ttl(ttl);
-    if (!row_ || released_)
+    if (ended_ == ending::lost)
+        throw lease_lost("sqlock: lock '" + row_->name() + "' was already found lost: acquire it again");
+    if (!row_ || ended_ == ending::released)
         throw usage_error("sqlock: renew() on a released or moved-from lease: acquire the lock again");
     row_->renew(ttl);
 }
 
 void lease::release() {
-    if (!row_ || released_) return;
+    if (!row_ || ended_ != ending::none) return;
     try {
         row_->release_hold();
     } catch (lease_lost const&) {
-        released_ = true;
+        ended_ = ending::lost;  // nothing left to release; the lease stays reported lost
         throw;
     }
-    released_ = true;
+    ended_ = ending::released;
 }
 
 }  // namespace sqlock

@@ -50,7 +50,9 @@ private:
         auto r = store_->run(
             "renewing lock '" + name() + "'",
             [&](soci::session& s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
-            {.deadline = valid_until()});
+            // Retry a busy database only briefly: the lease then shows in doubt, and
+            // the renewer (one thread for all leases) moves on and retries soon.
+            {.deadline = std::min(valid_until(), clock::now() + ttl / 10)});
         if (r) store_->record_clock(r->now_us, before, sys_clock::now());
         return r;
     }
@@ -84,13 +86,17 @@ protected:
         store_->record_clock(g.created_us, before, sys_clock::now());
         auto row = std::make_shared<table_row>(shared_from_this(), store_, name, owner, g, options_.ttl,
                                                valid_until(sent, options_.ttl));
-        if (clock::now() >= row->valid_until()) {
+        if (auto now = clock::now(); now >= row->valid_until()) {
             // Granted, but the round trip ate the whole lease: not a success.
             try {
                 row->release_hold();
             } catch (error const&) {  // expired anyway
             }
-            return nullptr;
+            throw backend_unavailable(
+                "sqlock: acquiring lock '" + name + "' took " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - sent).count()) +
+                " ms, longer than its ttl of " + std::to_string(options_.ttl.count()) +
+                " ms: the lease was given back; raise the ttl well above the database's round trip");
         }
         return row;
     }

@@ -115,7 +115,8 @@ public:
 
 private:
     std::shared_ptr<detail::lease_row> row_;
-    bool released_ = false;
+    enum class ending { none, released, lost };
+    ending ended_ = ending::none;  // what became of this hold
 };
 
 }  // namespace sqlock
