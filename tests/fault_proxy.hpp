@@ -1,0 +1,269 @@
+// sqlock tests — a TCP proxy on 127.0.0.1 that can cut a database server off.
+//
+//     fault_proxy proxy(server_url);                        // listens on an ephemeral port
+//     sqlock::store db{proxy.proxied_url(server_url)};      // connects through it
+//     proxy.block();    // every forwarded connection is closed, new ones are closed at once
+//     proxy.unblock();  // new connections are forwarded again
+//
+// One thread accepts, one thread per connection relays bytes both ways. Only
+// the relay thread of a connection closes its sockets (under the mutex), so
+// block() never touches a descriptor that was closed and reused meanwhile.
+#pragma once
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace sqlock_test {
+
+/// `url` with the host:port of its authority replaced (user, password, path and
+/// query are kept byte for byte).
+inline std::string replace_host_port(std::string const& url, std::string const& host, int port) {
+    auto sep = url.find("://");
+    if (sep == std::string::npos) throw std::invalid_argument("not a server URL: " + url);
+    auto const start = sep + 3;
+    auto end = url.find_first_of("/?", start);
+    if (end == std::string::npos) end = url.size();
+    auto at = url.rfind('@', end);
+    auto const host_start = (at != std::string::npos && at >= start) ? at + 1 : start;
+    return url.substr(0, host_start) + host + ":" + std::to_string(port) + url.substr(end);
+}
+
+class fault_proxy {
+public:
+    /// A proxy to `target_host:target_port`, listening on 127.0.0.1 at an ephemeral port.
+    fault_proxy(std::string target_host, int target_port)
+        : target_host_(std::move(target_host)), target_port_(target_port) {
+        listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (listen_fd_ < 0) throw std::runtime_error("fault_proxy: socket(): " + std::string(std::strerror(errno)));
+        int one = 1;
+        ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = 0;
+        socklen_t len = sizeof a;
+        if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0 || ::listen(listen_fd_, 64) != 0) {
+            std::string why = std::strerror(errno);
+            ::close(listen_fd_);
+            throw std::runtime_error("fault_proxy: bind/listen on 127.0.0.1: " + why);
+        }
+        port_ = ntohs(a.sin_port);
+        wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (wake_fd_ < 0) {
+            ::close(listen_fd_);
+            throw std::runtime_error("fault_proxy: eventfd(): " + std::string(std::strerror(errno)));
+        }
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    /// A proxy to the host and port of a server URL (scheme://user:pass@host:port/db).
+    static std::unique_ptr<fault_proxy> for_url(std::string const& url) {
+        auto sep = url.find("://");
+        if (sep == std::string::npos) throw std::invalid_argument("not a server URL: " + url);
+        auto const start = sep + 3;
+        auto end = url.find_first_of("/?", start);
+        if (end == std::string::npos) end = url.size();
+        auto at = url.rfind('@', end);
+        auto const host_start = (at != std::string::npos && at >= start) ? at + 1 : start;
+        std::string hp = url.substr(host_start, end - host_start);
+        auto colon = hp.rfind(':');
+        if (colon == std::string::npos) throw std::invalid_argument("fault_proxy: the URL has no port: " + url);
+        return std::make_unique<fault_proxy>(hp.substr(0, colon), std::stoi(hp.substr(colon + 1)));
+    }
+
+    ~fault_proxy() {
+        stopping_ = true;
+        std::uint64_t one = 1;
+        (void)!::write(wake_fd_, &one, sizeof one);
+        acceptor_.join();
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& l : links_) cut(*l);
+        }
+        for (auto& l : links_) l->thread.join();
+        ::close(listen_fd_);
+        ::close(wake_fd_);
+    }
+
+    fault_proxy(fault_proxy const&) = delete;
+    fault_proxy& operator=(fault_proxy const&) = delete;
+
+    [[nodiscard]] int port() const noexcept { return port_; }
+
+    /// `url` pointing at this proxy instead of the server.
+    [[nodiscard]] std::string proxied_url(std::string const& url) const {
+        return replace_host_port(url, "127.0.0.1", port_);
+    }
+
+    /// Close every forwarded connection, and close new ones as soon as they are accepted.
+    void block() {
+        std::lock_guard lock(mutex_);
+        blocked_ = true;
+        for (auto& l : links_) cut(*l);
+    }
+
+    /// Forward new connections again (connections closed by block() stay closed).
+    void unblock() {
+        std::lock_guard lock(mutex_);
+        blocked_ = false;
+    }
+
+    /// Connections forwarded so far / closed at once because the proxy was blocked.
+    [[nodiscard]] std::size_t forwarded() const noexcept { return forwarded_.load(); }
+    [[nodiscard]] std::size_t refused() const noexcept { return refused_.load(); }
+
+private:
+    struct link {
+        int client = -1;
+        int server = -1;
+        std::thread thread;
+        std::atomic<bool> done{false};
+    };
+
+    // Caller holds mutex_. Wakes the relay thread, which closes the sockets.
+    static void cut(link& l) {
+        if (l.client >= 0) ::shutdown(l.client, SHUT_RDWR);
+        if (l.server >= 0) ::shutdown(l.server, SHUT_RDWR);
+    }
+
+    int connect_target() const {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* res = nullptr;
+        if (::getaddrinfo(target_host_.c_str(), std::to_string(target_port_).c_str(), &hints, &res) != 0) return -1;
+        int fd = -1;
+        for (addrinfo* p = res; p != nullptr; p = p->ai_next) {
+            fd = ::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+            if (fd < 0) continue;
+            if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0) break;
+            ::close(fd);
+            fd = -1;
+        }
+        ::freeaddrinfo(res);
+        return fd;
+    }
+
+    void reap_finished() {  // caller holds mutex_
+        for (auto it = links_.begin(); it != links_.end();) {
+            if ((*it)->done.load()) {
+                (*it)->thread.join();
+                it = links_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    void accept_loop() {
+        while (!stopping_) {
+            pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0) {
+                if (errno == EINTR) continue;
+                return;
+            }
+            if (fds[1].revents != 0 || stopping_) return;
+            if ((fds[0].revents & POLLIN) == 0) continue;
+            int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) continue;
+            {
+                std::lock_guard lock(mutex_);
+                reap_finished();
+                if (blocked_) {
+                    ::close(client);
+                    ++refused_;
+                    continue;
+                }
+            }
+            int server = connect_target();
+            if (server < 0) {
+                ::close(client);
+                continue;
+            }
+            std::lock_guard lock(mutex_);
+            if (blocked_ || stopping_) {  // blocked while we were connecting
+                ::close(client);
+                ::close(server);
+                ++refused_;
+                continue;
+            }
+            auto l = std::make_unique<link>();
+            l->client = client;
+            l->server = server;
+            link* raw = l.get();
+            links_.push_back(std::move(l));
+            raw->thread = std::thread([this, raw] { relay(*raw); });
+            ++forwarded_;
+        }
+    }
+
+    static bool send_all(int fd, char const* data, std::size_t n) {
+        while (n > 0) {
+            ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return false;
+            }
+            data += w;
+            n -= static_cast<std::size_t>(w);
+        }
+        return true;
+    }
+
+    void relay(link& l) {
+        int const ends[2] = {l.client, l.server};  // only this thread closes them
+        char buf[16384];
+        for (bool open = true; open;) {
+            pollfd fds[2] = {{ends[0], POLLIN, 0}, {ends[1], POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0) {
+                if (errno == EINTR) continue;
+                break;
+            }
+            for (int i = 0; i < 2 && open; ++i) {
+                if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+                ssize_t r = ::recv(ends[i], buf, sizeof buf, 0);
+                if (r < 0 && errno == EINTR) continue;
+                open = r > 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
+            }
+        }
+        std::lock_guard lock(mutex_);
+        ::close(l.client);
+        ::close(l.server);
+        l.client = l.server = -1;
+        l.done = true;
+    }
+
+    std::string target_host_;
+    int target_port_;
+    int listen_fd_ = -1;
+    int wake_fd_ = -1;
+    int port_ = 0;
+    std::atomic<bool> stopping_{false};
+    std::atomic<std::size_t> forwarded_{0};
+    std::atomic<std::size_t> refused_{0};
+    std::mutex mutex_;
+    bool blocked_ = false;  // guarded by mutex_
+    std::list<std::unique_ptr<link>> links_;  // guarded by mutex_
+    std::thread acceptor_;
+};
+
+}  // namespace sqlock_test

@@ -1,0 +1,729 @@
+// sqlock tests — the lease lifecycle (issue 3), run on every engine:
+// Engines/Lifecycle.<Test>/<engine>.
+//
+// Renewal by the watchdog and by hand, the in-doubt state while the database is
+// unreachable (a TCP proxy cut for PostgreSQL and MariaDB, a held write lock for
+// SQLite), loss and its signals (stop_token, on_lost, events, counters),
+// fencing inside the caller's transaction, reentrancy, wake-ups, cancellation,
+// deadlines and clock-skew telemetry.
+//
+// Servers come from SQLOCK_TEST_PG_URL / SQLOCK_TEST_MYSQL_URL (skipped when
+// unset outside CI, failing under CI); SQLite runs on a fresh file per test.
+// Lock names carry a random per-test prefix. Nothing here asserts how fast
+// something happened: waits for an event are bounded polls with generous limits.
+#include "fault_proxy.hpp"
+#include "test_env.hpp"
+
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sqlock {
+// Test names and failure messages show the engine by name.
+inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
+inline void PrintTo(lease_state s, std::ostream* os) { *os << to_string(s); }
+}  // namespace sqlock
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+using sqlock::lease;
+using sqlock::lease_event;
+using sqlock::lease_state;
+using sqlock::locker;
+using sqlock::locker_options;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+struct engine_param_name {
+    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
+};
+
+/// Every lease event a locker reported, in order; safe to feed from the renewer thread.
+class event_log {
+public:
+    struct entry {
+        lease_event::kind what;
+        std::string name;
+        std::int64_t token;
+        std::string detail;
+    };
+
+    /// A hook for locker_options::on_event. It keeps the log alive, so it may outlive the test's scope.
+    static std::function<void(lease_event const&)> hook(std::shared_ptr<event_log> const& log) {
+        return [log](lease_event const& e) {
+            std::lock_guard lock(log->mutex_);
+            log->entries_.push_back({e.what, std::string(e.name), e.token, std::string(e.detail)});
+        };
+    }
+
+    std::size_t count(lease_event::kind k, std::string const& name) const {
+        std::lock_guard lock(mutex_);
+        std::size_t n = 0;
+        for (auto const& e : entries_) n += (e.what == k && e.name == name) ? 1 : 0;
+        return n;
+    }
+
+    std::vector<entry> of(lease_event::kind k) const {
+        std::lock_guard lock(mutex_);
+        std::vector<entry> out;
+        for (auto const& e : entries_)
+            if (e.what == k) out.push_back(e);
+        return out;
+    }
+
+    std::string dump() const {
+        std::lock_guard lock(mutex_);
+        std::string out;
+        for (auto const& e : entries_)
+            out += std::string(sqlock::to_string(e.what)) + " " + e.name + " token " + std::to_string(e.token) +
+                   (e.detail.empty() ? "" : " (" + e.detail + ")") + "\n";
+        return out;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<entry> entries_;
+};
+
+/// Calls to locker_options::on_lost.
+struct lost_log {
+    std::mutex mutex;
+    std::vector<std::pair<std::string, std::int64_t>> calls;
+
+    static std::function<void(std::string_view, std::int64_t)> hook(std::shared_ptr<lost_log> const& log) {
+        return [log](std::string_view name, std::int64_t token) {
+            std::lock_guard lock(log->mutex);
+            log->calls.emplace_back(std::string(name), token);
+        };
+    }
+    std::vector<std::pair<std::string, std::int64_t>> snapshot() {
+        std::lock_guard lock(mutex);
+        return calls;
+    }
+};
+
+/// A store whose database can be made unreachable and reachable again.
+///  - PostgreSQL, MariaDB: the store connects through a fault_proxy; block() cuts
+///    every connection and refuses new ones.
+///  - SQLite: the store has a short lock_wait_timeout (busy timeout); block()
+///    holds BEGIN EXCLUSIVE on a raw connection to the same file.
+class outage_rig {
+public:
+    outage_rig(engine e, std::string const& url) : e_(e) {
+        if (e == engine::sqlite) {
+            blocker_ = raw_session(e, url);
+            db_.emplace(url, sqlock::store_options{.create_schema = true, .lock_wait_timeout = 50ms});
+        } else {
+            proxy_ = fault_proxy::for_url(url);
+            db_.emplace(proxy_->proxied_url(url), sqlock::store_options{.create_schema = true});
+        }
+    }
+    outage_rig(outage_rig const&) = delete;
+    outage_rig& operator=(outage_rig const&) = delete;
+    ~outage_rig() {
+        try {
+            unblock();
+        } catch (...) {
+        }
+    }
+
+    sqlock::store& db() { return *db_; }
+
+    void block() {
+        if (blocked_) return;
+        if (proxy_) {
+            proxy_->block();
+        } else {
+            *blocker_ << "BEGIN EXCLUSIVE";
+        }
+        blocked_ = true;
+    }
+
+    void unblock() {
+        if (!blocked_) return;
+        if (proxy_) {
+            proxy_->unblock();
+        } else {
+            *blocker_ << "COMMIT";
+        }
+        blocked_ = false;
+    }
+
+    /// The store under test really went through the proxy (always true on SQLite).
+    bool used_proxy() const { return !proxy_ || proxy_->forwarded() >= 1; }
+
+    std::string describe() const {
+        if (!proxy_) return "sqlite: BEGIN EXCLUSIVE on a raw connection, store busy_timeout 50 ms";
+        return "proxy on 127.0.0.1:" + std::to_string(proxy_->port()) + ", forwarded " +
+               std::to_string(proxy_->forwarded()) + " connections, refused " + std::to_string(proxy_->refused());
+    }
+
+private:
+    engine e_;
+    // Declared before the store: the store (and its pooled connections) goes first.
+    std::unique_ptr<fault_proxy> proxy_;
+    std::unique_ptr<soci::session> blocker_;
+    std::optional<sqlock::store> db_;
+    bool blocked_ = false;
+};
+
+/// A store with the lock tables on the parameter's engine, a raw SOCI session
+/// on the same database, and a random lock-name prefix.
+class Lifecycle : public ::testing::TestWithParam<engine> {
+protected:
+    void SetUp() override {
+        e_ = GetParam();
+        if (e_ == engine::sqlite) {
+            dir_.emplace();
+            url_ = sqlite_url(dir_->path() / "locks.db");
+        } else {
+            require_env(url_var(e_), url_);
+            if (should_stop()) return;
+        }
+        prefix_ = random_prefix();
+        db_.emplace(url_, sqlock::store_options{.create_schema = true});
+        raw_ = raw_session(e_, url_);
+    }
+
+    /// A lock name under this test's prefix.
+    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
+
+    locker make_locker(locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
+
+    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
+
+    engine e_{};
+    std::optional<temp_dir> dir_;
+    std::string url_;
+    std::string prefix_;
+    std::optional<sqlock::store> db_;
+    std::unique_ptr<soci::session> raw_;
+};
+
+std::string state_of(lease const& l) { return std::string(sqlock::to_string(l.state())); }
+
+// ============================================================ 1. the watchdog
+
+// Auto-renew keeps a lease past its TTL: nobody else gets the lock, the row's
+// expiry moves forward, and the lease is still ours to release.
+TEST_P(Lifecycle, AutoRenewKeepsALockPastItsTtl) {
+    auto events = std::make_shared<event_log>();
+    locker holder = make_locker({.ttl = 300ms, .on_event = event_log::hook(events)});  // auto_renew by default
+    locker other = make_locker();
+    std::string const name = n("auto-renew");
+
+    std::optional<lease> l = holder.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    sqlock::db_time const first_expiry = l->expires_at();
+    auto const first_row = row(name);
+    ASSERT_TRUE(first_row.has_value());
+
+    // Hold for ~4x the TTL (sleeping is how database time passes); nobody else may get in.
+    int attempts = 0;
+    auto const until = steady::now() + 4 * 300ms;
+    while (steady::now() < until) {
+        std::optional<lease> stolen = other.try_acquire(name);
+        ++attempts;
+        EXPECT_FALSE(stolen.has_value()) << "another locker got a lock kept alive by the watchdog (attempt "
+                                         << attempts << ", token " << (stolen ? stolen->token() : 0) << ")";
+        if (stolen) break;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_GE(attempts, 2);
+
+    EXPECT_EQ(l->state(), lease_state::held) << "events:\n" << events->dump();
+    EXPECT_GE(holder.stats().renewed, 2u) << "events:\n" << events->dump();
+    EXPECT_GE(events->count(lease_event::kind::renewed, name), 2u);
+    EXPECT_GT(l->expires_at(), first_expiry) << "the lease's expiry did not move forward";
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value()) << "the renewed row is gone";
+    EXPECT_EQ(r->token, l->token());
+    EXPECT_EQ(r->owner, l->owner());
+    EXPECT_GT(r->expires_us, first_row->expires_us) << "the row's expires_at did not move forward";
+    EXPECT_TRUE(r->live()) << "the row expired while the watchdog was renewing it";
+    EXPECT_FALSE(l->stop_token().stop_requested());
+
+    EXPECT_NO_THROW(l->release());
+    EXPECT_EQ(l->state(), lease_state::released);
+    EXPECT_FALSE(row(name).has_value());
+    EXPECT_EQ(holder.stats().lost, 0u);
+}
+
+// Without auto-renew the same hold loses the lock to a waiter.
+TEST_P(Lifecycle, WithoutAutoRenewTheLockIsLostToAWaiter) {
+    auto lost = std::make_shared<lost_log>();
+    locker holder = make_locker({.ttl = 300ms, .auto_renew = false, .on_lost = lost_log::hook(lost)});
+    locker waiter = make_locker();
+    std::string const name = n("no-auto-renew");
+
+    lease l = holder.acquire(name, 0ms);
+    std::int64_t const token = l.token();
+    auto got = std::async(std::launch::async, [&] { return waiter.acquire(name, 30s); });
+
+    std::this_thread::sleep_for(4 * 300ms);  // past the TTL, nobody renewing
+    ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "the waiter never got the expired lock";
+    lease w = got.get();
+    EXPECT_GT(w.token(), token) << "the takeover must draw a bigger token";
+    EXPECT_EQ(holder.stats().renewed, 0u) << "auto_renew = false still renewed";
+
+    EXPECT_EQ(l.state(), lease_state::lost);
+    EXPECT_TRUE(l.lost());
+    EXPECT_FALSE(l.held());
+    EXPECT_TRUE(eventually([&] { return l.stop_token().stop_requested(); }))
+        << "the stop token was not requested for a lease whose validity ran out";
+    EXPECT_THROW(l.release(), sqlock::lease_lost);
+    EXPECT_TRUE(eventually([&] { return lost->snapshot().size() == 1; })) << "on_lost calls: " << lost->snapshot().size();
+
+    // The loser's release must not touch the winner's row.
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->owner, w.owner());
+    EXPECT_EQ(r->token, w.token());
+    EXPECT_TRUE(w.held());
+    EXPECT_NO_THROW(w.release());
+}
+
+// ============================================================ 2. in doubt
+
+// A renewal that cannot reach the database leaves the lease in doubt; it is
+// held again once the database is back within the safe deadline.
+TEST_P(Lifecycle, InDoubtWhileUnreachableThenRecovered) {
+    outage_rig rig(e_, url_);
+    auto events = std::make_shared<event_log>();
+    locker L = sqlock::table_locker(rig.db(), {.ttl = 3s, .on_event = event_log::hook(events)});
+    std::string const name = n("in-doubt");
+
+    lease l = L.acquire(name, 0ms);
+    std::int64_t const token = l.token();
+    ASSERT_TRUE(rig.used_proxy()) << rig.describe();
+    rig.block();
+    bool const doubted = eventually([&] { return l.state() == lease_state::in_doubt; }, 10s);
+    rig.unblock();
+    ASSERT_TRUE(doubted) << "the lease never became in_doubt while the database was unreachable; state "
+                         << state_of(l) << ", " << rig.describe() << "\nevents:\n" << events->dump();
+
+    EXPECT_TRUE(l.held()) << "an in-doubt lease is still ours until its safe deadline";
+    EXPECT_FALSE(l.stop_token().stop_requested()) << "in doubt is not lost";
+    EXPECT_TRUE(eventually([&] { return l.state() == lease_state::held; }, 10s))
+        << "the lease did not return to held after the database came back; state " << state_of(l) << "\nevents:\n"
+        << events->dump();
+    EXPECT_FALSE(l.stop_token().stop_requested());
+
+    auto r = row(name);  // through the real server, not the proxy
+    ASSERT_TRUE(r.has_value()) << "the lock row is gone";
+    EXPECT_EQ(r->owner, l.owner());
+    EXPECT_EQ(r->token, token);
+    EXPECT_TRUE(r->live());
+    auto const st = L.stats();
+    EXPECT_GE(st.renew_failures, 1u);
+    EXPECT_GE(st.renewed, 1u);
+    EXPECT_EQ(st.lost, 0u);
+    EXPECT_GE(events->count(lease_event::kind::renew_failed, name), 1u);
+    EXPECT_NO_THROW(l.release());
+    EXPECT_FALSE(row(name).has_value());
+}
+
+// An outage that outlasts the safe deadline loses the lease.
+TEST_P(Lifecycle, OutagePastTheSafeDeadlineLosesTheLease) {
+    outage_rig rig(e_, url_);
+    auto events = std::make_shared<event_log>();
+    auto lost = std::make_shared<lost_log>();
+    locker L = sqlock::table_locker(
+        rig.db(), {.ttl = 1s, .on_lost = lost_log::hook(lost), .on_event = event_log::hook(events)});
+    std::string const name = n("outage-lost");
+
+    lease l = L.acquire(name, 0ms);
+    std::int64_t const token = l.token();
+    ASSERT_TRUE(rig.used_proxy()) << rig.describe();
+    rig.block();
+    bool const stopped = eventually([&] { return l.stop_token().stop_requested(); }, 15s);
+    lease_state const during = l.state();
+    rig.unblock();
+    ASSERT_TRUE(stopped) << "the stop token did not fire although the outage outlasted the lease; state "
+                         << state_of(l) << ", " << rig.describe() << "\nevents:\n" << events->dump();
+    EXPECT_EQ(during, lease_state::lost);
+    EXPECT_EQ(l.state(), lease_state::lost) << "a lost lease came back when the database did";
+    EXPECT_FALSE(l.held());
+    EXPECT_EQ(L.stats().lost, 1u);
+    EXPECT_TRUE(eventually([&] { return lost->snapshot().size() == 1; }));
+    if (auto calls = lost->snapshot(); calls.size() == 1) {
+        EXPECT_EQ(calls[0].first, name);
+        EXPECT_EQ(calls[0].second, token);
+    }
+    EXPECT_THROW(l.release(), sqlock::lease_lost);
+}
+
+// ============================================================ 3. fencing
+
+// The account-balance scenario: an overtaken holder's transaction is refused by
+// the fence and rolls back; only the new holder's write lands.
+TEST_P(Lifecycle, FenceRefusesTheOvertakenHoldersTransaction) {
+    std::string const accounts = "sqlt_" + random_hex(12) + "_accounts";
+    *raw_ << "CREATE TABLE " + accounts + " (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL)";
+    struct drop_table {
+        soci::session& s;
+        std::string table;
+        ~drop_table() {
+            try {
+                s << "DROP TABLE " + table;
+            } catch (...) {
+            }
+        }
+    } drop{*raw_, accounts};
+    *raw_ << "INSERT INTO " + accounts + " (id, balance) VALUES (1, 1000)";
+
+    sqlock::fence const fence(*db_);
+    std::string const resource = n("account:1");
+    std::string const lock_name = n("lock/account:1");
+    auto session_a = raw_session(e_, url_);
+    auto session_b = raw_session(e_, url_);
+    auto balance = [&](soci::session& s) {
+        long long b = 0;
+        s << "SELECT balance FROM " + accounts + " WHERE id = 1", soci::into(b);
+        return b;
+    };
+
+    // A takes the lock and reads the balance, then pauses past its lease.
+    locker LA = make_locker({.ttl = 30s, .auto_renew = false});
+    lease a = LA.acquire(lock_name, 0ms);
+    std::int64_t const token_a = a.token();
+    long long const seen_by_a = balance(*session_a);
+    ASSERT_EQ(seen_by_a, 1000);
+    backdate_row(*raw_, e_, lock_name);
+
+    // B takes over and debits 300 under its fence.
+    locker LB = make_locker({.ttl = 30s});
+    std::optional<lease> b = LB.try_acquire(lock_name);
+    ASSERT_TRUE(b.has_value()) << "the expired lock was not taken over";
+    std::int64_t const token_b = b->token();
+    ASSERT_GT(token_b, token_a);
+    {
+        soci::transaction tx(*session_b);
+        ASSERT_NO_THROW(fence.check_and_set(*session_b, resource, token_b));
+        long long const now = balance(*session_b);
+        *session_b << "UPDATE " + accounts + " SET balance = :b WHERE id = 1", soci::use(now - 300);
+        tx.commit();
+    }
+    {
+        soci::transaction tx(*session_b);  // the same token again passes
+        EXPECT_NO_THROW(fence.check_and_set(*session_b, resource, token_b));
+        tx.commit();
+    }
+
+    // A wakes up, still believing it holds the lock, and tries to write 1000 - 200.
+    bool refused = false;
+    {
+        soci::transaction tx(*session_a);
+        try {
+            fence.check_and_set(*session_a, resource, token_a);
+            *session_a << "UPDATE " + accounts + " SET balance = :b WHERE id = 1", soci::use(seen_by_a - 200);
+            tx.commit();
+        } catch (sqlock::stale_token const& e) {
+            refused = true;
+            EXPECT_EQ(e.seen(), token_b) << e.what();
+            tx.rollback();
+        }
+    }
+    EXPECT_TRUE(refused) << "the fence let the overtaken holder (token " << token_a << ") write after token "
+                         << token_b;
+    EXPECT_EQ(balance(*raw_), 700) << "the balance must reflect B's debit only";
+
+    long long fenced = 0;
+    *raw_ << "SELECT token FROM sqlock_fences WHERE resource = :r", soci::use(resource), soci::into(fenced);
+    EXPECT_EQ(fenced, token_b) << "the fence must keep the highest token seen";
+
+    EXPECT_THROW(a.release(), sqlock::lease_lost);
+    EXPECT_NO_THROW(b->release());
+    *raw_ << "DELETE FROM sqlock_fences WHERE resource = :r", soci::use(resource);
+}
+
+// ============================================================ 4. renewal refused
+
+// A lease whose renewal is refused (its row deleted behind its back) fires its
+// stop token, on_lost once, a `lost` event, and the counters.
+TEST_P(Lifecycle, RefusedRenewalFiresStopTokenAndOnLost) {
+    auto events = std::make_shared<event_log>();
+    auto lost = std::make_shared<lost_log>();
+    locker L = make_locker({.ttl = 600ms, .on_lost = lost_log::hook(lost), .on_event = event_log::hook(events)});
+    std::string const name = n("refused");
+
+    lease l = L.acquire(name, 0ms);
+    std::int64_t const token = l.token();
+    std::atomic<int> callbacks{0};
+    std::stop_callback on_stop(l.stop_token(), [&] { ++callbacks; });
+
+    delete_row(*raw_, name);
+    ASSERT_TRUE(eventually([&] { return l.stop_token().stop_requested(); }, 10s))
+        << "the stop token did not fire after the row was deleted; state " << state_of(l) << "\nevents:\n"
+        << events->dump();
+    EXPECT_EQ(callbacks.load(), 1) << "the stop_callback ran " << callbacks.load() << " times";
+    EXPECT_TRUE(eventually([&] { return !lost->snapshot().empty() && events->count(lease_event::kind::lost, name) > 0; }));
+
+    auto calls = lost->snapshot();
+    ASSERT_EQ(calls.size(), 1u) << "on_lost must be called exactly once";
+    EXPECT_EQ(calls[0].first, name);
+    EXPECT_EQ(calls[0].second, token);
+    auto lost_events = events->of(lease_event::kind::lost);
+    ASSERT_EQ(lost_events.size(), 1u) << "events:\n" << events->dump();
+    EXPECT_EQ(lost_events[0].name, name);
+    EXPECT_EQ(lost_events[0].token, token);
+    EXPECT_EQ(L.stats().lost, 1u);
+    EXPECT_EQ(l.state(), lease_state::lost);
+    EXPECT_TRUE(l.lost());
+    EXPECT_EQ(l.remaining(), steady::duration::zero());
+
+    EXPECT_THROW(l.release(), sqlock::lease_lost);
+    EXPECT_EQ(lost->snapshot().size(), 1u) << "release() of a lost lease called on_lost again";
+    EXPECT_EQ(L.stats().lost, 1u);
+    EXPECT_FALSE(row(name).has_value()) << "a refused renewal brought the row back";
+}
+
+// ============================================================ 5. reentrancy
+
+TEST_P(Lifecycle, ReentrantHoldsShareTheRow) {
+    locker L = make_locker();
+    std::string const name = n("reentrant");
+
+    std::optional<lease> first = L.try_acquire(name);
+    ASSERT_TRUE(first.has_value());
+    std::optional<lease> second = L.try_acquire(name);
+    ASSERT_TRUE(second.has_value()) << "the same locker on the same thread must re-enter";
+    EXPECT_EQ(second->token(), first->token());
+    EXPECT_TRUE(first->held());
+    EXPECT_TRUE(second->held());
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->holds, 2);
+
+    // Another thread is another owner, even with the same locker.
+    auto other_thread = std::async(std::launch::async, [&] { return L.try_acquire(name).has_value(); });
+    EXPECT_FALSE(other_thread.get()) << "another thread re-entered a lock held by this thread";
+
+    first->release();
+    r = row(name);
+    ASSERT_TRUE(r.has_value()) << "releasing one of two holds deleted the row";
+    EXPECT_EQ(r->holds, 1);
+    EXPECT_TRUE(second->held());
+    second->release();
+    EXPECT_FALSE(row(name).has_value()) << "the last hold must delete the row";
+    EXPECT_EQ(L.stats().released, 2u);
+}
+
+// With an explicit owner, every thread of the locker is the same owner (documented).
+TEST_P(Lifecycle, ExplicitOwnerReentersFromAnotherThread) {
+    locker L = make_locker({.owner = "x"});
+    std::string const name = n("reentrant-owner");
+
+    lease first = L.acquire(name, 0ms);
+    EXPECT_EQ(first.owner(), "x");
+    auto other_thread = std::async(std::launch::async, [&] { return L.try_acquire(name); });
+    std::optional<lease> second = other_thread.get();
+    ASSERT_TRUE(second.has_value()) << "a locker with an explicit owner must re-enter from another thread";
+    EXPECT_EQ(second->token(), first.token());
+    EXPECT_EQ(second->owner(), "x");
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->holds, 2);
+    EXPECT_EQ(r->owner, "x");
+
+    second->release();
+    r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->holds, 1);
+    first.release();
+    EXPECT_FALSE(row(name).has_value());
+    EXPECT_EQ(L.stats().released, 2u);
+}
+
+// ============================================================ 6. wake-up
+
+// A waiter whose backoff is an hour gets the lock promptly after a release:
+// only a wake-up can explain it. On PostgreSQL the holder is on another store
+// object, so only LISTEN/NOTIFY reaches the waiter; elsewhere the releasing
+// thread wakes waiters of its own process.
+TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
+    std::optional<sqlock::store> other_store;
+    if (e_ == engine::postgresql) other_store.emplace(url_, sqlock::store_options{.create_schema = true});
+    sqlock::store& holder_store = other_store ? *other_store : *db_;
+
+    locker holder = sqlock::table_locker(holder_store, {.ttl = 60s});
+    locker waiter = make_locker({.backoff_min = 1h, .backoff_max = 1h});
+    std::string const name = n("wake-up");
+
+    lease h = holder.acquire(name, 0ms);
+    auto got = std::async(std::launch::async, [&] { return waiter.acquire(name, 30s); });
+
+    // Park the waiter: it has tried (and found the lock busy); give the
+    // PostgreSQL listener time to connect and LISTEN.
+    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 10s)) << "the waiter never tried";
+    std::this_thread::sleep_for(1s);
+    ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
+    std::uint64_t const notifications_before = db_->stats().notifications;
+    h.release();
+
+    ASSERT_EQ(got.wait_for(60s), std::future_status::ready);
+    std::optional<lease> w;
+    try {
+        w.emplace(got.get());
+    } catch (sqlock::timeout const& e) {
+        FAIL() << "the waiter was not woken by the release and timed out: " << e.what();
+    }
+    EXPECT_TRUE(w->held());
+    EXPECT_GT(w->token(), h.token());
+    if (e_ == engine::postgresql) {
+        EXPECT_GE(db_->stats().notifications, 1u) << "the waiter's store received no notification";
+        EXPECT_GT(db_->stats().notifications, notifications_before);
+    }
+    EXPECT_NO_THROW(w->release());
+}
+
+// ============================================================ 7. cancellation
+
+TEST_P(Lifecycle, CancelledWaiterThrowsAndLeavesNoRow) {
+    auto events = std::make_shared<event_log>();
+    std::string const waiter_owner = n("waiter");
+    locker holder = make_locker();
+    locker waiter = make_locker({.owner = waiter_owner, .on_event = event_log::hook(events)});
+    std::string const name = n("cancel");
+
+    lease h = holder.acquire(name, 0ms);
+    std::stop_source stop;
+    auto got = std::async(std::launch::async, [&] { return waiter.acquire(name, 60s, stop.get_token()); });
+    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 10s)) << "the waiter never tried";
+    stop.request_stop();
+
+    ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "the cancelled waiter kept waiting";
+    EXPECT_THROW((void)got.get(), sqlock::cancelled);
+    EXPECT_EQ(waiter.stats().cancelled, 1u);
+    EXPECT_EQ(waiter.stats().acquired, 0u);
+    EXPECT_EQ(events->count(lease_event::kind::cancelled, name), 1u) << events->dump();
+    EXPECT_EQ(count_rows_owned_by(*raw_, waiter_owner), 0) << "a cancelled waiter left a row";
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->owner, h.owner()) << "the holder's row changed hands";
+    EXPECT_NO_THROW(h.release());
+}
+
+// ============================================================ 8. deadline
+
+TEST_P(Lifecycle, DeadlineIsHonoured) {
+    locker holder = make_locker();
+    locker waiter = make_locker();
+    std::string const name = n("deadline");
+    lease h = holder.acquire(name, 0ms);
+
+    auto const start = steady::now();
+    EXPECT_THROW((void)waiter.acquire(name, 300ms), sqlock::timeout);
+    auto const waited = steady::now() - start;
+    EXPECT_GE(waited, 300ms) << "acquire gave up after "
+                             << std::chrono::duration_cast<std::chrono::microseconds>(waited).count()
+                             << " us, before its 300 ms deadline";
+
+    auto const st = waiter.stats();
+    EXPECT_EQ(st.timeouts, 1u);
+    EXPECT_EQ(st.acquired, 0u);
+    // The 300 ms wait is counted once, in a bucket at or above 100 ms.
+    std::uint64_t total = std::accumulate(st.wait_histogram.begin(), st.wait_histogram.end(), std::uint64_t{0});
+    EXPECT_EQ(total, 1u);
+    std::size_t const first_long = 3;  // wait_bounds[2] == 100 ms
+    ASSERT_EQ(sqlock::locker_stats::wait_bounds[first_long - 1], 100ms);
+    std::uint64_t long_waits = 0;
+    for (std::size_t i = first_long; i < st.wait_histogram.size(); ++i) long_waits += st.wait_histogram[i];
+    EXPECT_EQ(long_waits, 1u) << "a 300 ms wait was counted below 100 ms";
+
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->owner, h.owner());
+}
+
+// ============================================================ 9. explicit renew
+
+TEST_P(Lifecycle, ExplicitRenew) {
+    locker L = make_locker({.ttl = 1500ms, .auto_renew = false});
+    locker other = make_locker();
+    std::string const name = n("renew");
+
+    lease l = L.acquire(name, 0ms);
+    std::int64_t const token = l.token();
+    auto r0 = row(name);
+    ASSERT_TRUE(r0.has_value());
+
+    std::this_thread::sleep_for(20ms);  // let the database clock move
+    ASSERT_NO_THROW(l.renew());
+    auto r1 = row(name);
+    ASSERT_TRUE(r1.has_value());
+    EXPECT_GT(r1->expires_us, r0->expires_us) << "renew() did not move expires_at forward";
+    EXPECT_LE(std::llabs(r1->expires_us - us_of(l.expires_at())), 1000) << "row expires_at vs lease";
+    EXPECT_EQ(r1->token, token);
+
+    std::this_thread::sleep_for(20ms);
+    ASSERT_NO_THROW(l.renew(2s));
+    auto r2 = row(name);
+    ASSERT_TRUE(r2.has_value());
+    EXPECT_GT(r2->expires_us, r1->expires_us) << "renew(2s) did not move expires_at forward";
+    EXPECT_GT(r2->expires_us - r2->now_us, 1500LL * 1000) << "renew(2s) did not extend to ~2 s";
+    EXPECT_LE(std::llabs(r2->expires_us - us_of(l.expires_at())), 1000);
+    EXPECT_EQ(l.token(), token);
+    EXPECT_EQ(L.stats().renewed, 2u);
+
+    EXPECT_THROW(l.renew(0ms), sqlock::usage_error);
+    EXPECT_TRUE(l.held()) << "a refused bad argument changed the lease";
+
+    // Taken over: renew is refused.
+    backdate_row(*raw_, e_, name);
+    std::optional<lease> thief = other.try_acquire(name);
+    ASSERT_TRUE(thief.has_value());
+    EXPECT_THROW(l.renew(), sqlock::lease_lost);
+    EXPECT_TRUE(l.lost());
+    EXPECT_TRUE(l.stop_token().stop_requested());
+    auto r3 = row(name);
+    ASSERT_TRUE(r3.has_value());
+    EXPECT_EQ(r3->owner, thief->owner()) << "the refused renewal touched the new holder's row";
+    EXPECT_EQ(r3->token, thief->token());
+
+    // Released: renew is a usage error.
+    lease m = L.acquire(n("renew-released"), 0ms);
+    m.release();
+    EXPECT_THROW(m.renew(), sqlock::usage_error);
+    EXPECT_THROW(m.renew(2s), sqlock::usage_error);
+    EXPECT_NO_THROW(thief->release());
+}
+
+// ============================================================ 10. clock skew
+
+TEST_P(Lifecycle, ClockSkewTelemetry) {
+    locker L = make_locker();
+    for (int i = 0; i < 5; ++i) {
+        lease l = L.acquire(n("skew-" + std::to_string(i)), 0ms);
+        l.release();
+    }
+    auto const st = db_->stats();
+    EXPECT_GT(st.clock_samples, 0u) << "no acquire was sampled";
+    EXPECT_LT(std::chrono::abs(st.clock_skew), 5s)
+        << "clock skew against a database on this host: " << st.clock_skew.count() << " us";
+    if (e_ != engine::postgresql) {
+        EXPECT_EQ(st.notifications, 0u);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Lifecycle,
+                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+}  // namespace

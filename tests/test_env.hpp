@@ -1,0 +1,525 @@
+// sqlock tests — shared helpers: where the test databases are, raw SQL access
+// to the lock tables behind the library's back, random name prefixes.
+#pragma once
+
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+#include <soci/mysql/soci-mysql.h>
+#include <soci/postgresql/soci-postgresql.h>
+#include <soci/soci.h>
+#include <soci/sqlite3/soci-sqlite3.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace sqlock_test {
+
+namespace fs = std::filesystem;
+using sqlock::engine;
+
+// ------------------------------------------------------------------ environment
+
+inline std::string engine_name(engine e) {
+    switch (e) {
+    case engine::postgresql: return "postgresql";
+    case engine::mysql: return "mysql";
+    case engine::sqlite: return "sqlite";
+    }
+    return "unknown";
+}
+
+inline std::optional<std::string> getenv_nonempty(char const* var) {
+    char const* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+}
+
+inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
+
+/// THE check for a test-environment variable (server URL, log path, restart
+/// command). Sets `out` when the variable is set. Otherwise, under CI (env CI
+/// non-empty) the test fails; elsewhere it is skipped. GTEST_SKIP/GTEST_FAIL
+/// return from this helper only: callers check `IsSkipped() || HasFatalFailure()`
+/// (the fixtures do it in SetUp, which keeps the body from running).
+inline void require_env(char const* var, std::string& out) {
+    if (auto v = getenv_nonempty(var)) {
+        out = *v;
+        return;
+    }
+    if (in_ci()) {
+        GTEST_FAIL() << var << " is not set and CI is set: start the test servers with "
+                     << "`scripts/test-servers.sh start` and source the env.sh it prints "
+                     << "(scripts/test.sh does both)";
+    }
+    GTEST_SKIP() << var << " is not set (not CI, so skipping; with CI set this fails): run `scripts/test-servers.sh start` and source the env.sh it prints";
+}
+
+inline bool should_stop() {
+    return ::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure();
+}
+
+inline char const* url_var(engine e) {
+    return e == engine::postgresql ? "SQLOCK_TEST_PG_URL" : "SQLOCK_TEST_MYSQL_URL";
+}
+inline char const* log_var(engine e) {
+    return e == engine::postgresql ? "SQLOCK_TEST_PG_LOG" : "SQLOCK_TEST_MYSQL_LOG";
+}
+inline char const* restart_var(engine e) {
+    return e == engine::postgresql ? "SQLOCK_TEST_PG_RESTART" : "SQLOCK_TEST_MYSQL_RESTART";
+}
+
+// ------------------------------------------------------------------ randomness
+
+inline std::mt19937_64& rng() {
+    thread_local std::mt19937_64 r{std::random_device{}() ^
+                                   static_cast<std::uint64_t>(
+                                       std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                                   (static_cast<std::uint64_t>(::getpid()) << 32)};
+    return r;
+}
+
+inline std::string random_hex(std::size_t n) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s(n, '0');
+    for (auto& c : s) c = digits[rng()() % 16];
+    return s;
+}
+
+/// A per-test lock-name prefix: random, so re-runs and concurrent runs on one
+/// server never meet each other's rows.
+inline std::string random_prefix() { return "sqlt-" + random_hex(12) + "/"; }
+
+// ------------------------------------------------------------------ temp dir
+
+class temp_dir {
+public:
+    temp_dir() {
+        path_ = fs::temp_directory_path() / ("sqlock-test-" + random_hex(16));
+        fs::create_directories(path_);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    temp_dir(temp_dir const&) = delete;
+    temp_dir& operator=(temp_dir const&) = delete;
+    fs::path const& path() const { return path_; }
+
+private:
+    fs::path path_;
+};
+
+/// Restores the working directory on scope exit.
+class cwd_guard {
+public:
+    cwd_guard() : old_(fs::current_path()) {}
+    ~cwd_guard() {
+        std::error_code ec;
+        fs::current_path(old_, ec);
+    }
+    cwd_guard(cwd_guard const&) = delete;
+    cwd_guard& operator=(cwd_guard const&) = delete;
+
+private:
+    fs::path old_;
+};
+
+/// A TCP port on 127.0.0.1 that nothing listens on (bound, then closed).
+inline int closed_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error("socket() failed");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        ::close(fd);
+        throw std::runtime_error("bind()/getsockname() failed");
+    }
+    int port = ntohs(a.sin_port);
+    ::close(fd);
+    return port;
+}
+
+// ------------------------------------------------------------------ URLs
+
+struct url_parts {
+    std::string scheme, user, password, host, port, db;
+};
+
+inline std::string percent_decode(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+/// scheme://[user[:password]@]host[:port]/db[?...] (enough for the test URLs).
+inline url_parts parse_server_url(std::string const& url) {
+    url_parts p;
+    auto sep = url.find("://");
+    if (sep == std::string::npos) throw std::invalid_argument("not a server URL: " + url);
+    p.scheme = url.substr(0, sep);
+    std::string rest = url.substr(sep + 3);
+    if (auto q = rest.find('?'); q != std::string::npos) rest.resize(q);
+    auto slash = rest.find('/');
+    std::string authority = rest.substr(0, slash);
+    p.db = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (auto at = authority.rfind('@'); at != std::string::npos) {
+        std::string userinfo = authority.substr(0, at);
+        authority = authority.substr(at + 1);
+        auto colon = userinfo.find(':');
+        p.user = percent_decode(userinfo.substr(0, colon));
+        if (colon != std::string::npos) p.password = percent_decode(userinfo.substr(colon + 1));
+    }
+    auto colon = authority.rfind(':');
+    p.host = authority.substr(0, colon);
+    if (colon != std::string::npos) p.port = authority.substr(colon + 1);
+    return p;
+}
+
+inline std::string with_password(std::string const& url, std::string const& user,
+                                 std::string const& password) {
+    url_parts p = parse_server_url(url);
+    return p.scheme + "://" + user + ":" + password + "@" + p.host + (p.port.empty() ? "" : ":" + p.port) +
+           "/" + p.db;
+}
+
+inline std::string sqlite_url(fs::path const& file) { return "sqlite://" + file.string(); }
+
+inline std::string sqlite_path_of(std::string const& url) {
+    if (url.rfind("sqlite://", 0) == 0) return url.substr(9);
+    if (url.rfind("sqlite:", 0) == 0) return url.substr(7);
+    throw std::invalid_argument("not a sqlite URL: " + url);
+}
+
+inline std::string pg_quote_param(std::string const& v) {
+    std::string out = "'";
+    for (char c : v) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+inline std::string mysql_quote_param(std::string const& v) {
+    std::string out = "'";
+    for (char c : v) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "'";
+}
+
+// ------------------------------------------------------------------ raw SQL
+
+/// A raw SOCI session on the database behind a sqlock URL, for checks the
+/// library's API does not offer. MariaDB sessions run in UTC (as sqlock's do).
+inline std::unique_ptr<soci::session> raw_session(engine e, std::string const& url) {
+    switch (e) {
+    case engine::postgresql: {
+        // SOCI 4.0 rewrites the connect string, so hand it libpq keywords, not the URL.
+        url_parts p = parse_server_url(url);
+        std::string cs = "host=" + pg_quote_param(p.host) + " dbname=" + pg_quote_param(p.db) +
+                         " user=" + pg_quote_param(p.user) + " password=" + pg_quote_param(p.password);
+        if (!p.port.empty()) cs += " port=" + p.port;
+        return std::make_unique<soci::session>(*soci::factory_postgresql(), cs);
+    }
+    case engine::mysql: {
+        url_parts p = parse_server_url(url);
+        std::string cs = "host=" + mysql_quote_param(p.host) + " dbname=" + mysql_quote_param(p.db) +
+                         " user=" + mysql_quote_param(p.user) + " password=" + mysql_quote_param(p.password) +
+                         " charset=utf8mb4";
+        if (!p.port.empty()) cs += " port=" + p.port;
+        auto s = std::make_unique<soci::session>(*soci::factory_mysql(), cs);
+        *s << "SET time_zone = '+00:00'";
+        return s;
+    }
+    case engine::sqlite:
+        return std::make_unique<soci::session>(*soci::factory_sqlite3(),
+                                               "db=" + sqlite_path_of(url) + " timeout=10");
+    }
+    throw std::invalid_argument("engine");
+}
+
+/// SQL for "the database's now" in the lock tables' units.
+inline std::string db_now_us_expr(engine e) {
+    switch (e) {
+    case engine::postgresql: return "CAST(extract(epoch FROM clock_timestamp()) * 1000000 AS BIGINT)";
+    case engine::mysql: return "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)";
+    case engine::sqlite: return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+    }
+    return {};
+}
+
+/// SQL turning the `col` of a lock row into microseconds since the Unix epoch.
+inline std::string col_us_expr(engine e, std::string const& col) {
+    switch (e) {
+    case engine::postgresql: return "CAST(extract(epoch FROM " + col + ") * 1000000 AS BIGINT)";
+    case engine::mysql: return "CAST(UNIX_TIMESTAMP(" + col + ") * 1000000 AS SIGNED)";
+    case engine::sqlite: return col;
+    }
+    return {};
+}
+
+/// The database's current time, microseconds since the Unix epoch.
+inline long long db_now_us(soci::session& s, engine e) {
+    long long v = 0;
+    s << "SELECT " + db_now_us_expr(e), soci::into(v);
+    return v;
+}
+
+struct lock_row {
+    std::string name;
+    std::string owner;
+    long long token = 0;
+    int holds = 0;
+    long long created_us = 0;
+    long long expires_us = 0;
+    long long now_us = 0;  // the database's time when the row was read
+    bool live() const { return expires_us > now_us; }
+};
+
+inline std::string locks_table(std::string const& prefix = "sqlock") { return prefix + "_locks"; }
+inline std::string tokens_table(std::string const& prefix = "sqlock") { return prefix + "_tokens"; }
+
+/// The lock row of `name`, read with raw SQL, or empty if there is none.
+inline std::optional<lock_row> read_row(soci::session& s, engine e, std::string const& name,
+                                        std::string const& prefix = "sqlock") {
+    lock_row r;
+    soci::indicator ind_owner = soci::i_ok;
+    s << "SELECT name, owner, token, holds, " + col_us_expr(e, "created_at") + ", " +
+             col_us_expr(e, "expires_at") + ", " + db_now_us_expr(e) + " FROM " + locks_table(prefix) +
+             " WHERE name = :n",
+        soci::into(r.name), soci::into(r.owner, ind_owner), soci::into(r.token), soci::into(r.holds),
+        soci::into(r.created_us), soci::into(r.expires_us), soci::into(r.now_us), soci::use(name);
+    if (!s.got_data()) return std::nullopt;
+    return r;
+}
+
+/// The per-name fencing counter in `<prefix>_tokens`, if any.
+inline std::optional<long long> read_counter(soci::session& s, std::string const& name,
+                                             std::string const& prefix = "sqlock") {
+    long long t = 0;
+    s << "SELECT token FROM " + tokens_table(prefix) + " WHERE name = :n", soci::into(t), soci::use(name);
+    if (!s.got_data()) return std::nullopt;
+    return t;
+}
+
+/// Rows whose name starts with `name_prefix` (ASCII).
+inline long long count_rows_with_prefix(soci::session& s, std::string const& name_prefix,
+                                        std::string const& prefix = "sqlock") {
+    long long n = 0;
+    int len = static_cast<int>(name_prefix.size());
+    s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE substr(name, 1, " + std::to_string(len) +
+             ") = :p",
+        soci::into(n), soci::use(name_prefix);
+    return n;
+}
+
+inline long long count_rows_named(soci::session& s, std::string const& name,
+                                  std::string const& prefix = "sqlock") {
+    long long n = 0;
+    s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE name = :n", soci::into(n), soci::use(name);
+    return n;
+}
+
+inline long long count_rows_owned_by(soci::session& s, std::string const& owner,
+                                     std::string const& prefix = "sqlock") {
+    long long n = 0;
+    s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE owner = :o", soci::into(n), soci::use(owner);
+    return n;
+}
+
+/// Poll `cond` every 10 ms until it holds or `limit` passes; returns its last
+/// value. For outcomes that take database or background-thread time (not a
+/// timing assertion: the limit is generous).
+template <class Cond>
+bool eventually(Cond cond, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
+    auto const deadline = std::chrono::steady_clock::now() + limit;
+    while (!cond()) {
+        if (std::chrono::steady_clock::now() >= deadline) return cond();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
+/// Make the row of `name` look expired an hour ago (by the database's clock).
+inline void backdate_row(soci::session& s, engine e, std::string const& name,
+                         std::string const& prefix = "sqlock") {
+    std::string set;
+    switch (e) {
+    case engine::postgresql:
+        set = "created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'";
+        break;
+    case engine::mysql:
+        set = "created_at = NOW(6) - INTERVAL 2 HOUR, expires_at = NOW(6) - INTERVAL 1 HOUR";
+        break;
+    case engine::sqlite:
+        set = "created_at = " + db_now_us_expr(e) + " - 7200000000, expires_at = " + db_now_us_expr(e) +
+              " - 3600000000";
+        break;
+    }
+    s << "UPDATE " + locks_table(prefix) + " SET " + set + " WHERE name = :n", soci::use(name);
+}
+
+/// Delete the row of `name` behind the library's back (a "force break").
+inline void delete_row(soci::session& s, std::string const& name, std::string const& prefix = "sqlock") {
+    s << "DELETE FROM " + locks_table(prefix) + " WHERE name = :n", soci::use(name);
+}
+
+// ------------------------------------------------------------------ time helpers
+
+inline long long us_of(sqlock::db_time t) { return t.time_since_epoch().count(); }
+
+inline std::int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// ------------------------------------------------------------------ critical-section records
+
+/// One critical section: the token it ran under and when it entered and left
+/// (steady clock, ns; CLOCK_MONOTONIC, so comparable across processes).
+struct cs_record {
+    std::int64_t token = 0;
+    std::int64_t enter_ns = 0;
+    std::int64_t exit_ns = 0;
+    long who = 0;  // thread index or pid
+};
+
+/// Sorts by entry and checks that no two critical sections overlap and that
+/// tokens strictly increase in entry order. Returns a description of the
+/// first few violations (empty when all is well).
+inline std::string check_history(std::vector<cs_record> recs) {
+    std::sort(recs.begin(), recs.end(),
+              [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
+    std::ostringstream out;
+    int bad = 0;
+    for (std::size_t i = 0; i < recs.size(); ++i) {
+        if (recs[i].exit_ns < recs[i].enter_ns) {
+            out << "record " << i << " exits before it enters\n";
+            ++bad;
+        }
+        if (i == 0) continue;
+        auto const& p = recs[i - 1];
+        auto const& c = recs[i];
+        if (c.enter_ns < p.exit_ns) {
+            out << "overlap: [" << p.enter_ns << ", " << p.exit_ns << "] token " << p.token << " by " << p.who
+                << " and [" << c.enter_ns << ", " << c.exit_ns << "] token " << c.token << " by " << c.who
+                << "\n";
+            ++bad;
+        }
+        if (c.token <= p.token) {
+            out << "token not increasing: " << p.token << " (by " << p.who << ") then " << c.token << " (by "
+                << c.who << ")\n";
+            ++bad;
+        }
+        if (bad >= 10) {
+            out << "...\n";
+            break;
+        }
+    }
+    return out.str();
+}
+
+/// How often the lock passed from one contender to another (in entry order):
+/// evidence that a contention run really interleaved.
+inline std::size_t count_handoffs(std::vector<cs_record> recs) {
+    std::sort(recs.begin(), recs.end(),
+              [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
+    std::size_t n = 0;
+    for (std::size_t i = 1; i < recs.size(); ++i)
+        if (recs[i].who != recs[i - 1].who) ++n;
+    return n;
+}
+
+// ------------------------------------------------------------------ PostgreSQL server log
+
+/// Watches the part of the PostgreSQL server log written while it lives:
+/// `offending()` returns the ERROR / "duplicate key" entries (with their
+/// DETAIL/STATEMENT/CONTEXT continuation lines) that mention any of `needles`.
+class pg_log_watch {
+public:
+    explicit pg_log_watch(std::string path) : path_(std::move(path)) {
+        std::error_code ec;
+        start_ = fs::file_size(path_, ec);
+        if (ec) start_ = 0;
+    }
+
+    std::vector<std::string> offending(std::vector<std::string> const& needles) const {
+        std::ifstream in(path_, std::ios::binary);
+        std::vector<std::string> found;
+        if (!in) {
+            found.push_back("cannot read server log " + path_);
+            return found;
+        }
+        in.seekg(static_cast<std::streamoff>(start_));
+        std::vector<std::string> entries;  // each: an ERROR-ish line plus its continuation lines
+        std::string line;
+        bool in_entry = false;
+        while (std::getline(in, line)) {
+            bool continuation = !line.empty() && (line[0] == '\t' || line.find(" DETAIL:  ") != std::string::npos ||
+                                                  line.find(" STATEMENT:  ") != std::string::npos ||
+                                                  line.find(" CONTEXT:  ") != std::string::npos ||
+                                                  line.find(" HINT:  ") != std::string::npos);
+            bool starts = line.find("ERROR:") != std::string::npos || line.find("duplicate key") != std::string::npos;
+            if (starts && !(continuation && in_entry)) {
+                entries.push_back(line);
+                in_entry = true;
+            } else if (continuation && in_entry) {
+                entries.back() += "\n" + line;
+            } else {
+                in_entry = false;
+            }
+        }
+        for (auto const& e : entries) {
+            for (auto const& n : needles) {
+                if (e.find(n) != std::string::npos) {
+                    found.push_back(e);
+                    break;
+                }
+            }
+        }
+        return found;
+    }
+
+    std::string const& path() const { return path_; }
+
+private:
+    std::string path_;
+    std::uintmax_t start_ = 0;
+};
+
+}  // namespace sqlock_test
