@@ -47,6 +47,13 @@ struct lock_listing {
     std::int64_t now_us = 0;  // the database's clock when read
 };
 
+/// A row-lock transaction that has been open a long time.
+struct long_row_lock {
+    std::int64_t session_id = 0;   // backend pid
+    std::int64_t held_ms = 0;      // how long its transaction has been open
+    std::string client;            // client address, or "local"
+};
+
 /// What one reaper batch did.
 struct reap_batch {
     std::int64_t rows = 0;                       // deleted (or, dry, that would be)
@@ -166,6 +173,11 @@ public:
 
     /// COMMIT (or ROLLBACK) the holding transaction and restore the session.
     virtual void end_row_lock(soci::session& s, bool commit) const = 0;
+
+    /// Row-lock transactions (on `<prefix>_rows`) open longer than `threshold`,
+    /// where the engine can tell (PostgreSQL); empty elsewhere.
+    [[nodiscard]] virtual std::vector<long_row_lock> long_row_locks(soci::session& s,
+                                                                    std::chrono::milliseconds threshold) const;
 
     /// The LISTEN/NOTIFY channel releases are announced on (PostgreSQL).
     [[nodiscard]] std::string channel() const { return prefix_ + "_released"; }

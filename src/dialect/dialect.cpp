@@ -211,6 +211,8 @@ std::optional<lock_listing> dialect::force_release(soci::session& s, std::string
     return std::nullopt;
 }
 
+std::vector<long_row_lock> dialect::long_row_locks(soci::session&, std::chrono::milliseconds) const { return {}; }
+
 void dialect::notify_release(soci::session&, std::string const&) const {}
 
 std::unique_ptr<release_listener> dialect::listen(std::string const&,
