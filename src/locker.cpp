@@ -229,6 +229,14 @@ void locker_impl::on_released(lease_row const& row, bool last) noexcept {
 
 void locker_impl::on_renewed(lease_row const& row) noexcept {
     counters_.renewed.fetch_add(1, std::memory_order_relaxed);
+    {
+        // A renewal (perhaps an explicit one with another TTL) restarts the schedule.
+        std::lock_guard lock(watch_->mutex);
+        for (auto& w : watch_->rows)
+            if (w.row.lock().get() == &row) w.next_renewal = clock::now() + row.ttl() / 3;
+        watch_->changed = true;
+    }
+    watch_->cv.notify_all();
     emit(lease_event::kind::renewed, row.name(), row.token());
 }
 
@@ -297,10 +305,7 @@ void locker_impl::run_watchdog(std::shared_ptr<watch_state> const& state, std::s
         for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded");
         for (auto& row : due) {
             try {
-                row->renew(row->ttl());
-                std::lock_guard relock(state->mutex);
-                for (auto& w : state->rows)
-                    if (w.row.lock() == row) w.next_renewal = clock::now() + row->ttl() / 3;
+                row->renew(row->ttl());  // on success the locker reschedules it (on_renewed)
             } catch (...) {
                 // lease_lost marked the row lost; an unreachable database left it in
                 // doubt, and the retry time set above stands.

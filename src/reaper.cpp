@@ -18,7 +18,10 @@ using std::chrono::milliseconds;
 
 constexpr std::size_t max_batch = 100000;
 
-std::string ms_text(milliseconds d) { return std::to_string(d.count()) + " ms"; }
+std::string ms_text(milliseconds d) {
+    if (d.count() != 0 && d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
+    return std::to_string(d.count()) + " ms";
+}
 
 void check(reaper_options const& o) {
     if (o.grace < 0ms || o.grace > std::chrono::days(7))

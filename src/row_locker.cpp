@@ -145,9 +145,16 @@ protected:
                 store_->raise(e, f, what);
             }
             if (missing && !ensured) {
+                // On the connection we already have (back in autocommit): a second
+                // one could wait on a pool exhausted by holders.
                 ensured = true;
-                store_->run("creating row lock '" + name + "'",
-                            [&](soci::session& s) { d.ensure_row(s, name); });
+                try {
+                    d.ensure_row(c.session(), name);
+                } catch (soci::soci_error const& e) {
+                    auto f = d.classify(e, c.session());
+                    if (f == failure::connection) c.mark_broken();
+                    store_->raise(e, f, "creating row lock '" + name + "'");
+                }
                 continue;
             }
             if (clock::now() >= bounds.deadline) return nullptr;

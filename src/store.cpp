@@ -147,16 +147,13 @@ void store_impl::record_clock(std::int64_t db_us, std::chrono::system_clock::tim
     auto mid_us = duration_cast<microseconds>((before + (after - before) / 2).time_since_epoch()).count();
     auto sample = db_us - mid_us;
     // An exponentially weighted mean (1/8 per sample); the first sample seeds it.
-    if (skew_samples_.fetch_add(1, std::memory_order_relaxed) == 0) {
-        skew_us_.store(sample, std::memory_order_relaxed);
-        return;
-    }
-    auto old = skew_us_.load(std::memory_order_relaxed);
-    skew_us_.store(old + (sample - old) / 8, std::memory_order_relaxed);
+    std::lock_guard lock(skew_mutex_);
+    skew_us_ = skew_samples_++ == 0 ? sample : skew_us_ + (sample - skew_us_) / 8;
 }
 
 store_stats store_impl::stats() const noexcept {
-    return {std::chrono::microseconds(skew_us_.load()), skew_samples_.load(), notifications_.load()};
+    std::lock_guard lock(skew_mutex_);
+    return {std::chrono::microseconds(skew_us_), skew_samples_, notifications_.load()};
 }
 
 std::uint64_t release_hub::generation(std::string_view name) {

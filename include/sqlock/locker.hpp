@@ -32,7 +32,9 @@ public:
     /// Take the lock if it is free (or its holder's lease has expired by the
     /// database's clock); otherwise return empty at once.
     /// @throws usage_error, backend_unavailable, backend_error, schema_missing,
-    ///         in_doubt (connection broke mid-statement and clean-up failed)
+    ///         in_doubt (connection broke mid-statement and clean-up failed),
+    ///         timeout (row_locker only: every pooled connection is pinned by a
+    ///         held row lock; the message names the pool)
     [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
 
     /// Take the lock, waiting up to `wait`. `wait == 0` tries once.

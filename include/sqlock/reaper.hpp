@@ -24,8 +24,11 @@ class store_impl;
 ///     sqlock::reaper r(db, {.grace = 10s, .batch_size = 500});
 struct reaper_options {
     /// A row is purged once its `expires_at` is older than the database's now
-    /// minus `grace` (0 .. 7 days). The grace covers a holder whose renewal is
-    /// in flight while its row expires; see docs/operations.md for sizing it.
+    /// minus `grace` (0 .. 7 days). Not a safety margin: an expired lease is
+    /// over whether or not its row is still there (a renewal refuses an expired
+    /// row). The grace keeps just-expired rows visible for a while, for
+    /// debugging a lost lease, and leaves them to takeover on acquire meanwhile.
+    /// See docs/operations.md for sizing it with the TTL and the interval.
     std::chrono::milliseconds grace = std::chrono::seconds(5);
 
     /// Rows deleted per statement (1 .. 100000). Each batch is one short

@@ -15,7 +15,7 @@ namespace sqlock {
 struct lease_event {
     enum class kind {
         acquired,      ///< a new lease (or a reentrant hold) was granted
-        busy,          ///< try_acquire found the lock held
+        busy,          ///< an attempt found the lock held (also each attempt inside a waiting acquire)
         timeout,       ///< a waiting acquire ran out of time
         cancelled,     ///< a waiting acquire was cancelled by its stop_token
         renewed,       ///< the renewer (or renew()) extended a lease
@@ -36,7 +36,7 @@ struct lease_event {
 /// atomically, the set is not.
 struct locker_stats {
     std::uint64_t acquired = 0;   ///< leases granted (including reentrant holds)
-    std::uint64_t busy = 0;       ///< try_acquire calls that found the lock held
+    std::uint64_t busy = 0;       ///< attempts that found the lock held (each attempt of a waiting acquire counts)
     std::uint64_t timeouts = 0;   ///< waiting acquires that ran out of time
     std::uint64_t cancelled = 0;  ///< waiting acquires cancelled by their stop_token
     std::uint64_t renewed = 0;    ///< successful renewals

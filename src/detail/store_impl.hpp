@@ -130,8 +130,9 @@ private:
 
     release_hub hub_;
     std::atomic<std::uint64_t> notifications_{0};
-    std::atomic<std::int64_t> skew_us_{0};
-    std::atomic<std::uint64_t> skew_samples_{0};
+    mutable std::mutex skew_mutex_;
+    std::int64_t skew_us_ = 0;         // guarded by skew_mutex_
+    std::uint64_t skew_samples_ = 0;   // guarded by skew_mutex_
     std::once_flag listener_once_;
     std::unique_ptr<release_listener> listener_;  // last: stopped first
 };

@@ -55,11 +55,11 @@ public:
                      " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= NOW(6)";
         renewed_sql_ = "SELECT " + epoch_us_sql("expires_at") + ", " + epoch_us_sql("NOW(6)") + " FROM " + locks_ +
                        " WHERE name = :name AND token = :token";
-        // Equal tokens pass: one holder may write several times. The row is locked
-        // by the upsert until the caller's transaction ends, so the read-back is exact.
+        // Equal tokens pass: one holder may write several times. The read-back is a
+        // locking read: a plain one would see the caller's REPEATABLE READ snapshot.
         fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
                      " ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)";
-        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource";
+        fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource FOR UPDATE";
 
         auto const rows = prefix_ + "_rows";
         ensure_row_sql_ = "INSERT IGNORE INTO " + rows + " (name, created_at) VALUES (:name, NOW(6))";
@@ -203,7 +203,9 @@ public:
         missing = false;
         long long token = 0, locked = 0;
         // WAIT takes whole seconds; the caller polls what is left below a second.
-        auto seconds = wait.count() / 1000;
+        // A wait also stays below the client's read timeout (see connect_string),
+        // or the client would give up on a healthy server: the caller waits again.
+        auto seconds = std::min<long long>(wait.count() / 1000, max_wait_seconds);
         bool got = false;
         if (seconds == 0) {
             s << try_lock_sql_, soci::use(name, "name"), soci::into(token);
@@ -296,6 +298,7 @@ private:
     std::string recorded_sql_;
     std::string exists_sql_;
 
+    static constexpr long long max_wait_seconds = 30;  // read_timeout is at least 31 s
     static long long idle_seconds(std::chrono::milliseconds ttl) { return std::max<long long>(1, (ttl.count() + 999) / 1000); }
 };
 

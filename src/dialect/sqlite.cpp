@@ -29,13 +29,10 @@ public:
                     " created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
                     " RETURNING token, created_at, expires_at";
-        // The token is drawn inside the holding transaction, so a crash rolls it
-        // back; max(.., now in microseconds) keeps the next one higher anyway,
-        // as long as the host clock does not step back.
         row_lock_sql_ = "INSERT INTO " + prefix_ + "_rows (name, token, owner, locked_at, created_at)"
-                        " VALUES (:name, " + now + ", :owner, " + now + ", " + now + ")"
-                        " ON CONFLICT (name) DO UPDATE SET token = max(token + 1, excluded.token),"
-                        " owner = excluded.owner, locked_at = excluded.locked_at RETURNING token, locked_at";
+                        " VALUES (:name, :token, :owner, " + now + ", " + now + ")"
+                        " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
+                        " owner = excluded.owner, locked_at = excluded.locked_at RETURNING locked_at";
     }
 
     sqlock::engine engine() const noexcept override { return engine::sqlite; }
@@ -115,22 +112,34 @@ public:
     void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
     void begin_row_lock(soci::session&, std::chrono::milliseconds) const override {}
 
-    // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every name at once.
+    // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every
+    // name at once. A token drawn inside the holding transaction would be rolled
+    // back by a crash and handed out again, so it is drawn and committed first;
+    // the holding transaction then checks that nobody drew after us (else: busy).
     std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
                                   std::chrono::milliseconds wait, bool& missing) const override {
         missing = false;
         s << "PRAGMA busy_timeout = " + std::to_string(std::max<long long>(0, wait.count()));
-        try {
-            s << "BEGIN IMMEDIATE";
-        } catch (soci::soci_error const& e) {
-            auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
-            if (lite != nullptr && (lite->result() & 0xff) == 5) return std::nullopt;  // SQLITE_BUSY
-            throw;
-        }
-        long long token = 0, locked = 0;
-        s << row_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
+        auto begin = [&] {
+            try {
+                s << "BEGIN IMMEDIATE";
+                return true;
+            } catch (soci::soci_error const& e) {
+                auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
+                if (lite != nullptr && (lite->result() & 0xff) == 5) return false;  // SQLITE_BUSY
+                throw;
+            }
+        };
+        long long drawn = 0, current = 0, locked = 0;
+        if (!begin()) return std::nullopt;
+        s << token_sql_, soci::use(name, "name"), soci::into(drawn);
+        s << "COMMIT";
+        if (!begin()) return std::nullopt;
+        s << "SELECT token FROM " + tokens_ + " WHERE name = :name", soci::use(name, "name"), soci::into(current);
+        if (current != drawn) return std::nullopt;  // another contender drew later: it goes first
+        s << row_lock_sql_, soci::use(name, "name"), soci::use(drawn, "token"), soci::use(owner, "owner"),
             soci::into(locked);
-        return grant{true, token, locked, 0};
+        return grant{true, drawn, locked, 0};
     }
 
     std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds) const override {

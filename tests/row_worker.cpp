@@ -1,0 +1,108 @@
+// sqlock tests — a row-lock (sqlock::row_locker) holder or contender in its own
+// process, for the process-contention, kill -9 and crash-token tests of
+// tests/row_lock_suite.cpp.
+//
+//   sqlock_row_worker loop URL LOCK_NAME COUNTER_FILE RECORD_FILE ITERATIONS
+//       ITERATIONS times: acquire(LOCK_NAME, 60s); read the integer in
+//       COUNTER_FILE, pause a little, write it back plus one (plain file I/O:
+//       only the lock protects it); append "token enter_ns exit_ns pid" to
+//       RECORD_FILE (steady_clock = CLOCK_MONOTONIC, comparable across
+//       processes); release; pause 0-2 ms.
+//
+//   sqlock_row_worker hold URL LOCK_NAME TTL_MS
+//       acquire(LOCK_NAME, 30s) with the renewer on, print "token <T>" on
+//       stdout, then hold until killed (the tests kill -9 it).
+//
+// Exit 0 on success; on any error, a message on stderr and exit 2.
+#include <sqlock/sqlock.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <typeinfo>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+int usage(char const* self) {
+    std::cerr << "usage: " << self << " loop URL LOCK_NAME COUNTER_FILE RECORD_FILE ITERATIONS\n"
+              << "       " << self << " hold URL LOCK_NAME TTL_MS\n";
+    return 2;
+}
+
+void loop(std::string const& url, std::string const& name, std::string const& counter_file,
+          std::string const& record_file, int iterations) {
+    long const pid = static_cast<long>(::getpid());
+    // One connection held by a lease or a waiting acquire, one for the short
+    // statements around it (the first use of a name creates its row).
+    sqlock::store db{url, {.pool_size = 3}};
+    sqlock::locker locks = sqlock::row_locker(db, {.ttl = 30s});
+    std::ofstream records(record_file, std::ios::app);
+    if (!records) throw std::runtime_error("cannot open " + record_file);
+    std::minstd_rand rng(static_cast<unsigned>(pid));
+
+    for (int i = 0; i < iterations; ++i) {
+        sqlock::lease l = locks.acquire(name, 60s);
+        std::int64_t const enter = steady_ns();
+        long long value = 0;
+        {
+            std::ifstream in(counter_file);
+            if (!(in >> value)) throw std::runtime_error("cannot read the counter in " + counter_file);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+        {
+            std::ofstream out(counter_file, std::ios::trunc);
+            out << value + 1 << "\n";
+            out.close();
+            if (!out) throw std::runtime_error("cannot write the counter in " + counter_file);
+        }
+        std::int64_t const exit = steady_ns();
+        records << l.token() << ' ' << enter << ' ' << exit << ' ' << pid << '\n' << std::flush;
+        l.release();
+        // Outside the lock, so the other processes get it too.
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+}
+
+[[noreturn]] void hold(std::string const& url, std::string const& name, std::chrono::milliseconds ttl) {
+    sqlock::store db{url, {.pool_size = 3}};
+    sqlock::locker locks = sqlock::row_locker(db, {.ttl = ttl});
+    sqlock::lease l = locks.acquire(name, 30s);
+    std::cout << "token " << l.token() << std::endl;
+    for (;;) std::this_thread::sleep_for(1h);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) return usage(argv[0]);
+    std::string const mode = argv[1];
+    try {
+        if (mode == "loop" && argc == 7) {
+            loop(argv[2], argv[3], argv[4], argv[5], std::atoi(argv[6]));
+        } else if (mode == "hold" && argc == 5) {
+            hold(argv[2], argv[3], std::chrono::milliseconds(std::atol(argv[4])));
+        } else {
+            return usage(argv[0]);
+        }
+    } catch (std::exception const& e) {
+        std::cerr << "sqlock_row_worker[" << ::getpid() << "]: " << typeid(e).name() << ": " << e.what() << "\n";
+        return 2;
+    }
+    return 0;
+}
