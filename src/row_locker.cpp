@@ -161,8 +161,8 @@ protected:
             // Engines that wait in whole seconds (MariaDB's WAIT n) leave a
             // remainder below a second: poll it with a short jittered pause.
             thread_local std::minstd_rand rng{std::random_device{}()};
-            auto pause = milliseconds(std::uniform_int_distribution<int>(1, 20)(rng));
-            std::this_thread::sleep_for(std::min(pause, left()));
+            auto poll_jitter = milliseconds(std::uniform_int_distribution<int>(1, 20)(rng));
+            std::this_thread::sleep_for(std::min(poll_jitter, left()));
         }
     }
 

@@ -210,7 +210,8 @@ void store_impl::pause_before_retry(int attempt) {
     // deadlocked together do not retry in lockstep.
     thread_local std::minstd_rand rng{std::random_device{}()};
     auto window = std::min(50, 1 + attempt * 2);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, window * 1000)(rng)));
+    auto jitter = std::chrono::microseconds(std::uniform_int_distribution<int>(0, window * 1000)(rng));
+    std::this_thread::sleep_for(jitter);
 }
 
 }  // namespace sqlock::detail
