@@ -120,6 +120,9 @@ void store_impl::open_slot(std::size_t pos, std::string_view what) {
         auto const* se = dynamic_cast<soci::soci_error const*>(&e);
         std::string message = se != nullptr ? se->get_error_message() : e.what();
         while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+        // Keep the engine's words, not SOCI's preamble.
+        for (std::string_view preamble : {"Cannot establish connection to the database. ", "Cannot establish connection to the database.\n"})
+            if (message.starts_with(preamble)) message.erase(0, preamble.size());
         try {
             s.close();
         } catch (...) {  // nothing left to close

@@ -84,9 +84,11 @@ public:
         std::string const sql = dry_run ? "SELECT expires_at, " + live + " FROM " + locks_ + " WHERE name IN (" + pick + ")"
                                         : "DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
                                               " RETURNING expires_at, " + live;
-        // Vectors sized to the batch take every returned row in one fetch.
-        std::vector<long long> expires(static_cast<std::size_t>(batch));
-        std::vector<int> live_flags(static_cast<std::size_t>(batch));
+        // Vectors sized to the batch take every returned row in one fetch (at least
+        // two: SOCI 4.0 fetches nothing into vectors of size 1 here).
+        auto const size = std::max<std::size_t>(2, static_cast<std::size_t>(batch));
+        std::vector<long long> expires(size);
+        std::vector<int> live_flags(size);
         soci::statement st = max_age_us ? (s.prepare << sql, soci::use(grace, "grace"), soci::use(age, "age"),
                                            soci::use(limit, "lim"), soci::into(expires), soci::into(live_flags))
                                         : (s.prepare << sql, soci::use(grace, "grace"), soci::use(limit, "lim"),

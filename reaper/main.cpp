@@ -1,0 +1,477 @@
+// sqlock-reaper: purges expired lock rows, once (cron, systemd timer) or as a
+// daemon. See `sqlock-reaper --help` and docs/operations.md.
+//
+// Exit codes (sysexits.h): 0 fine, 64 usage, 69 a database unreachable,
+// 70 a database refused the statement, 78 the lock tables are missing.
+#include "duration.hpp"
+
+#include <sqlock/sqlock.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef SQLOCK_VERSION
+#define SQLOCK_VERSION "unknown"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+enum exit_code : int {
+    ex_ok = 0,
+    ex_usage = 64,        // EX_USAGE: bad flags or URL
+    ex_unavailable = 69,  // EX_UNAVAILABLE: a database could not be reached
+    ex_software = 70,     // EX_SOFTWARE: a database refused the statement
+    ex_config = 78,       // EX_CONFIG: the lock tables are missing
+};
+
+// -------------------------------------------------------------------- output
+
+/// "2024-05-01T12:34:56.789Z"
+std::string iso8601(sqlock::db_time t) {
+    auto secs = std::chrono::floor<std::chrono::seconds>(t);
+    auto ms = std::chrono::duration_cast<milliseconds>(t - secs).count();
+    std::time_t tt = static_cast<std::time_t>(secs.time_since_epoch().count());
+    std::tm tm{};
+    gmtime_r(&tt, &tm);
+    char buf[96];  // room for any int the compiler imagines
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+    return buf;
+}
+
+/// A library message as one line, without the library's "sqlock: " prefix.
+std::string one_line(std::string_view message) {
+    if (message.starts_with("sqlock: ")) message.remove_prefix(8);
+    std::string out;
+    bool space = false;
+    for (char c : message) {
+        if (c == '\n' || c == '\r' || c == '\t') {
+            space = true;
+            continue;
+        }
+        if (space && !out.empty() && out.back() != ' ') out += ' ';
+        space = false;
+        out += c;
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+}
+
+/// The URL with its password masked (user:***@host), for messages about a
+/// database that could not even be opened.
+std::string redact(std::string_view url) {
+    auto scheme = url.find("://");
+    if (scheme == std::string_view::npos) return std::string(url);
+    auto at = url.find('@', scheme + 3);
+    auto slash = url.find('/', scheme + 3);
+    if (at == std::string_view::npos || (slash != std::string_view::npos && slash < at)) return std::string(url);
+    auto colon = url.find(':', scheme + 3);
+    if (colon == std::string_view::npos || colon > at) return std::string(url);
+    return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
+}
+
+std::string ms_text(std::chrono::microseconds d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(d.count()) / 1000.0);
+    return buf;
+}
+
+/// One line per event: pass results on stdout, errors and warnings on stderr;
+/// plain text or one JSON object per line.
+class logger {
+public:
+    explicit logger(bool json) : json_(json) {}
+
+    void pass(std::string const& url, sqlock::reap_result const& r) {
+        std::lock_guard lock(mutex_);
+        if (json_) {
+            nlohmann::json j = {{"event", "pass"},
+                                {"url", url},
+                                {"purged", r.purged},
+                                {"live_purged", r.live_purged},
+                                {"batches", r.batches},
+                                {"oldest_expiry", nullptr},
+                                {"duration_ms", static_cast<double>(r.duration.count()) / 1000.0},
+                                {"complete", r.complete},
+                                {"stopped", r.stopped},
+                                {"dry_run", r.dry_run}};
+            if (r.oldest_expiry) j["oldest_expiry"] = iso8601(*r.oldest_expiry);
+            std::cout << j.dump() << std::endl;
+            return;
+        }
+        std::string line = "sqlock-reaper: " + url + (r.dry_run ? " would purge " : " purged ") +
+                           (r.dry_run && !r.complete ? "at least " : "") + std::to_string(r.purged) +
+                           " expired rows in " + std::to_string(r.batches) + " batches (oldest expiry " +
+                           (r.oldest_expiry ? iso8601(*r.oldest_expiry) : std::string("none")) + ") in " +
+                           ms_text(r.duration) + " ms";
+        if (r.live_purged > 0)
+            line += "; " + std::to_string(r.live_purged) + " of them live, by max-age";
+        if (r.stopped) line += "; stopped before the table was clean";
+        if (r.dry_run) line += " [dry run: nothing deleted]";
+        std::cout << line << std::endl;
+    }
+
+    /// `retry_in`: the daemon tries again after it.
+    void error(std::string const& url, std::string_view message, int code,
+               std::optional<milliseconds> retry_in = std::nullopt) {
+        std::lock_guard lock(mutex_);
+        auto text = one_line(message);
+        if (json_) {
+            nlohmann::json j = {{"event", "error"}, {"url", url}, {"error", text}, {"exit_code", code}};
+            if (retry_in) j["retry_in_ms"] = retry_in->count();
+            std::cerr << j.dump() << std::endl;
+            return;
+        }
+        std::string line = "sqlock-reaper: error: " + text;
+        if (retry_in) line += " (still running: retrying in " + sqlock::tools::format_duration(*retry_in) + ")";
+        std::cerr << line << std::endl;
+    }
+
+    void warning(std::string const& url, std::string_view message) {
+        std::lock_guard lock(mutex_);
+        auto text = one_line(message);
+        if (json_)
+            std::cerr << nlohmann::json{{"event", "warning"}, {"url", url}, {"warning", text}}.dump() << std::endl;
+        else
+            std::cerr << "sqlock-reaper: " << text << std::endl;
+    }
+
+    void note(std::string_view event, std::string const& text) {
+        std::lock_guard lock(mutex_);
+        if (json_)
+            std::cerr << nlohmann::json{{"event", event}, {"message", text}}.dump() << std::endl;
+        else
+            std::cerr << "sqlock-reaper: " << text << std::endl;
+    }
+
+    void usage(std::string_view message) {
+        std::lock_guard lock(mutex_);
+        std::cerr << "sqlock-reaper: " << one_line(message) << " (see sqlock-reaper --help)" << std::endl;
+    }
+
+private:
+    bool json_;
+    std::mutex mutex_;
+};
+
+// -------------------------------------------------------------------- signals
+
+/// SIGTERM and SIGINT request a stop from a thread that waits for them with
+/// sigwait(): nothing runs in a signal handler. They are blocked in every
+/// thread (the mask is set before any thread starts and inherited). A second
+/// signal while stopping exits at once.
+class signal_watch {
+public:
+    explicit signal_watch(class logger& out) : out_(out) {
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGTERM);
+        sigaddset(&set_, SIGINT);
+        sigaddset(&set_, SIGUSR1);  // our own wake-up at exit
+        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        thread_ = std::thread([this] { run(); });
+    }
+    ~signal_watch() {
+        quitting_.store(true);
+        pthread_kill(thread_.native_handle(), SIGUSR1);
+        thread_.join();
+    }
+    signal_watch(signal_watch const&) = delete;
+    signal_watch& operator=(signal_watch const&) = delete;
+
+    [[nodiscard]] std::stop_token token() const { return source_.get_token(); }
+
+private:
+    void run() {
+        for (;;) {
+            int sig = 0;
+            if (sigwait(&set_, &sig) != 0) continue;
+            if (sig == SIGUSR1) {
+                if (quitting_.load()) return;
+                continue;
+            }
+            char const* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+            if (source_.stop_requested()) {
+                out_.note("stopping", std::string(name) + " again: exiting at once");
+                std::_Exit(128 + sig);
+            }
+            out_.note("stopping", std::string("received ") + name + ": stopping after the batch in flight");
+            source_.request_stop();
+        }
+    }
+
+    class logger& out_;
+    sigset_t set_{};
+    std::stop_source source_;
+    std::atomic<bool> quitting_{false};
+    std::thread thread_;
+};
+
+/// Sleep for `d` or until a stop is requested; false when stopped.
+bool sleep_for(milliseconds d, std::stop_token const& stop) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    cv.wait_for(lock, stop, d, [] { return false; });
+    return !stop.stop_requested();
+}
+
+// -------------------------------------------------------------------- databases
+
+struct settings {
+    std::vector<std::string> urls;
+    std::optional<milliseconds> interval;  // empty: once
+    std::string table_prefix = "sqlock";
+    bool json = false;
+    sqlock::reaper_options reap;
+};
+
+/// One database: opened lazily, reopened with backoff while unreachable.
+struct target {
+    std::string url;       // as given
+    std::string shown;     // for logs: the password masked
+    std::optional<sqlock::store> db;
+    std::optional<sqlock::reaper> reaper;
+    milliseconds backoff{0};
+    steady::time_point due = steady::time_point::min();
+};
+
+/// Runs `body`; maps what it throws to an exit code (0 when it returned).
+/// `message` receives the error text.
+template <class Body>
+int guarded(Body&& body, std::string& message) {
+    try {
+        body();
+        return ex_ok;
+    } catch (sqlock::usage_error const& e) {
+        message = e.what();
+        return ex_usage;
+    } catch (sqlock::schema_missing const& e) {
+        message = e.what();
+        return ex_config;
+    } catch (sqlock::backend_unavailable const& e) {
+        message = e.what();
+        return ex_unavailable;
+    } catch (sqlock::timeout const& e) {  // the pool stayed busy: treat as unreachable
+        message = e.what();
+        return ex_unavailable;
+    } catch (sqlock::error const& e) {
+        message = e.what();
+        return ex_software;
+    } catch (std::exception const& e) {
+        message = e.what();
+        return ex_software;
+    }
+}
+
+void open(target& t, settings const& s, logger& out) {
+    t.db.emplace(t.url, sqlock::store_options{.pool_size = 1, .table_prefix = s.table_prefix});
+    auto options = s.reap;
+    std::string shown = t.db->url();
+    options.on_warning = [&out, shown](std::string_view m) { out.warning(shown, m); };
+    t.reaper.emplace(*t.db, std::move(options));
+    t.shown = t.db->url();
+}
+
+/// One pass over `t`; returns an exit code.
+int reap(target& t, settings const& s, logger& out, std::stop_token const& stop,
+         std::optional<milliseconds> retry_in = std::nullopt) {
+    std::string message;
+    int code = guarded(
+        [&] {
+            if (!t.reaper) open(t, s, out);
+            out.pass(t.shown, t.reaper->reap_once(stop));
+        },
+        message);
+    if (code != ex_ok) {
+        bool retried = retry_in && code != ex_config && code != ex_usage;
+        out.error(t.shown, message, code, retried ? retry_in : std::nullopt);
+    }
+    return code;
+}
+
+int worst(int a, int b) {
+    auto rank = [](int c) {
+        switch (c) {
+            case ex_config: return 4;
+            case ex_unavailable: return 3;
+            case ex_software: return 2;
+            case ex_ok: return 0;
+            default: return 1;
+        }
+    };
+    return rank(b) > rank(a) ? b : a;
+}
+
+int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std::stop_token const& stop) {
+    milliseconds const interval = *s.interval;
+    milliseconds const first_backoff = std::min<milliseconds>(interval, 1s);
+    milliseconds const max_backoff = 60s;
+    while (!stop.stop_requested()) {
+        auto now = steady::now();
+        for (auto& t : targets) {
+            if (stop.stop_requested()) break;
+            if (t.due > now) continue;
+            auto next_backoff = t.backoff == 0ms ? first_backoff : std::min(t.backoff * 2, max_backoff);
+            int code = reap(t, s, out, stop, next_backoff);
+            if (code == ex_config || code == ex_usage) return code;  // needs an operator: systemd shows it
+            if (code == ex_ok) {
+                t.backoff = 0ms;
+                t.due = steady::now() + interval;
+            } else {
+                t.backoff = next_backoff;
+                t.due = steady::now() + next_backoff;
+            }
+        }
+        auto next = std::min_element(targets.begin(), targets.end(),
+                                     [](target const& a, target const& b) { return a.due < b.due; })
+                        ->due;
+        auto wait = std::chrono::duration_cast<milliseconds>(next - steady::now());
+        if (wait > 0ms && !sleep_for(wait, stop)) break;
+    }
+    return ex_ok;
+}
+
+// -------------------------------------------------------------------- command line
+
+/// Parses argv into `s`; returns -1 to go on, or the exit code to exit with.
+int parse(int argc, char** argv, settings& s, logger& out) {
+    CLI::App app{"Purges expired lock rows from sqlock's lock table (<prefix>_locks).\n"
+                 "Each batch is one conditional DELETE on the database's clock: a row renewed a moment\n"
+                 "before is never deleted. Fencing-token counters are never deleted. Several reapers on one\n"
+                 "database are safe. Exit codes: 0 fine, 64 usage, 69 a database unreachable, 70 a database\n"
+                 "refused the statement, 78 the lock tables are missing.",
+                 "sqlock-reaper"};
+    app.set_version_flag("--version", SQLOCK_VERSION);
+    bool once = false;
+    std::string interval_text, grace_text = "5s", max_age_text;
+    std::size_t batch = s.reap.batch_size;
+    app.add_option("--db", s.urls,
+                   "Database URL, repeatable (each is reaped in turn); default $SQLOCK_DB, then sqlite:sqlock.db")
+        ->type_name("URL");
+    auto* once_flag = app.add_flag("--once", once, "One pass over each database, then exit (the default)");
+    app.add_option("--interval", interval_text, "Run as a daemon: a pass every DUR until SIGTERM/SIGINT")
+        ->type_name("DUR")
+        ->excludes(once_flag);
+    app.add_option("--grace", grace_text, "Purge rows expired longer ago than this (default 5s)")
+        ->type_name("DUR");
+    app.add_option("--batch", batch, "Rows per DELETE (default 1000, at most 100000)")->type_name("N");
+    app.add_option("--max-age", max_age_text,
+                   "Also purge rows created longer ago than this, even live ones (their holders lose "
+                   "their leases; off by default)")
+        ->type_name("DUR");
+    app.add_flag("--dry-run", s.reap.dry_run, "Count one batch of due rows, delete nothing");
+    app.add_flag("--json", s.json, "One JSON object per line instead of plain text");
+    app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")
+        ->type_name("NAME");
+    try {
+        app.parse(argc, argv);
+    } catch (CLI::CallForHelp const& e) {
+        return app.exit(e);
+    } catch (CLI::CallForAllHelp const& e) {
+        return app.exit(e);
+    } catch (CLI::CallForVersion const& e) {
+        return app.exit(e);
+    } catch (CLI::ParseError const& e) {
+        out.usage(e.what());
+        return ex_usage;
+    }
+    std::string message;
+    int code = guarded(
+        [&] {
+            using sqlock::tools::parse_duration;
+            s.reap.grace = parse_duration(grace_text);
+            s.reap.batch_size = batch;
+            if (!max_age_text.empty()) s.reap.max_age = parse_duration(max_age_text);
+            if (!interval_text.empty()) {
+                s.interval = parse_duration(interval_text);
+                if (*s.interval <= 0ms || *s.interval > std::chrono::days(7))
+                    throw sqlock::usage_error("--interval " + interval_text + " is out of range: use 1ms .. 7d");
+            }
+            sqlock::validate(s.reap);
+        },
+        message);
+    if (code != ex_ok) {
+        out.usage(message);
+        return code;
+    }
+    if (s.urls.empty()) {
+        char const* env = std::getenv("SQLOCK_DB");
+        s.urls.emplace_back(env != nullptr && *env != '\0' ? env : "sqlite:sqlock.db");
+    }
+    return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool json = false;
+    for (int i = 1; i < argc; ++i) json = json || std::string_view(argv[i]) == "--json";
+    logger out(json);
+    signal_watch signals(out);  // first: every thread started later inherits the blocked signals
+    auto stop = signals.token();
+
+    settings s;
+    if (int code = parse(argc, argv, s, out); code >= 0) return code;
+
+    std::vector<target> targets;
+    for (auto const& url : s.urls) targets.push_back(target{url, redact(url)});
+
+    // Open every database first, so a bad URL anywhere is reported before anything is deleted.
+    int code = ex_ok;
+    for (auto& t : targets) {
+        std::string message;
+        int c = guarded([&] { open(t, s, out); }, message);
+        if (c == ex_usage) {
+            out.usage(message);
+            return ex_usage;
+        }
+        if (c == ex_ok) continue;
+        t.db.reset();
+        t.reaper.reset();
+        if (c == ex_config || !s.interval) {
+            out.error(t.shown, message, c);
+            code = worst(code, c);
+        }
+        // The daemon reports the unreachable ones on its first pass, with the retry.
+    }
+    if (code == ex_config && s.interval) return code;  // --once still reaps the others
+
+    if (!s.interval) {
+        for (auto& t : targets) {
+            if (stop.stop_requested()) break;
+            if (t.reaper) code = worst(code, reap(t, s, out, stop));
+        }
+        return code;
+    }
+    out.note("started", "reaping " + std::to_string(targets.size()) + " database" +
+                            (targets.size() == 1 ? "" : "s") + " every " +
+                            sqlock::tools::format_duration(*s.interval) +
+                            (s.reap.max_age ? "; max-age " + sqlock::tools::format_duration(*s.reap.max_age) +
+                                                  " purges LIVE rows older than that"
+                                            : ""));
+    code = run_daemon(targets, s, out, stop);
+    if (code == ex_ok) out.note("stopped", "stopped cleanly");
+    return code;
+}

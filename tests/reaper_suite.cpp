@@ -1,0 +1,913 @@
+// sqlock tests — the reaper (issue 6), run on every engine:
+//   Engines/Reaper.<Test>/<engine>     sqlock::reaper: what is purged and what never is
+//   Engines/ReaperCli.<Test>/<engine>  the sqlock-reaper executable: logs, exit codes, signals
+//   ReaperDuration.*                   the command-line duration parser (reaper/duration.hpp)
+//
+// Each test has tables of its own (a random table_prefix, dropped afterwards), so
+// a reaper with grace 0 never touches another suite's rows on a shared server.
+// Rows are made expired without sleeping: inserted with raw SQL whose times are
+// offsets from the database's now, or leased with a short TTL and no renewal.
+// Nothing here asserts how fast something happened.
+#include "fault_proxy.hpp"
+#include "test_env.hpp"
+
+#include "duration.hpp"  // reaper/
+
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstring>
+#include <latch>
+#include <mutex>
+#include <regex>
+#include <stop_token>
+#include <thread>
+
+extern char** environ;
+
+namespace sqlock {
+inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
+}  // namespace sqlock
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+using sqlock::reap_result;
+using sqlock::reaper;
+using sqlock::reaper_options;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+constexpr long long hour_us = 3600LL * 1000 * 1000;
+
+struct engine_param_name {
+    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
+};
+
+/// A store on tables of this test's own (random prefix), a raw session on the
+/// same database, and helpers to put rows in with database-relative times.
+class ReaperTest : public ::testing::TestWithParam<engine> {
+protected:
+    void SetUp() override {
+        e_ = GetParam();
+        if (e_ == engine::sqlite) {
+            dir_.emplace();
+            url_ = sqlite_url(dir_->path() / "locks.db");
+        } else {
+            require_env(url_var(e_), url_);
+            if (should_stop()) return;
+        }
+        tables_ = "sqlr_" + random_hex(10);
+        db_.emplace(url_, sqlock::store_options{.create_schema = true, .table_prefix = tables_});
+        raw_ = raw_session(e_, url_);
+    }
+
+    void TearDown() override {
+        db_.reset();
+        if (!raw_ || e_ == engine::sqlite) return;
+        try {
+            std::vector<std::string> names(64);
+            std::string const like = tables_ + "\\_%";
+            if (e_ == engine::postgresql)
+                *raw_ << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
+                    soci::into(names), soci::use(like);
+            else
+                *raw_ << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                         "table_name LIKE :p",
+                    soci::into(names), soci::use(like);
+            for (auto const& t : names) *raw_ << "DROP TABLE IF EXISTS " + t;
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "could not drop the test tables " << tables_ << "_*: " << e.what();
+        }
+    }
+
+    std::string locks() const { return tables_ + "_locks"; }
+
+    /// The database's now plus `offset_us`, as SQL in the lock table's units.
+    std::string at(long long offset_us) const {
+        auto off = std::to_string(offset_us);
+        switch (e_) {
+            case engine::postgresql: return "clock_timestamp() + (" + off + " * interval '1 microsecond')";
+            case engine::mysql: return "NOW(6) + INTERVAL " + off + " MICROSECOND";
+            case engine::sqlite: return "(" + db_now_us_expr(e_) + " + (" + off + "))";
+        }
+        return {};
+    }
+
+    /// Insert `count` rows `<name_prefix>0..` created `created_us` and expiring
+    /// `expires_us` from the database's now (negative: in the past). Each row
+    /// expires 1 µs later than the one before.
+    void insert_rows(std::string const& name_prefix, int count, long long created_us, long long expires_us) {
+        soci::transaction tx(*raw_);
+        for (int start = 0; start < count; start += 500) {
+            std::string sql = "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ";
+            for (int i = start; i < std::min(count, start + 500); ++i) {
+                if (i != start) sql += ",";
+                sql += "('" + name_prefix + std::to_string(i) + "', 'test-owner', " + std::to_string(i + 1) + ", 1, " +
+                       at(created_us) + ", " + at(expires_us + i) + ")";
+            }
+            *raw_ << sql;
+        }
+        tx.commit();
+    }
+    void insert_expired(std::string const& name_prefix, int count, long long ago_us = hour_us) {
+        insert_rows(name_prefix, count, -ago_us - hour_us, -ago_us);
+    }
+    void insert_live(std::string const& name_prefix, int count) { insert_rows(name_prefix, count, 0, hour_us); }
+
+    long long count(std::string const& where = "1 = 1") {
+        long long n = 0;
+        *raw_ << "SELECT COUNT(*) FROM " + locks() + " WHERE " + where, soci::into(n);
+        return n;
+    }
+    long long count_prefix(std::string const& name_prefix) {
+        return count_rows_with_prefix(*raw_, name_prefix, tables_);
+    }
+    bool exists(std::string const& name) { return count_rows_named(*raw_, name, tables_) == 1; }
+
+    /// The earliest expires_at among the rows named `<name_prefix>...`, as a db_time.
+    sqlock::db_time oldest(std::string const& name_prefix) {
+        long long us = 0;
+        *raw_ << "SELECT MIN(" + col_us_expr(e_, "expires_at") + ") FROM " + locks() + " WHERE substr(name, 1, " +
+                     std::to_string(name_prefix.size()) + ") = :p",
+            soci::into(us), soci::use(name_prefix);
+        return sqlock::db_time(microseconds(us));
+    }
+
+    sqlock::locker make_locker(sqlock::locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
+
+    std::optional<pg_log_watch> watch_pg_log() {
+        if (e_ != engine::postgresql) return std::nullopt;
+        std::string path;
+        require_env(log_var(e_), path);
+        if (should_stop()) return std::nullopt;
+        return pg_log_watch(path);
+    }
+
+    engine e_{};
+    std::optional<temp_dir> dir_;
+    std::string url_;
+    std::string tables_;
+    std::optional<sqlock::store> db_;
+    std::unique_ptr<soci::session> raw_;
+};
+
+class Reaper : public ReaperTest {};
+
+// ============================================================ what is purged
+
+TEST_P(Reaper, PurgesExpiredRowsAndKeepsLiveOnes) {
+    insert_expired("old/", 50);
+    insert_live("live/", 10);
+    auto L = make_locker({.ttl = 30s});
+    auto held = L.try_acquire("held");
+    ASSERT_TRUE(held);
+    auto const expected_oldest = oldest("old/");
+
+    reaper R(*db_);
+    auto r = R.reap_once();
+    EXPECT_EQ(r.purged, 50u);
+    EXPECT_EQ(r.live_purged, 0u);
+    EXPECT_EQ(r.batches, 1u);
+    EXPECT_TRUE(r.complete);
+    EXPECT_FALSE(r.stopped);
+    EXPECT_FALSE(r.dry_run);
+    ASSERT_TRUE(r.oldest_expiry);
+    EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), expected_oldest.time_since_epoch().count());
+
+    EXPECT_EQ(count_prefix("old/"), 0);
+    EXPECT_EQ(count_prefix("live/"), 10);
+    EXPECT_TRUE(exists("held"));
+    EXPECT_NO_THROW(held->renew());
+
+    // A clean table: one batch, nothing purged, no oldest expiry.
+    auto again = R.reap_once();
+    EXPECT_EQ(again.purged, 0u);
+    EXPECT_EQ(again.batches, 1u);
+    EXPECT_TRUE(again.complete);
+    EXPECT_FALSE(again.oldest_expiry);
+}
+
+TEST_P(Reaper, ExpiredLeaseIsPurgedAndTokensKeepIncreasing) {
+    auto L = make_locker({.ttl = 50ms, .auto_renew = false});
+    auto lease = L.try_acquire("short");
+    ASSERT_TRUE(lease);
+    auto const first = lease->token();
+
+    // Let a little database time pass: the row is purged once it has expired.
+    reaper R(*db_, {.grace = 0ms});
+    std::uint64_t purged = 0;
+    EXPECT_TRUE(eventually([&] { return (purged += R.reap_once().purged) > 0; }));
+    EXPECT_EQ(purged, 1u);
+    EXPECT_FALSE(exists("short"));
+    EXPECT_THROW(lease->renew(), sqlock::lease_lost);
+
+    // The token counter is not the lock row: the next holder still gets a higher token.
+    auto next = L.try_acquire("short");
+    ASSERT_TRUE(next);
+    EXPECT_GT(next->token(), first);
+}
+
+TEST_P(Reaper, GraceIsHonoured) {
+    insert_expired("recent/", 5, 10LL * 1000 * 1000);  // expired 10 s ago
+    insert_expired("old/", 7, 2 * hour_us);            // expired 2 h ago
+
+    auto r = reaper(*db_, {.grace = 1h}).reap_once();  // only rows expired more than an hour ago
+    EXPECT_EQ(r.purged, 7u);
+    EXPECT_EQ(count_prefix("recent/"), 5);
+    EXPECT_EQ(count_prefix("old/"), 0);
+
+    r = reaper(*db_, {.grace = 1min}).reap_once();
+    EXPECT_EQ(r.purged, 0u);
+    EXPECT_EQ(count_prefix("recent/"), 5);
+
+    r = reaper(*db_, {.grace = 5s}).reap_once();  // the default
+    EXPECT_EQ(r.purged, 5u);
+    EXPECT_EQ(count(), 0);
+}
+
+TEST_P(Reaper, RowsExpiringWithinTheGraceAreKept) {
+    insert_rows("fresh/", 4, -2 * hour_us, -1000);  // expired a millisecond ago
+    auto r = reaper(*db_, {.grace = 1h}).reap_once();
+    EXPECT_EQ(r.purged, 0u);
+    EXPECT_EQ(count_prefix("fresh/"), 4);
+}
+
+TEST_P(Reaper, PurgesInBatches) {
+    insert_expired("a/", 2500);
+    reaper R(*db_, {.batch_size = 1000});
+    auto r = R.reap_once();
+    EXPECT_EQ(r.purged, 2500u);
+    EXPECT_EQ(r.batches, 3u);  // 1000, 1000, 500
+    EXPECT_TRUE(r.complete);
+    EXPECT_EQ(count(), 0);
+
+    insert_expired("b/", 2000);
+    r = R.reap_once();
+    EXPECT_EQ(r.purged, 2000u);
+    EXPECT_EQ(r.batches, 3u);  // 1000, 1000, then an empty batch that proves the table clean
+    EXPECT_EQ(count(), 0);
+
+    insert_expired("c/", 5);
+    r = reaper(*db_, {.batch_size = 1}).reap_once();
+    EXPECT_EQ(r.purged, 5u);
+    EXPECT_EQ(r.batches, 6u);
+}
+
+TEST_P(Reaper, BatchesTakeTheOldestFirst) {
+    insert_expired("newer/", 10, hour_us);
+    insert_expired("older/", 10, 3 * hour_us);
+    auto const older = oldest("older/");
+    // The first batch is the ten oldest rows.
+    auto r = reaper(*db_, {.batch_size = 10, .dry_run = true}).reap_once();
+    EXPECT_EQ(r.purged, 10u);
+    ASSERT_TRUE(r.oldest_expiry);
+    EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), older.time_since_epoch().count());
+    r = reaper(*db_, {.batch_size = 10}).reap_once();
+    EXPECT_EQ(r.purged, 20u);
+    EXPECT_EQ(r.batches, 3u);
+    ASSERT_TRUE(r.oldest_expiry);
+    EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), older.time_since_epoch().count());
+    EXPECT_EQ(count(), 0);
+}
+
+TEST_P(Reaper, MaxAgePurgesLiveRowsOnlyWhenAskedAndSaysSo) {
+    insert_rows("stuck/", 6, -3 * hour_us, hour_us);  // created 3 h ago, renewed forever: live
+    insert_expired("dead/", 4);
+    auto L = make_locker({.ttl = 30s, .auto_renew = false});
+    auto young = L.try_acquire("young");  // created just now: too young for max_age
+    auto old = L.try_acquire("old-lease");
+    ASSERT_TRUE(young && old);
+    *raw_ << "UPDATE " + locks() + " SET created_at = " + at(-3 * hour_us) + " WHERE name = 'old-lease'";
+
+    // Without max_age, live rows are never purged.
+    auto r = reaper(*db_).reap_once();
+    EXPECT_EQ(r.purged, 4u);
+    EXPECT_EQ(r.live_purged, 0u);
+    EXPECT_EQ(count_prefix("stuck/"), 6);
+
+    insert_expired("dead/", 4);
+    std::vector<std::string> warnings;
+    reaper R(*db_, {.max_age = 1h, .on_warning = [&](std::string_view m) { warnings.emplace_back(m); }});
+    r = R.reap_once();
+    EXPECT_EQ(r.purged, 4u + 6u + 1u);
+    EXPECT_EQ(r.live_purged, 7u);
+    EXPECT_EQ(count_prefix("stuck/"), 0);
+    EXPECT_FALSE(exists("old-lease"));
+    EXPECT_TRUE(exists("young"));
+    ASSERT_EQ(warnings.size(), 1u) << "one loud warning per pass that purged live rows";
+    EXPECT_NE(warnings[0].find("WARNING"), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("7 live"), std::string::npos) << warnings[0];
+    EXPECT_EQ(warnings[0].find(":sqlock@"), std::string::npos) << "a password leaked: " << warnings[0];
+
+    // The holder of the purged live row finds out on its next renewal.
+    EXPECT_THROW(old->renew(), sqlock::lease_lost);
+    EXPECT_NO_THROW(young->renew());
+
+    // A pass with nothing live to purge says nothing.
+    r = R.reap_once();
+    EXPECT_EQ(r.live_purged, 0u);
+    EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST_P(Reaper, DryRunCountsAndDeletesNothing) {
+    insert_expired("old/", 30);
+    insert_live("live/", 3);
+    auto const expected_oldest = oldest("old/");
+
+    auto r = reaper(*db_, {.dry_run = true}).reap_once();
+    EXPECT_TRUE(r.dry_run);
+    EXPECT_EQ(r.purged, 30u);
+    EXPECT_EQ(r.batches, 1u);
+    EXPECT_TRUE(r.complete);
+    ASSERT_TRUE(r.oldest_expiry);
+    EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), expected_oldest.time_since_epoch().count());
+    EXPECT_EQ(count(), 33);
+
+    // A dry run looks at one batch: a full one says there may be more.
+    r = reaper(*db_, {.batch_size = 10, .dry_run = true}).reap_once();
+    EXPECT_EQ(r.purged, 10u);
+    EXPECT_EQ(r.batches, 1u);
+    EXPECT_FALSE(r.complete);
+    EXPECT_EQ(count(), 33);
+
+    // Live rows that max_age would purge are counted and warned about, and kept.
+    std::vector<std::string> warnings;
+    insert_rows("stuck/", 2, -3 * hour_us, hour_us);
+    r = reaper(*db_, {.max_age = 1h,
+                      .dry_run = true,
+                      .on_warning = [&](std::string_view m) { warnings.emplace_back(m); }})
+            .reap_once();
+    EXPECT_EQ(r.purged, 32u);
+    EXPECT_EQ(r.live_purged, 2u);
+    EXPECT_EQ(count(), 35);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("would"), std::string::npos) << warnings[0];
+}
+
+TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
+    insert_expired("old/", 3);
+    auto bad = [&](reaper_options o) {
+        EXPECT_THROW(sqlock::validate(o), sqlock::usage_error);
+        EXPECT_THROW({ reaper r(*db_, o); }, sqlock::usage_error);
+    };
+    bad({.grace = -1ms});
+    bad({.grace = std::chrono::days(8)});
+    bad({.batch_size = 0});
+    bad({.batch_size = 100001});
+    bad({.max_age = 0ms});
+    bad({.max_age = 999ms});
+    bad({.max_age = std::chrono::days(3651)});
+    EXPECT_EQ(count(), 3);
+
+    EXPECT_NO_THROW(sqlock::validate({.grace = 0ms, .batch_size = 1, .max_age = 1s}));
+    EXPECT_NO_THROW(sqlock::validate({.grace = std::chrono::days(7), .batch_size = 100000}));
+    reaper R(*db_, {.grace = 2s, .batch_size = 7});
+    EXPECT_EQ(R.options().grace, 2s);
+    EXPECT_EQ(R.options().batch_size, 7u);
+    EXPECT_FALSE(R.options().max_age);
+}
+
+// ============================================================ stopping
+
+TEST_P(Reaper, StopRequestedBeforehandRunsNoBatch) {
+    insert_expired("old/", 5);
+    std::stop_source stop;
+    stop.request_stop();
+    auto r = reaper(*db_).reap_once(stop.get_token());
+    EXPECT_TRUE(r.stopped);
+    EXPECT_FALSE(r.complete);
+    EXPECT_EQ(r.batches, 0u);
+    EXPECT_EQ(r.purged, 0u);
+    EXPECT_EQ(count(), 5);
+}
+
+TEST_P(Reaper, StopEndsThePassBetweenBatches) {
+    int const total = 20000;
+    insert_expired("old/", total);
+    std::stop_source stop;
+    reaper R(*db_, {.batch_size = 2});
+    std::jthread stopper([&] {
+        // As soon as the pass has made progress, ask it to stop.
+        auto watch = raw_session(e_, url_);
+        auto rows = [&] {
+            long long n = 0;
+            *watch << "SELECT COUNT(*) FROM " + locks(), soci::into(n);
+            return n;
+        };
+        eventually([&] { return rows() < total; }, 60s);
+        stop.request_stop();
+    });
+    auto r = R.reap_once(stop.get_token());
+    stopper.join();
+    EXPECT_TRUE(r.stopped);
+    EXPECT_FALSE(r.complete);
+    EXPECT_GT(r.purged, 0u);
+    EXPECT_LT(r.purged, static_cast<std::uint64_t>(total));
+    EXPECT_EQ(r.batches * 2, r.purged);
+    EXPECT_EQ(count() + static_cast<long long>(r.purged), total) << "every batch counted exactly what it deleted";
+}
+
+// ============================================================ concurrency
+
+TEST_P(Reaper, TwoReapersOnOneDatabaseCountEachRowOnce) {
+    auto log = watch_pg_log();
+    if (should_stop()) return;
+    // Two stores: two hosts as far as the database can tell.
+    sqlock::store other(url_, {.table_prefix = tables_});
+    for (int round = 0; round < 3; ++round) {
+        int const total = 3000;
+        insert_expired("r" + std::to_string(round) + "/", total);
+        reaper A(*db_, {.batch_size = 100});
+        reaper B(other, {.batch_size = 100});
+        std::latch go(2);
+        reap_result ra, rb;
+        std::exception_ptr ea, eb;
+        std::thread ta([&] {
+            go.arrive_and_wait();
+            try {
+                ra = A.reap_once();
+            } catch (...) {
+                ea = std::current_exception();
+            }
+        });
+        std::thread tb([&] {
+            go.arrive_and_wait();
+            try {
+                rb = B.reap_once();
+            } catch (...) {
+                eb = std::current_exception();
+            }
+        });
+        ta.join();
+        tb.join();
+        for (auto const& ep : {ea, eb}) {
+            if (!ep) continue;
+            try {
+                std::rethrow_exception(ep);
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "a reaper failed: " << e.what();
+            }
+        }
+        EXPECT_EQ(ra.purged + rb.purged, static_cast<std::uint64_t>(total)) << "round " << round;
+        EXPECT_EQ(count(), 0) << "round " << round;
+    }
+    if (log) {
+        auto const bad = log->offending({tables_});
+        std::string all;
+        for (auto const& b : bad) all += b + "\n";
+        EXPECT_TRUE(bad.empty()) << "PostgreSQL logged errors about the lock table (deadlocks?):\n" << all;
+    }
+}
+
+// One thread keeps renewing a short lease, another reaps with grace 0 in a loop
+// (deleting freshly expired filler rows each time). The lease's row must never be
+// deleted while it is live: whenever a renewal is refused, the row's absence is
+// checked against what the client can prove, namely that the database set its
+// expiry no earlier than (send time of the last successful renewal + ttl).
+TEST_P(Reaper, RenewedLeaseIsNeverPurged) {
+    auto const ttl = 200ms;
+    auto L = make_locker({.ttl = ttl, .auto_renew = false});
+    auto check = raw_session(e_, url_);
+    std::atomic<bool> done{false};
+    std::atomic<long> passes{0}, filler_purged{0};
+    std::string reaper_error;
+
+    std::thread reaping([&] {
+        try {
+            auto filler = raw_session(e_, url_);
+            std::mt19937 pause{std::random_device{}()};
+            reaper R(*db_, {.grace = 0ms, .batch_size = 50});
+            for (int i = 0; !done.load(); ++i) {
+                std::string sql = "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ";
+                for (int k = 0; k < 5; ++k)
+                    sql += std::string(k ? "," : "") + "('filler/" + std::to_string(i) + "/" + std::to_string(k) +
+                           "', 'o', 1, 1, " + at(-1000) + ", " + at(-1) + ")";
+                *filler << sql;
+                filler_purged += static_cast<long>(R.reap_once().purged);
+                ++passes;
+                // SQLite's write lock is not fair: a writer in a tight loop starves a
+                // renewer waiting in its busy handler. Leave it gaps to get in.
+                std::this_thread::sleep_for(microseconds(std::uniform_int_distribution<int>(
+                    0, e_ == engine::sqlite ? 20000 : 2000)(pause)));
+            }
+        } catch (std::exception const& e) {
+            reaper_error = e.what();
+        }
+    });
+
+    std::string const name = "hot";
+    std::mt19937 rng{std::random_device{}()};
+    std::vector<std::string> violations;
+    long renewals = 0, inconclusive = 0;
+    auto sent = steady::now();
+    auto lease = L.acquire(name, 10s);
+    auto last_ok = sent;
+    auto const until = steady::now() + 2s;
+    while (steady::now() < until && violations.empty()) {
+        // Up to just short of the TTL: some renewals land a moment before the row expires.
+        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, 190)(rng)));
+        sent = steady::now();
+        try {
+            lease.renew();
+            last_ok = sent;
+            ++renewals;
+            continue;
+        } catch (sqlock::lease_lost const&) {
+        } catch (sqlock::backend_unavailable const&) {  // in doubt, not refused
+            ++inconclusive;
+            continue;
+        }
+        auto row = read_row(*check, e_, name, tables_);
+        auto checked = steady::now();
+        bool gone = !row || row->token != lease.token();
+        if (gone && checked + 2ms < last_ok + ttl)
+            violations.push_back("the row of a lease renewed " +
+                                 std::to_string(std::chrono::duration_cast<milliseconds>(checked - last_ok).count()) +
+                                 " ms before (ttl " + std::to_string(ttl.count()) + " ms) was gone");
+        else
+            ++inconclusive;  // the renewer was starved past its TTL: a legitimate expiry
+        sent = steady::now();
+        lease = L.acquire(name, 10s);
+        last_ok = sent;
+    }
+    done = true;
+    reaping.join();
+    RecordProperty("renewals", std::to_string(renewals));
+    RecordProperty("reaper_passes", std::to_string(passes.load()));
+    RecordProperty("filler_purged", std::to_string(filler_purged.load()));
+    RecordProperty("inconclusive", std::to_string(inconclusive));
+    EXPECT_EQ(reaper_error, "");
+    EXPECT_TRUE(violations.empty()) << violations.front();
+    EXPECT_GT(renewals, 0);
+    EXPECT_GT(passes.load(), 0);
+    EXPECT_GT(filler_purged.load(), 0) << "the reaper never deleted anything: the race was not exercised";
+    EXPECT_LE(inconclusive, renewals) << "the renewer was starved most of the time: the test proved little";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Reaper,
+                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+
+// ============================================================ the executable
+
+#ifdef SQLOCK_REAPER_BIN
+
+/// sqlock-reaper run as a child process, stdout and stderr in files.
+class child {
+public:
+    child(std::vector<std::string> args, fs::path const& dir, std::vector<std::string> env_extra = {}) {
+        static std::atomic<int> serial{0};
+        auto tag = std::to_string(serial++);
+        out_ = dir / ("out" + tag);
+        err_ = dir / ("err" + tag);
+        args.insert(args.begin(), SQLOCK_REAPER_BIN);
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        std::vector<std::string> env;
+        for (char** e = environ; *e != nullptr; ++e)
+            if (std::string_view(*e).rfind("SQLOCK_DB=", 0) != 0) env.emplace_back(*e);
+        for (auto& e : env_extra) env.push_back(e);
+        std::vector<char*> envp;
+        for (auto& e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int rc = ::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
+        posix_spawn_file_actions_destroy(&fa);
+        if (rc != 0) throw std::runtime_error(std::string("posix_spawn sqlock-reaper: ") + std::strerror(rc));
+    }
+    ~child() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            int st = 0;
+            ::waitpid(pid_, &st, 0);
+        }
+    }
+    child(child const&) = delete;
+    child& operator=(child const&) = delete;
+
+    void signal(int sig) { ::kill(pid_, sig); }
+
+    /// The exit code, or -1 when it did not exit within `limit` (it is then killed).
+    int wait(milliseconds limit = 60s) {
+        int st = 0;
+        bool exited = eventually([&] { return ::waitpid(pid_, &st, WNOHANG) == pid_; }, limit);
+        if (!exited) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, &st, 0);
+            pid_ = -1;
+            return -1;
+        }
+        pid_ = -1;
+        if (WIFEXITED(st)) return WEXITSTATUS(st);
+        return 128 + WTERMSIG(st);
+    }
+
+    std::string out() const { return slurp(out_); }
+    std::string err() const { return slurp(err_); }
+    std::vector<std::string> out_lines() const { return lines(out()); }
+    std::vector<std::string> err_lines() const { return lines(err()); }
+
+private:
+    static std::string slurp(fs::path const& p) {
+        std::ifstream in(p, std::ios::binary);
+        std::ostringstream s;
+        s << in.rdbuf();
+        return s.str();
+    }
+    static std::vector<std::string> lines(std::string const& text) {
+        std::vector<std::string> v;
+        std::istringstream in(text);
+        for (std::string line; std::getline(in, line);) v.push_back(line);
+        return v;
+    }
+
+    pid_t pid_ = -1;
+    fs::path out_, err_;
+};
+
+class ReaperCli : public ReaperTest {
+protected:
+    /// Run to completion; returns the exit code.
+    int run(std::vector<std::string> args, std::vector<std::string> env = {}) {
+        last_.emplace(std::move(args), files_.path(), std::move(env));
+        return last_->wait();
+    }
+    std::vector<std::string> with_db(std::vector<std::string> args) {
+        args.insert(args.end(), {"--db", url_, "--table-prefix", tables_});
+        return args;
+    }
+    /// A URL of this engine that nothing answers on.
+    std::string unreachable_url() {
+        switch (e_) {
+            case engine::postgresql:
+                return "postgresql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
+            case engine::mysql: return "mysql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
+            case engine::sqlite: return sqlite_url(files_.path() / "no" / "such" / "dir" / "x.db");
+        }
+        return {};
+    }
+    std::string diag() const { return last_ ? "\nstdout:\n" + last_->out() + "stderr:\n" + last_->err() : ""; }
+
+    temp_dir files_;
+    std::optional<child> last_;
+};
+
+std::regex const plain_line(
+    R"(^sqlock-reaper: (\S+) purged (\d+) expired rows in (\d+) batches \(oldest expiry (none|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)\) in [0-9.]+ ms(.*)$)");
+
+TEST_P(ReaperCli, OncePurgesAndLogsOneLinePerPass) {
+    insert_expired("old/", 25);
+    insert_live("live/", 2);
+    ASSERT_EQ(run(with_db({"--once"})), 0) << diag();
+    auto lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 1u) << diag();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(lines[0], m, plain_line)) << lines[0];
+    EXPECT_EQ(m[2], "25");
+    EXPECT_EQ(m[3], "1");
+    EXPECT_NE(m[4], "none");
+    EXPECT_EQ(last_->err(), "");
+    EXPECT_EQ(count_prefix("old/"), 0);
+    EXPECT_EQ(count_prefix("live/"), 2);
+    if (e_ != engine::sqlite) {
+        EXPECT_NE(lines[0].find(":***@"), std::string::npos) << "password not masked: " << lines[0];
+        EXPECT_EQ(lines[0].find(":sqlock@"), std::string::npos) << "password leaked: " << lines[0];
+    }
+
+    // Flags: grace, batch.
+    insert_expired("recent/", 3, 10LL * 1000 * 1000);
+    insert_expired("older/", 1200);
+    ASSERT_EQ(run(with_db({"--grace", "1m", "--batch", "500"})), 0) << diag();  // --once is the default
+    lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 1u) << diag();
+    ASSERT_TRUE(std::regex_match(lines[0], m, plain_line)) << lines[0];
+    EXPECT_EQ(m[2], "1200");
+    EXPECT_EQ(m[3], "3");
+    EXPECT_EQ(count_prefix("recent/"), 3);
+}
+
+TEST_P(ReaperCli, JsonLinesCarryTheSameFields) {
+    insert_expired("old/", 4);
+    insert_rows("stuck/", 2, -3 * hour_us, hour_us);
+    ASSERT_EQ(run(with_db({"--once", "--json", "--max-age", "1h"})), 0) << diag();
+    auto lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 1u) << diag();
+    auto j = nlohmann::json::parse(lines[0]);
+    EXPECT_EQ(j["event"], "pass");
+    EXPECT_EQ(j["purged"], 6);
+    EXPECT_EQ(j["live_purged"], 2);
+    EXPECT_EQ(j["batches"], 1);
+    EXPECT_TRUE(j["oldest_expiry"].is_string());
+    EXPECT_TRUE(j["duration_ms"].is_number());
+    EXPECT_EQ(j["dry_run"], false);
+    EXPECT_EQ(j["complete"], true);
+    EXPECT_EQ(j["stopped"], false);
+    EXPECT_TRUE(j["url"].is_string());
+    // The loud warning about live rows, as JSON on stderr.
+    auto err = last_->err_lines();
+    ASSERT_EQ(err.size(), 1u) << diag();
+    auto w = nlohmann::json::parse(err[0]);
+    EXPECT_EQ(w["event"], "warning");
+    EXPECT_NE(w["warning"].get<std::string>().find("2 live"), std::string::npos) << err[0];
+    EXPECT_EQ(count(), 0);
+}
+
+TEST_P(ReaperCli, DryRunDeletesNothing) {
+    insert_expired("old/", 12);
+    ASSERT_EQ(run(with_db({"--dry-run"})), 0) << diag();
+    auto out = last_->out();
+    EXPECT_NE(out.find("would purge 12 expired rows"), std::string::npos) << out;
+    EXPECT_NE(out.find("dry run"), std::string::npos) << out;
+    EXPECT_EQ(count(), 12);
+}
+
+TEST_P(ReaperCli, SeveralDatabasesAreReapedInTurnAndSqlockDbIsTheDefault) {
+    temp_dir other_dir;
+    auto other = sqlite_url(other_dir.path() / "other.db");
+    {
+        sqlock::store o(other, {.create_schema = true, .table_prefix = tables_});
+    }
+    auto other_raw = raw_session(engine::sqlite, other);
+    *other_raw << "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ('x', 'o', 1, "
+                  "1, 0, 1)";
+    insert_expired("old/", 3);
+    ASSERT_EQ(run({"--db", url_, "--db", other, "--table-prefix", tables_}), 0) << diag();
+    auto lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 2u) << diag();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(lines[0], m, plain_line)) << lines[0];
+    EXPECT_EQ(m[2], "3");
+    ASSERT_TRUE(std::regex_match(lines[1], m, plain_line)) << lines[1];
+    EXPECT_EQ(m[1], other);
+    EXPECT_EQ(m[2], "1");
+
+    // Without --db: $SQLOCK_DB.
+    insert_expired("env/", 2);
+    ASSERT_EQ(run({"--table-prefix", tables_}, {"SQLOCK_DB=" + url_}), 0) << diag();
+    lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 1u) << diag();
+    ASSERT_TRUE(std::regex_match(lines[0], m, plain_line)) << lines[0];
+    EXPECT_EQ(m[2], "2");
+}
+
+TEST_P(ReaperCli, ExitCodes) {
+    // 64: usage, before anything is deleted.
+    insert_expired("old/", 2);
+    for (auto args : std::vector<std::vector<std::string>>{{"--bogus"},
+                                                           {"--grace", "5x"},
+                                                           {"--grace", "-1s"},
+                                                           {"--batch", "0"},
+                                                           {"--batch", "many"},
+                                                           {"--max-age", "0"},
+                                                           {"--interval", "0"},
+                                                           {"--once", "--interval", "1s"},
+                                                           {"--table-prefix", "1bad"}}) {
+        auto full = with_db(args);
+        EXPECT_EQ(run(full), 64) << args[0] << diag();
+        auto err = last_->err_lines();
+        EXPECT_EQ(err.size(), 1u) << args[0] << diag();
+        EXPECT_EQ(last_->out(), "") << args[0];
+    }
+    EXPECT_EQ(run({"--db", "nosuch://x", "--db", url_, "--table-prefix", tables_}), 64) << diag();
+    EXPECT_EQ(count(), 2) << "a usage error deleted rows";
+
+    // 78: the lock tables are missing (here: another prefix), in both modes.
+    EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6)}), 78) << diag();
+    EXPECT_NE(last_->err().find("does not exist"), std::string::npos) << diag();
+    EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6), "--interval", "1s"}), 78)
+        << diag();
+
+    // 69: unreachable (--once); the other database is still reaped.
+    auto down = unreachable_url();
+    EXPECT_EQ(run({"--db", down, "--db", url_, "--table-prefix", tables_}), 69) << diag();
+    auto err = last_->err_lines();
+    ASSERT_EQ(err.size(), 1u) << diag();
+    EXPECT_EQ(err[0].find("secret"), std::string::npos) << "password leaked: " << err[0];
+    EXPECT_EQ(err[0].find("soci"), std::string::npos) << err[0];
+    EXPECT_EQ(count(), 0);
+
+    // 0: help, version.
+    EXPECT_EQ(run({"--help"}), 0);
+    EXPECT_NE(last_->out().find("--interval"), std::string::npos);
+    EXPECT_EQ(run({"--version"}), 0);
+}
+
+TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {
+    // PostgreSQL/MariaDB: through a proxy that refuses connections, then lets them
+    // through. SQLite: a file in a directory that does not exist yet.
+    std::unique_ptr<fault_proxy> proxy;
+    std::string target = url_;
+    fs::path sqlite_dir = files_.path() / "later";
+    if (e_ == engine::sqlite) {
+        target = sqlite_url(sqlite_dir / "locks.db");
+    } else {
+        proxy = fault_proxy::for_url(url_);
+        proxy->block();
+        target = proxy->proxied_url(url_);
+    }
+    child daemon({"--db", target, "--table-prefix", tables_, "--interval", "50ms"}, files_.path());
+    auto retries = [&] {
+        auto err = daemon.err();
+        std::size_t n = 0;
+        for (auto p = err.find("retrying in"); p != std::string::npos; p = err.find("retrying in", p + 1)) ++n;
+        return n;
+    };
+    ASSERT_TRUE(eventually([&] { return retries() >= 2; }, 60s)) << daemon.err();
+    EXPECT_EQ(daemon.out(), "");
+
+    if (e_ == engine::sqlite) {
+        fs::create_directories(sqlite_dir);
+        sqlock::store s(target, {.create_schema = true, .table_prefix = tables_});
+    } else {
+        proxy->unblock();
+    }
+    ASSERT_TRUE(eventually([&] { return daemon.out_lines().size() >= 2; }, 90s)) << daemon.err();
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(), 0) << daemon.err();
+    for (auto const& line : daemon.out_lines()) EXPECT_TRUE(std::regex_match(line, plain_line)) << line;
+    EXPECT_NE(daemon.err().find("stopped cleanly"), std::string::npos) << daemon.err();
+}
+
+TEST_P(ReaperCli, SigtermStopsTheDaemonMidPass) {
+    int const total = 20000;
+    insert_expired("old/", total);
+    child daemon(with_db({"--interval", "1h", "--batch", "2"}), files_.path());
+    ASSERT_TRUE(eventually([&] { return count() < total; }, 60s)) << daemon.err();
+    daemon.signal(SIGTERM);
+    ASSERT_EQ(daemon.wait(), 0) << daemon.err();
+    auto left = count();
+    EXPECT_GT(left, 0) << "the pass ran to the end instead of stopping";
+    auto lines = daemon.out_lines();
+    ASSERT_EQ(lines.size(), 1u) << daemon.out() << daemon.err();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(lines[0], m, plain_line)) << lines[0];
+    EXPECT_EQ(std::stoll(m[2]) + left, total) << "the log line counts exactly the rows deleted";
+    EXPECT_NE(lines[0].find("stopped"), std::string::npos) << lines[0];
+    EXPECT_NE(daemon.err().find("SIGTERM"), std::string::npos) << daemon.err();
+}
+
+TEST_P(ReaperCli, SigintStopsTheDaemonBetweenPasses) {
+    child daemon(with_db({"--interval", "1h", "--json"}), files_.path());
+    ASSERT_TRUE(eventually([&] { return daemon.out_lines().size() == 1; }, 60s)) << daemon.err();
+    daemon.signal(SIGINT);
+    EXPECT_EQ(daemon.wait(), 0) << daemon.err();
+    auto j = nlohmann::json::parse(daemon.out_lines().at(0));
+    EXPECT_EQ(j["purged"], 0);
+    EXPECT_EQ(j["complete"], true);
+    for (auto const& line : daemon.err_lines()) EXPECT_TRUE(nlohmann::json::accept(line)) << line;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ReaperCli,
+                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+
+#endif  // SQLOCK_REAPER_BIN
+
+// ============================================================ durations
+
+TEST(ReaperDuration, ParsesTheAcceptedForms) {
+    using sqlock::tools::parse_duration;
+    EXPECT_EQ(parse_duration("250ms"), 250ms);
+    EXPECT_EQ(parse_duration("30s"), 30s);
+    EXPECT_EQ(parse_duration("5m"), 5min);
+    EXPECT_EQ(parse_duration("1h"), 1h);
+    EXPECT_EQ(parse_duration("7d"), std::chrono::days(7));
+    EXPECT_EQ(parse_duration("1h30m"), 90min);
+    EXPECT_EQ(parse_duration("1m500ms"), 60500ms);
+    EXPECT_EQ(parse_duration("0"), 0ms);
+    EXPECT_EQ(parse_duration("0s"), 0ms);
+}
+
+TEST(ReaperDuration, RejectsEverythingElse) {
+    using sqlock::tools::parse_duration;
+    for (auto text : {"", "5", "s", "5x", "-1s", "1.5s", " 5s", "5s ", "5 s", "1h-5m", "ms5", "99999999999999d"})
+        EXPECT_THROW((void)parse_duration(text), sqlock::usage_error) << "'" << text << "'";
+}
+
+TEST(ReaperDuration, FormatsWhatItParses) {
+    using sqlock::tools::format_duration;
+    using sqlock::tools::parse_duration;
+    EXPECT_EQ(format_duration(0ms), "0s");
+    EXPECT_EQ(format_duration(250ms), "250ms");
+    EXPECT_EQ(format_duration(90min), "1h30m");
+    EXPECT_EQ(format_duration(1600ms), "1s600ms");
+    for (auto d : {1ms, 999ms, 1000ms, 61000ms, 3600000ms, 90061001ms})
+        EXPECT_EQ(parse_duration(format_duration(d)), d);
+}
+
+}  // namespace
