@@ -116,7 +116,8 @@ public:
                                 {"duration_ms", static_cast<double>(r.duration.count()) / 1000.0},
                                 {"complete", r.complete},
                                 {"stopped", r.stopped},
-                                {"dry_run", r.dry_run}};
+                                {"dry_run", r.dry_run},
+                                {"long_row_locks", r.long_row_locks}};
             if (r.oldest_expiry) j["oldest_expiry"] = iso8601(*r.oldest_expiry);
             std::cout << j.dump() << std::endl;
             return;
@@ -381,6 +382,11 @@ int parse(int argc, char** argv, settings& s, logger& out) {
                    "Also purge rows created longer ago than this, even live ones (their holders lose "
                    "their leases; off by default)")
         ->type_name("DUR");
+    std::string row_lock_warning_text = "15m";
+    app.add_option("--row-lock-warning", row_lock_warning_text,
+                   "Warn about row locks whose transaction is open longer than this (PostgreSQL; default 15m, "
+                   "0 turns the check off)")
+        ->type_name("DUR");
     app.add_flag("--dry-run", s.reap.dry_run, "Count one batch of due rows, delete nothing");
     app.add_flag("--json", s.json, "One JSON object per line instead of plain text");
     app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")
@@ -404,6 +410,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
             s.reap.grace = parse_duration(grace_text);
             s.reap.batch_size = batch;
             if (!max_age_text.empty()) s.reap.max_age = parse_duration(max_age_text);
+            if (auto w = parse_duration(row_lock_warning_text); w > 0ms)
+                s.reap.row_lock_warning = w;
+            else
+                s.reap.row_lock_warning.reset();
             if (!interval_text.empty()) {
                 s.interval = parse_duration(interval_text);
                 if (*s.interval <= 0ms || *s.interval > std::chrono::days(7))

@@ -29,6 +29,9 @@ void check(reaper_options const& o) {
     if (o.batch_size < 1 || o.batch_size > max_batch)
         throw usage_error("sqlock: reaper batch_size " + std::to_string(o.batch_size) +
                           " is out of range: use 1 .. " + std::to_string(max_batch));
+    if (o.row_lock_warning && (*o.row_lock_warning < 1s || *o.row_lock_warning > std::chrono::days(3650)))
+        throw usage_error("sqlock: reaper row_lock_warning " + ms_text(*o.row_lock_warning) +
+                          " is out of range: use 1 s .. 3650 days, or leave it unset to skip the check");
     // A lower bound: max_age = 0 would purge every live row, almost always a unit slip.
     if (o.max_age && (*o.max_age < 1s || *o.max_age > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper max_age " + ms_text(*o.max_age) +
@@ -81,6 +84,20 @@ reap_result reaper::reap_once(std::stop_token stop) {
     }
     r.duration = duration_cast<microseconds>(std::chrono::steady_clock::now() - started);
 
+    std::vector<std::string> warnings;
+    if (options_.row_lock_warning && !r.stopped) {
+        auto held = store_->run("looking for long-held row locks",
+                                [&](soci::session& s) { return d.long_row_locks(s, *options_.row_lock_warning); });
+        r.long_row_locks = held.size();
+        for (auto const& h : held)
+            warnings.push_back("sqlock: WARNING: a row lock in " + store_->url() + " has been held for " +
+                               ms_text(std::chrono::milliseconds(h.held_ms)) + " (over " +
+                               ms_text(*options_.row_lock_warning) + ") by session " + std::to_string(h.session_id) +
+                               " from " + h.client + ": if its holder is hung, end that session "
+                               "(pg_terminate_backend) to release the lock");
+    }
+    for (auto const& message : warnings) warn(message);
+
     if (r.live_purged > 0) {
         std::string message = "sqlock: WARNING: the reaper " +
                               std::string(options_.dry_run ? "would purge " : "purged ") +
@@ -90,16 +107,20 @@ reap_result reaper::reap_once(std::stop_token stop) {
                               (options_.dry_run ? "would lose" : "have lost") +
                               " their leases; raise max_age or unset it if these locks are meant to be held "
                               "that long";
-        if (options_.on_warning) {
-            try {
-                options_.on_warning(message);
-            } catch (...) {  // a logging hook must not undo a pass that already ran
-            }
-        } else {
-            std::clog << message << std::endl;
-        }
+        warn(message);
     }
     return r;
+}
+
+void reaper::warn(std::string const& message) const {
+    if (options_.on_warning) {
+        try {
+            options_.on_warning(message);
+        } catch (...) {  // a logging hook must not undo a pass that already ran
+        }
+    } else {
+        std::clog << message << std::endl;
+    }
 }
 
 }  // namespace sqlock

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <string_view>
 
 namespace sqlock {
@@ -48,8 +49,14 @@ struct reaper_options {
     /// `reap_result::complete`.
     bool dry_run = false;
 
+    /// Row locks (`row_locker`) are released by their transactions, never by
+    /// the reaper; it reports those whose transaction has been open longer than
+    /// this, where the engine can tell (PostgreSQL: pg_stat_activity/pg_locks;
+    /// elsewhere nothing is reported). Empty: no check.
+    std::optional<std::chrono::milliseconds> row_lock_warning = std::chrono::minutes(15);
     /// Receives the loud warnings (live rows purged, or in a dry run that
-    /// would be purged, by `max_age`), one line each. Empty: they go to
+    /// would be purged, by `max_age`; row locks held longer than
+    /// `row_lock_warning`), one line each. Empty: they go to
     /// `std::clog`. Called on the thread that runs `reap_once`; must not throw.
     std::function<void(std::string_view message)> on_warning;
 };
@@ -77,6 +84,9 @@ struct reap_result {
     bool stopped = false;
     /// The pass only counted (`reaper_options::dry_run`).
     bool dry_run = false;
+    /// Row-lock transactions open longer than `reaper_options::row_lock_warning`
+    /// (PostgreSQL only; each one is also reported through `on_warning`).
+    std::uint64_t long_row_locks = 0;
 };
 
 /// Checks `options` as the `reaper` constructor does, without a store: for
@@ -131,6 +141,8 @@ public:
     [[nodiscard]] reaper_options const& options() const noexcept { return options_; }
 
 private:
+    void warn(std::string const& message) const;
+
     std::shared_ptr<detail::store_impl> store_;
     reaper_options options_;
 };

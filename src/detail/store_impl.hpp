@@ -85,7 +85,8 @@ public:
         /// A bounded row-lock wait that ran out is thrown as `row_busy`
         /// (otherwise it is retried like a deadlock).
         bool lock_wait_is_busy = false;
-        /// Stop retrying deadlocks and busy errors at this point.
+        /// Stop retrying deadlocks and busy errors at this point (default: two
+        /// `lock_wait_timeout`s from the start).
         std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     };
 
@@ -152,6 +153,11 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
     constexpr int max_transient = 100;
     int transient = 0;
     bool reconnected = false;
+    // Unless told otherwise, give a busy database two lock-wait bounds: on SQLite
+    // each attempt already waited one busy_timeout.
+    auto const deadline = how.deadline != std::chrono::steady_clock::time_point::max()
+                              ? how.deadline
+                              : std::chrono::steady_clock::now() + 2 * options_.lock_wait_timeout;
     for (;;) {
         auto c = borrow(what);
         try {
@@ -171,7 +177,7 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
             auto f = dialect_->classify(e, c.session());
             if (f == failure::lock_wait && how.lock_wait_is_busy) throw row_busy{};
             if (f == failure::lock_wait || f == failure::transient) {
-                if (++transient < max_transient && std::chrono::steady_clock::now() < how.deadline) {
+                if (++transient < max_transient && std::chrono::steady_clock::now() < deadline) {
                     pause_before_retry(transient);
                     continue;
                 }

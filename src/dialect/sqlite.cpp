@@ -11,6 +11,8 @@
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
 
+#include <thread>
+
 namespace sqlock::detail {
 namespace {
 
@@ -37,16 +39,33 @@ public:
 
     sqlock::engine engine() const noexcept override { return engine::sqlite; }
 
+    // Only the path goes to SOCI: it would run a synchronous= pragma before any
+    // busy timeout is set, and fail at once while another process checkpoints.
     std::string connect_string(url_parts const& url) const override {
         auto sync = url.params.find("synchronous");
-        return "db=\"" + url.path + "\" synchronous=" + (sync == url.params.end() ? "full" : sync->second);
+        synchronous_ = sync == url.params.end() ? "full" : sync->second;
+        return "db=\"" + url.path + "\"";
     }
 
     void open(soci::session& s, std::string const& connect_string) const override {
         s.open(*soci::factory_sqlite3(), connect_string);
         s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());
-        std::string mode;
-        s << "PRAGMA journal_mode = WAL", soci::into(mode);
+        // Switching to WAL needs the file to itself for a moment; busy_timeout
+        // does not always cover it, so retry SQLITE_BUSY within the same bound.
+        auto const until = std::chrono::steady_clock::now() + options_.lock_wait_timeout;
+        for (;;) {
+            try {
+                std::string mode;
+                s << "PRAGMA journal_mode = WAL", soci::into(mode);
+                s << "PRAGMA synchronous = " + synchronous_;
+                return;
+            } catch (soci::soci_error const& e) {
+                auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
+                bool busy = lite != nullptr && ((lite->result() & 0xff) == 5 || (lite->result() & 0xff) == 6);
+                if (!busy || std::chrono::steady_clock::now() >= until) throw;
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));  // busy: wait a moment, then retry
+            }
+        }
     }
 
     grant acquire(soci::session& s, std::string const& name, std::string const& owner,
@@ -194,6 +213,7 @@ private:
     std::string token_sql_;
     std::string lock_sql_;
     std::string row_lock_sql_;
+    mutable std::string synchronous_ = "full";  // set with the connect string, before any open
 };
 
 }  // namespace

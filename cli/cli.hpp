@@ -1,0 +1,130 @@
+// sqlock command — shared pieces: exit codes, arguments, text helpers.
+#pragma once
+
+#include <sqlock/lease.hpp>
+#include <sqlock/store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sqlock::cli {
+
+/// Exit codes (sysexits.h where one fits).
+namespace exit_code {
+inline constexpr int ok = 0;
+inline constexpr int not_found = 1;       ///< release: there was no such lock
+inline constexpr int usage = 64;          ///< EX_USAGE
+inline constexpr int unavailable = 69;    ///< EX_UNAVAILABLE: database unreachable or misconfigured
+inline constexpr int software = 70;       ///< EX_SOFTWARE: a bug
+inline constexpr int conflict = 75;       ///< EX_TEMPFAIL: the lock is held (default of --conflict-exit-code)
+inline constexpr int lost = 76;           ///< the lock was lost while COMMAND ran
+inline constexpr int config = 78;         ///< EX_CONFIG: the lock tables are missing
+inline constexpr int cannot_execute = 126;
+inline constexpr int command_not_found = 127;
+}  // namespace exit_code
+
+/// Ends the command with `code` after printing `message` (one line, "sqlock: "
+/// prefixed) on stderr; an empty message prints nothing.
+struct exit_error {
+    int code;
+    std::string message;
+};
+
+[[noreturn]] inline void fail(int code, std::string message) { throw exit_error{code, std::move(message)}; }
+
+/// Where --db came from, for messages.
+struct database {
+    std::string url;
+    bool explicit_db = false;  ///< given with --db (not $SQLOCK_DB or the default)
+};
+
+inline constexpr std::string_view default_url = "sqlite:sqlock.db";
+
+/// --db if given, else $SQLOCK_DB if set and non-empty, else the SQLite file ./sqlock.db.
+[[nodiscard]] database resolve_database(std::vector<std::string> const& given);
+
+/// The engine a URL names by its scheme, without opening it (the library
+/// validates the rest when the store opens); empty for an unknown scheme.
+[[nodiscard]] std::optional<sqlock::engine> engine_of_url(std::string_view url);
+
+/// The file of a sqlite: URL (as the library reads it), or empty for other URLs.
+[[nodiscard]] std::optional<std::string> sqlite_file_of_url(std::string_view url);
+
+/// Engine names as the command line writes them.
+[[nodiscard]] std::optional<sqlock::engine> engine_from_name(std::string_view name);
+
+/// "250ms", "30s", "5m", "1h", "7d", terms run together ("1h30m"), or "0".
+/// @throws exit_error (usage) naming `what` and the accepted forms
+[[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view what, std::string_view text);
+
+/// 2024-05-01T12:34:56.789Z
+[[nodiscard]] std::string iso_utc(sqlock::db_time t);
+
+/// A short human form: "850ms", "29.4s", "4m05s", "2h03m", "3d04h"; "expired" when <= 0.
+[[nodiscard]] std::string human_remaining(std::chrono::microseconds d);
+
+/// Text made fit for one line: control characters as escapes (\n, \t, \x1b).
+[[nodiscard]] std::string printable(std::string_view s);
+
+/// An exception message made into one line (runs of whitespace become one space)
+/// with the "sqlock: " prefix exactly once.
+[[nodiscard]] std::string one_line(std::string_view message);
+
+/// Prints `message` as one line on stderr (see one_line).
+void say(std::string_view message);
+
+// ---- commands ----------------------------------------------------------------
+
+struct run_args {
+    std::vector<std::string> dbs;
+    std::string name;
+    std::string ttl = "30s";
+    std::string wait = "0";
+    std::string strategy = "table";
+    int conflict_exit_code = exit_code::conflict;
+    std::vector<std::string> command;
+};
+
+struct list_args {
+    std::vector<std::string> dbs;
+    bool json = false;
+};
+
+struct release_args {
+    std::vector<std::string> dbs;
+    std::string name;
+    bool force = false;
+};
+
+struct schema_args {
+    std::vector<std::string> dbs;
+    std::string engine;
+    bool apply = false;
+};
+
+/// Each returns the process's exit code or throws exit_error / sqlock errors
+/// (mapped to exit codes by main).
+int run_command(run_args const& args);
+int list_command(list_args const& args);
+int release_command(release_args const& args);
+int schema_command(schema_args const& args);
+
+/// Opens a store, riding out a SQLite file that is busy for a moment while opening.
+[[nodiscard]] sqlock::store open_store(std::string const& url, sqlock::store_options options);
+
+/// Opens the store of `db` for list and release: never creates a SQLite file
+/// or tables (exit 78 when they are missing).
+[[nodiscard]] sqlock::store open_existing(database const& db);
+
+/// The exit_error (78) for missing lock tables in the database at `url`.
+[[nodiscard]] exit_error schema_missing_error(std::string_view url);
+
+/// The URL with its password masked, for messages.
+[[nodiscard]] std::string redacted_url(std::string_view url);
+
+}  // namespace sqlock::cli

@@ -1,0 +1,162 @@
+// sqlock — run a command under a lock kept in a SQL database; list and break locks; print the schema.
+//
+//   sqlock run     [--db URL]... --name NAME [--ttl DUR] [--wait DUR] [--strategy table|row]
+//                  [--conflict-exit-code N] -- COMMAND [ARG]...
+//   sqlock list    [--db URL] [--json]
+//   sqlock release [--db URL] --name NAME --force
+//   sqlock schema  [--db URL] [--engine postgresql|mysql|sqlite] [--apply]
+//
+// Exit codes and behaviour: docs/cli.md.
+#include "cli.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <iostream>
+
+#ifndef SQLOCK_VERSION
+#define SQLOCK_VERSION "unknown"
+#endif
+
+namespace {
+
+using namespace sqlock::cli;
+
+constexpr char const* db_help =
+    "database URL: postgresql://user:pass@host:port/db, mysql://user:pass@host:port/db, sqlite:path.db "
+    "or sqlite:///abs/path.db (default: $SQLOCK_DB, else sqlite:sqlock.db in the current directory)";
+
+constexpr char const* exit_codes_help =
+    "Exit codes: COMMAND's own (128+N when killed by signal N); 75 lock busy (--conflict-exit-code); "
+    "76 lock lost while COMMAND ran; 64 usage; 69 database unreachable or misconfigured; "
+    "78 lock tables missing; 126/127 COMMAND not executable / not found.";
+
+int dispatch(int argc, char** argv) {
+    // Everything after the first `--` is run's COMMAND; CLI11 sees only what is before it.
+    std::vector<std::string> before;
+    std::vector<std::string> command;
+    bool separator = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (!separator && a == "--") {
+            separator = true;
+            continue;
+        }
+        (separator ? command : before).push_back(std::move(a));
+    }
+
+    CLI::App app{"sqlock: run a command under a lock kept in a SQL database (PostgreSQL, MariaDB/MySQL, SQLite)",
+                 "sqlock"};
+    app.set_version_flag("--version", "sqlock " SQLOCK_VERSION);
+    app.require_subcommand(1);
+    app.footer(exit_codes_help);
+
+    run_args run;
+    auto* run_cmd = app.add_subcommand(
+        "run", "Run COMMAND while holding the lock NAME: sqlock run --name NAME [OPTIONS] -- COMMAND [ARG]...");
+    run_cmd->add_option("--db", run.dbs, db_help)->type_name("URL");
+    run_cmd->add_option("--name", run.name, "lock name (1..255 bytes of UTF-8)")->required();
+    run_cmd->add_option("--ttl", run.ttl, "lease length, renewed at a third of it (250ms, 30s, 5m, 1h)")
+        ->type_name("DUR")
+        ->capture_default_str();
+    run_cmd->add_option("--wait", run.wait, "how long to wait for a busy lock; 0 tries once")
+        ->type_name("DUR")
+        ->capture_default_str();
+    run_cmd->add_option("--strategy", run.strategy, "table (a lock row) or row (SELECT ... FOR UPDATE)")
+        ->check(CLI::IsMember({"table", "row"}))
+        ->capture_default_str();
+    run_cmd->add_option("--conflict-exit-code", run.conflict_exit_code, "exit code when the lock is busy")
+        ->check(CLI::Range(0, 255))
+        ->type_name("N")
+        ->capture_default_str();
+    run_cmd->allow_extras();  // a COMMAND without `--` gets a clear message below
+    run_cmd->footer(
+        "COMMAND runs with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the fencing token) added to its environment "
+        "while the lock is renewed every TTL/3; the lock is released when COMMAND exits. SIGINT, SIGTERM and SIGHUP "
+        "sent to sqlock are forwarded to COMMAND. If the lock is lost COMMAND gets SIGTERM, then SIGKILL after 5 s. "
+        "On SQLite the file and its tables are created if missing.\n\n" +
+        std::string(exit_codes_help));
+
+    list_args list;
+    auto* list_cmd = app.add_subcommand(
+        "list", "Print the held leases (name, owner, token, created_at, expires_at, remaining), times in UTC");
+    list_cmd->add_option("--db", list.dbs, db_help)->type_name("URL");
+    list_cmd->add_flag("--json", list.json, "JSON lines, one lease per line, with remaining_ms");
+
+    release_args release;
+    auto* release_cmd =
+        app.add_subcommand("release", "Delete the lock NAME whoever holds it (an operator's tool) and say whose it was");
+    release_cmd->add_option("--db", release.dbs, db_help)->type_name("URL");
+    release_cmd->add_option("--name", release.name, "lock name")->required();
+    release_cmd->add_flag("--force", release.force, "required: the holder may still be running");
+
+    schema_args schema;
+    auto* schema_cmd =
+        app.add_subcommand("schema", "Print the DDL of the lock tables, or create them in the database with --apply");
+    schema_cmd->add_option("--db", schema.dbs, db_help)->type_name("URL");
+    schema_cmd->add_option("--engine", schema.engine, "the engine whose DDL to print (default: that of --db)")
+        ->check(CLI::IsMember({"postgresql", "mysql", "sqlite"}));
+    schema_cmd->add_flag("--apply", schema.apply, "create the tables (idempotent) instead of printing the DDL");
+
+    if (before.empty() && !separator)
+        fail(exit_code::usage, "give a command: run, list, release or schema (see `sqlock --help`)");
+    std::vector<std::string> reversed(before.rbegin(), before.rend());  // CLI11 parses a reversed vector
+    try {
+        app.parse(reversed);
+    } catch (CLI::CallForHelp const& e) {
+        return app.exit(e);
+    } catch (CLI::CallForAllHelp const& e) {
+        return app.exit(e);
+    } catch (CLI::CallForVersion const& e) {
+        return app.exit(e);
+    } catch (CLI::ParseError const& e) {
+        std::string where = app.get_subcommands().empty() ? std::string("sqlock --help")
+                                                          : "sqlock " + app.get_subcommands().front()->get_name() + " --help";
+        fail(exit_code::usage, std::string(e.what()) + ": see `" + where + "`");
+    }
+
+    if (run_cmd->parsed()) {
+        if (!run_cmd->remaining().empty())
+            fail(exit_code::usage, "unexpected '" + printable(run_cmd->remaining().front()) +
+                                       "': put the command after `--`: sqlock run --name NAME -- COMMAND [ARG]...");
+        run.command = std::move(command);
+        return run_command(run);
+    }
+    if (separator)
+        fail(exit_code::usage, "unexpected `--`: only `sqlock run` takes a command");
+    for (auto const* dbs : {&list.dbs, &release.dbs, &schema.dbs})
+        if (dbs->size() > 1) fail(exit_code::usage, "give one --db (only run will take several, for majority mode)");
+    if (list_cmd->parsed()) return list_command(list);
+    if (release_cmd->parsed()) return release_command(release);
+    if (schema_cmd->parsed()) return schema_command(schema);
+    fail(exit_code::usage, "give a command: run, list, release or schema (see `sqlock --help`)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return dispatch(argc, argv);
+    } catch (exit_error const& e) {
+        if (!e.message.empty()) say(e.message);
+        return e.code;
+    } catch (sqlock::usage_error const& e) {
+        say(e.what());
+        return exit_code::usage;
+    } catch (sqlock::schema_missing const& e) {
+        // Stores opened by the commands turn this into their own message; this is the fallback.
+        say(std::string(e.what()));
+        return exit_code::config;
+    } catch (sqlock::lease_lost const& e) {
+        say(e.what());
+        return exit_code::lost;
+    } catch (sqlock::error const& e) {  // backend_unavailable, backend_error, in_doubt, timeout (pool)
+        say(e.what());
+        return exit_code::unavailable;
+    } catch (std::exception const& e) {
+        say(std::string("internal error: ") + e.what());
+        return exit_code::software;
+    }
+}

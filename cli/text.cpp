@@ -1,0 +1,245 @@
+// sqlock command — URLs, durations, times and messages.
+#include "cli.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+namespace sqlock::cli {
+
+namespace {
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/// The URL with the password masked (scheme://user:***@host/...), for messages.
+std::string redact(std::string_view url) {
+    auto scheme_end = url.find("://");
+    if (scheme_end == std::string_view::npos) return std::string(url);
+    auto authority = scheme_end + 3;
+    auto at = url.find('@', authority);
+    auto slash = url.find('/', authority);
+    if (at == std::string_view::npos || (slash != std::string_view::npos && slash < at)) return std::string(url);
+    auto colon = url.find(':', authority);
+    if (colon == std::string_view::npos || colon > at) return std::string(url);
+    return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
+}
+
+}  // namespace
+
+database resolve_database(std::vector<std::string> const& given) {
+    if (!given.empty()) return {given.front(), true};
+    if (char const* env = std::getenv("SQLOCK_DB"); env != nullptr && *env != '\0') return {env, false};
+    return {std::string(default_url), false};
+}
+
+std::optional<sqlock::engine> engine_of_url(std::string_view url) {
+    auto colon = url.find(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    auto scheme = url.substr(0, colon);
+    if (scheme == "sqlite") return engine::sqlite;
+    if (scheme == "postgresql" || scheme == "postgres") return engine::postgresql;
+    if (scheme == "mysql" || scheme == "mariadb") return engine::mysql;
+    return std::nullopt;
+}
+
+std::optional<std::string> sqlite_file_of_url(std::string_view url) {
+    if (!url.starts_with("sqlite:")) return std::nullopt;
+    auto rest = url.substr(7);
+    if (auto q = rest.find('?'); q != std::string_view::npos) rest = rest.substr(0, q);
+    if (rest.starts_with("//")) rest.remove_prefix(2);
+    std::string out;
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+        int hi = rest[i] == '%' && i + 2 < rest.size() ? hex_value(rest[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_value(rest[i + 2]) : -1;
+        if (hi >= 0 && lo >= 0) {
+            out += static_cast<char>(hi * 16 + lo);
+            i += 2;
+        } else {
+            out += rest[i];
+        }
+    }
+    return out;
+}
+
+std::optional<sqlock::engine> engine_from_name(std::string_view name) {
+    if (name == "postgresql") return engine::postgresql;
+    if (name == "mysql") return engine::mysql;
+    if (name == "sqlite") return engine::sqlite;
+    return std::nullopt;
+}
+
+std::chrono::milliseconds parse_duration(std::string_view what, std::string_view text) {
+    auto bad = [&](std::string_view why) {
+        fail(exit_code::usage, std::string(what) + " '" + printable(text) + "' is not a duration (" +
+                                   std::string(why) + "): write it like 250ms, 30s, 5m or 1h");
+    };
+    if (text == "0") return std::chrono::milliseconds(0);
+    if (text.empty()) bad("it is empty");
+    // At most a year: a deadline that far on the steady clock stays representable.
+    constexpr std::int64_t limit = std::int64_t(365) * 24 * 3600 * 1000;
+    std::int64_t total = 0;
+    std::size_t i = 0;
+    while (i < text.size()) {
+        std::int64_t n = 0;
+        std::size_t digits = 0;
+        for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+            n = n * 10 + (text[i] - '0');
+            if (n > limit) bad("longer than a year");
+        }
+        if (digits == 0) bad("expected a number");
+        auto unit_start = i;
+        while (i < text.size() && (text[i] < '0' || text[i] > '9')) ++i;
+        auto unit = text.substr(unit_start, i - unit_start);
+        std::int64_t per = 0;
+        if (unit == "ms") per = 1;
+        else if (unit == "s") per = 1000;
+        else if (unit == "m") per = 60'000;
+        else if (unit == "h") per = 3'600'000;
+        else if (unit == "d") per = 86'400'000;
+        else if (unit.empty()) bad("the number has no unit");
+        else bad("unknown unit '" + printable(unit) + "'");
+        if (n > (limit - total) / per) bad("longer than a year");
+        total += n * per;
+    }
+    return std::chrono::milliseconds(total);
+}
+
+std::string iso_utc(sqlock::db_time t) {
+    using namespace std::chrono;
+    auto secs = floor<seconds>(t);
+    auto ms = duration_cast<milliseconds>(t - secs).count();
+    std::time_t tt = secs.time_since_epoch().count();
+    std::tm tm{};
+    ::gmtime_r(&tt, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+    return buf;
+}
+
+std::string human_remaining(std::chrono::microseconds d) {
+    auto ms = d.count() / 1000;
+    if (d.count() <= 0) return "expired";
+    char buf[64];
+    if (ms < 1000) {
+        std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(ms));
+    } else if (ms < 60'000) {
+        std::snprintf(buf, sizeof buf, "%lld.%llds", static_cast<long long>(ms / 1000),
+                      static_cast<long long>(ms % 1000 / 100));
+    } else if (ms < 3'600'000) {
+        std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(ms / 60'000),
+                      static_cast<long long>(ms % 60'000 / 1000));
+    } else if (ms < 86'400'000) {
+        std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(ms / 3'600'000),
+                      static_cast<long long>(ms % 3'600'000 / 60'000));
+    } else {
+        std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(ms / 86'400'000),
+                      static_cast<long long>(ms % 86'400'000 / 3'600'000));
+    }
+    return buf;
+}
+
+std::string printable(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (char ch : s) {
+        auto c = static_cast<unsigned char>(ch);
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c == '\r') out += "\\r";
+        else if (c < 0x20 || c == 0x7f) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
+std::string one_line(std::string_view message) {
+    // SOCI's prefix of every connection failure says nothing the engine's own message does not.
+    std::string text(message);
+    constexpr std::string_view soci_prefix = "Cannot establish connection to the database.";
+    for (auto at = text.find(soci_prefix); at != std::string::npos; at = text.find(soci_prefix))
+        text.erase(at, soci_prefix.size());
+    message = text;
+    std::string out;
+    bool space = false;
+    for (char ch : message) {
+        if (ch == '\n' || ch == '\r' || ch == '\t' || ch == ' ') {
+            space = !out.empty();
+            continue;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += ch;
+    }
+    if (!out.starts_with("sqlock: ")) out = "sqlock: " + out;
+    return out;
+}
+
+void say(std::string_view message) {
+    auto line = one_line(message) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+}
+
+exit_error schema_missing_error(std::string_view url) {
+    return {exit_code::config, "the sqlock lock tables are missing in " + redact(url) +
+                                   ": create them with `sqlock schema --apply` (with the same --db), or ask the "
+                                   "database's owner to apply the DDL that `sqlock schema` prints"};
+}
+
+sqlock::store open_store(std::string const& url, sqlock::store_options options) {
+    // SOCI 4.0's SQLite backend runs `PRAGMA synchronous` while opening, before
+    // it sets a busy timeout: when another process is closing its last
+    // connection (checkpointing the WAL) that first statement fails at once with
+    // SQLITE_BUSY. Retry for as long as the store itself would wait for a lock.
+    // (Reported for src/dialect/sqlite.cpp; harmless once fixed there.)
+    bool const sqlite = engine_of_url(url) == engine::sqlite;
+    auto const deadline = std::chrono::steady_clock::now() + options.lock_wait_timeout;
+    for (;;) {
+        try {
+            return sqlock::store(url, options);
+        } catch (sqlock::backend_unavailable const& e) {
+            int code = 0;
+            try {
+                code = std::stoi(e.code());
+            } catch (...) {
+            }
+            bool busy = sqlite && (code & 0xff) == 5;  // SQLITE_BUSY and its extended codes
+            if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+}
+
+sqlock::store open_existing(database const& db) {
+    if (auto file = sqlite_file_of_url(db.url)) {
+        std::error_code ec;
+        if (!file->empty() && !std::filesystem::exists(*file, ec) && !ec)
+            fail(exit_code::config, "there is no lock database at " + db.url + " (no file '" + printable(*file) +
+                                        "'): check the directory or --db; `sqlock run` or `sqlock schema "
+                                        "--apply` creates it");
+    }
+    try {
+        return open_store(db.url, {});
+    } catch (sqlock::schema_missing const&) {
+        throw schema_missing_error(db.url);
+    }
+}
+
+std::string redacted_url(std::string_view url) { return redact(url); }
+
+}  // namespace sqlock::cli

@@ -1,0 +1,844 @@
+// sqlock tests — the `sqlock` command (issue 5), as real processes on every
+// engine: Engines/Cli.<Test>/<engine>, plus CliBasics.<Test> (no server).
+//
+// Every test runs the built binary (SQLOCK_CLI) with posix_spawn, stdout and
+// stderr captured to files, and asserts exit codes, output and what COMMAND
+// recorded in marker files. Nothing is timed: waits for an event are bounded
+// polls (a hung process fails the test instead of hanging it).
+//
+// PostgreSQL and MariaDB come from SQLOCK_TEST_PG_URL / SQLOCK_TEST_MYSQL_URL
+// (scripts/test-servers.sh start); SQLite runs on a fresh file per test. Lock
+// names carry a random per-test prefix.
+#include "test_env.hpp"
+
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef SQLOCK_CLI
+#error "SQLOCK_CLI (path of the sqlock binary) must be defined by the build"
+#endif
+
+extern char** environ;
+
+namespace sqlock {
+inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
+}  // namespace sqlock
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+
+// ------------------------------------------------------------------ running the binary
+
+std::string slurp(fs::path const& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::string trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+}
+
+struct cli_result {
+    int status = -1;  // raw waitpid status
+    std::string out;
+    std::string err;
+
+    bool exited() const { return WIFEXITED(status); }
+    int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+    std::string describe() const {
+        std::string how = WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
+                          : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                : "status " + std::to_string(status);
+        return how + "\n--- stdout:\n" + out + "--- stderr:\n" + err;
+    }
+};
+
+/// Environment changes for a spawned sqlock: a value sets, nullopt removes.
+using env_changes = std::map<std::string, std::optional<std::string>>;
+
+/// A running `sqlock` process.
+class cli_process {
+public:
+    cli_process(std::vector<std::string> args, fs::path const& dir, env_changes env = {},
+                std::optional<fs::path> cwd = std::nullopt) {
+        static int serial = 0;
+        auto stem = "cli." + std::to_string(::getpid()) + "." + std::to_string(++serial);
+        out_ = dir / (stem + ".out");
+        err_ = dir / (stem + ".err");
+
+        // A clean environment: no SQLOCK_* from the caller's shell unless asked for.
+        std::map<std::string, std::string> vars;
+        for (char** e = environ; *e != nullptr; ++e) {
+            std::string v(*e);
+            auto eq = v.find('=');
+            if (eq == std::string::npos) continue;
+            auto key = v.substr(0, eq);
+            if (key.rfind("SQLOCK_", 0) == 0 && key.rfind("SQLOCK_TEST_", 0) != 0) continue;
+            vars[key] = v.substr(eq + 1);
+        }
+        for (auto const& [k, v] : env) {
+            if (v) vars[k] = *v;
+            else vars.erase(k);
+        }
+        std::vector<std::string> env_strings;
+        for (auto const& [k, v] : vars) env_strings.push_back(k + "=" + v);
+        std::vector<char*> envp;
+        for (auto& s : env_strings) envp.push_back(s.data());
+        envp.push_back(nullptr);
+
+        args.insert(args.begin(), SQLOCK_CLI);
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        std::string cwd_s = cwd ? cwd->string() : dir.string();
+        posix_spawn_file_actions_addchdir_np(&fa, cwd_s.c_str());
+        // Default dispositions and an empty mask whatever ctest's shell left us
+        // (a non-interactive shell cannot trap a signal ignored on entry).
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        sigset_t defaults, none;
+        sigemptyset(&defaults);
+        sigemptyset(&none);
+        for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, s);
+        posix_spawnattr_setsigdefault(&attr, &defaults);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+        int rc = posix_spawn(&pid_, SQLOCK_CLI, &fa, &attr, argv.data(), envp.data());
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        if (rc != 0) throw std::runtime_error(std::string("posix_spawn " SQLOCK_CLI ": ") + std::strerror(rc));
+    }
+    cli_process(cli_process const&) = delete;
+    cli_process& operator=(cli_process const&) = delete;
+    ~cli_process() {
+        if (!done_) {
+            ::kill(pid_, SIGKILL);
+            int st = 0;
+            ::waitpid(pid_, &st, 0);
+        }
+    }
+
+    pid_t pid() const { return pid_; }
+
+    /// Exited already? (reaps it if so)
+    bool finished() {
+        if (done_) return true;
+        int st = 0;
+        if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+            done_ = true;
+            status_ = st;
+        }
+        return done_;
+    }
+
+    /// Waits for the exit (bounded); a process still running after `limit` is
+    /// killed and the test fails.
+    cli_result wait(std::chrono::milliseconds limit = 60s) {
+        if (!eventually([&] { return finished(); }, limit)) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, &status_, 0);
+            done_ = true;
+            ADD_FAILURE() << "sqlock (pid " << pid_ << ") still running after " << limit.count() << " ms: killed";
+        }
+        return {status_, slurp(out_), slurp(err_)};
+    }
+
+private:
+    pid_t pid_ = -1;
+    bool done_ = false;
+    int status_ = -1;
+    fs::path out_, err_;
+};
+
+/// One line on stderr, prefixed, without library or SOCI internals.
+void expect_one_error_line(cli_result const& r) {
+    EXPECT_EQ(r.err.rfind("sqlock: ", 0), 0u) << r.describe();
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.describe();
+    for (char const* internal : {"soci", "SOCI", "Cannot establish", "std::", "terminate", "what()"})
+        EXPECT_EQ(r.err.find(internal), std::string::npos) << internal << " in " << r.describe();
+}
+
+/// A shell snippet for COMMAND: sh -c SCRIPT sh DIR, so scripts name files "$1/...".
+std::vector<std::string> sh(std::string const& script, fs::path const& dir) {
+    return {"sh", "-c", script, "sh", dir.string()};
+}
+
+/// "sqlock run" arguments: the run flags, `--`, then COMMAND.
+std::vector<std::string> run_args(std::vector<std::string> flags, std::vector<std::string> const& command) {
+    flags.insert(flags.begin(), "run");
+    flags.push_back("--");
+    flags.insert(flags.end(), command.begin(), command.end());
+    return flags;
+}
+
+/// COMMAND for a holder: records its environment in $1/<tag>.env, marks
+/// $1/<tag>.started, waits for $1/<tag>.go, marks $1/<tag>.done.
+std::string holder_script(std::string const& tag) {
+    return "printf '%s\\n%s\\n%s\\n' \"$SQLOCK_NAME\" \"$SQLOCK_OWNER\" \"$SQLOCK_TOKEN\" > \"$1/" + tag +
+           ".env.tmp\" && mv \"$1/" + tag + ".env.tmp\" \"$1/" + tag + ".env\"; touch \"$1/" + tag +
+           ".started\"; while [ ! -e \"$1/" + tag + ".go\" ]; do sleep 0.02; done; touch \"$1/" + tag + ".done\"";
+}
+
+struct holder_env {
+    std::string name, owner;
+    long long token = 0;
+};
+
+holder_env read_env(fs::path const& file) {
+    std::ifstream in(file);
+    holder_env e;
+    std::getline(in, e.name);
+    std::getline(in, e.owner);
+    in >> e.token;
+    return e;
+}
+
+bool present(fs::path const& p) { return fs::exists(p); }
+
+// ------------------------------------------------------------------ the per-engine fixture
+
+struct engine_param_name {
+    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
+};
+
+class Cli : public ::testing::TestWithParam<engine> {
+protected:
+    void SetUp() override {
+        e_ = GetParam();
+        if (e_ == engine::sqlite) {
+            db_dir_.emplace();
+            url_ = sqlite_url(db_dir_->path() / "locks.db");
+        } else {
+            require_env(url_var(e_), url_);
+            if (should_stop()) return;
+        }
+        prefix_ = random_prefix();
+        sqlock::store(url_, {.create_schema = true});
+        raw_ = raw_session(e_, url_);
+    }
+
+    fs::path const& dir() const { return files_.path(); }
+    fs::path file(std::string const& leaf) const { return files_.path() / leaf; }
+    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
+    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
+
+    std::unique_ptr<cli_process> start(std::vector<std::string> args, env_changes env = {}) {
+        return std::make_unique<cli_process>(std::move(args), dir(), std::move(env));
+    }
+    cli_result cli(std::vector<std::string> args, env_changes env = {}) {
+        return cli_process(std::move(args), dir(), std::move(env)).wait();
+    }
+    /// `sqlock run --db URL --name NAME <flags> -- COMMAND`
+    std::vector<std::string> run(std::string const& name, std::vector<std::string> const& command,
+                                 std::vector<std::string> flags = {}) {
+        flags.insert(flags.begin(), {"--db", url_, "--name", name});
+        return run_args(std::move(flags), command);
+    }
+
+    /// Starts a holder of `name` (see holder_script) and waits until COMMAND runs.
+    std::unique_ptr<cli_process> start_holder(std::string const& name, std::string const& tag,
+                                              std::vector<std::string> flags = {}) {
+        auto p = start(run(name, sh(holder_script(tag), dir()), std::move(flags)));
+        bool started = eventually([&] { return present(file(tag + ".started")) || p->finished(); }, 30s);
+        EXPECT_TRUE(started && present(file(tag + ".started"))) << "holder " << tag << " did not start COMMAND: "
+                                                               << p->wait(1s).describe();
+        return p;
+    }
+
+    /// Lets the holder's COMMAND finish and checks sqlock exits 0.
+    void finish_holder(cli_process& p, std::string const& tag) {
+        std::ofstream(file(tag + ".go")).put('\n');
+        auto r = p.wait();
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        EXPECT_TRUE(present(file(tag + ".done")));
+    }
+
+    engine e_{};
+    std::optional<temp_dir> db_dir_;
+    temp_dir files_;
+    std::string url_;
+    std::string prefix_;
+    std::unique_ptr<soci::session> raw_;
+};
+
+// ------------------------------------------------------------------ run: exclusion
+
+TEST_P(Cli, OfTwoConcurrentRunsOneRunsTheOtherExits75) {
+    for (int round = 0; round < 3; ++round) {
+        std::string const name = n("nightly-report");
+        std::string const a = "a" + std::to_string(round), b = "b" + std::to_string(round);
+        auto pa = start(run(name, sh(holder_script(a), dir())));
+        auto pb = start(run(name, sh(holder_script(b), dir())));
+
+        // The loser exits 75 while the winner's COMMAND waits for its go file.
+        ASSERT_TRUE(eventually([&] { return pa->finished() || pb->finished(); }, 60s)) << "neither run exited";
+        bool const a_lost = pa->finished();
+        auto& loser = a_lost ? *pa : *pb;
+        auto& winner = a_lost ? *pb : *pa;
+        std::string const lt = a_lost ? a : b, wt = a_lost ? b : a;
+        auto lr = loser.wait();
+        EXPECT_EQ(lr.code(), 75) << lr.describe();
+        EXPECT_EQ(lr.out, "") << lr.describe();
+        EXPECT_EQ(lr.err, "") << "a busy lock is silent when stderr is not a terminal: " << lr.describe();
+        EXPECT_FALSE(present(file(lt + ".started"))) << "the loser's COMMAND ran";
+
+        ASSERT_TRUE(eventually([&] { return present(file(wt + ".started")); }, 30s)) << winner.wait(1s).describe();
+        EXPECT_FALSE(winner.finished());
+        auto held = row(name);
+        ASSERT_TRUE(held.has_value());
+        EXPECT_EQ(held->owner, read_env(file(wt + ".env")).owner);
+        finish_holder(winner, wt);
+        EXPECT_FALSE(row(name).has_value()) << "the lock row is left after COMMAND exited";
+    }
+}
+
+TEST_P(Cli, ConflictExitCodeReplaces75) {
+    std::string const name = n("conflict-code");
+    auto holder = start_holder(name, "h");
+    for (std::string code : {"0", "3", "255"}) {
+        auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--conflict-exit-code", code}));
+        EXPECT_EQ(r.code(), std::stoi(code)) << r.describe();
+        EXPECT_EQ(r.err, "");
+        EXPECT_FALSE(present(file("ran")));
+    }
+    finish_holder(*holder, "h");
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--conflict-exit-code", "3"}));
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(present(file("ran")));
+}
+
+TEST_P(Cli, WaitHandsTheLockOverWhenTheHolderExits) {
+    std::string const name = n("hand-off");
+    auto holder = start_holder(name, "a");
+    auto waiter = start(run(name,
+                            sh("printf '%s\\n' \"$SQLOCK_TOKEN\" > \"$1/b.token\"; "
+                               "if [ -e \"$1/a.done\" ]; then touch \"$1/b.after-a\"; fi",
+                               dir()),
+                            {"--wait", "60s"}));
+    // While the holder's COMMAND runs, the waiter's COMMAND has not started.
+    EXPECT_FALSE(waiter->finished());
+    EXPECT_FALSE(present(file("b.token")));
+    finish_holder(*holder, "a");
+    auto r = waiter->wait();
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(present(file("b.after-a"))) << "the waiter's COMMAND ran before the holder's had finished";
+    long long token_b = 0;
+    std::ifstream(file("b.token")) >> token_b;
+    EXPECT_GT(token_b, read_env(file("a.env")).token) << "fencing tokens must increase across the hand-off";
+    EXPECT_FALSE(row(name).has_value());
+}
+
+TEST_P(Cli, WaitRunsOutWithTheConflictExitCode) {
+    std::string const name = n("wait-runs-out");
+    auto holder = start_holder(name, "h");
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--wait", "300ms"}));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    EXPECT_FALSE(present(file("ran")));
+    auto r2 = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--wait", "250ms", "--conflict-exit-code", "9"}));
+    EXPECT_EQ(r2.code(), 9) << r2.describe();
+    finish_holder(*holder, "h");
+}
+
+// ------------------------------------------------------------------ run: COMMAND's environment and exit
+
+TEST_P(Cli, CommandGetsNameOwnerAndTokenInItsEnvironment) {
+    std::string const name = n("env");
+    auto p = start(run(name, sh("printf '%s\\n' \"$EXTRA\" > \"$1/extra\"; " + holder_script("h"), dir())),
+                   {{"EXTRA", "passed through"}, {"SQLOCK_TOKEN", "stale-from-the-caller"}});
+    ASSERT_TRUE(eventually([&] { return present(file("h.started")) || p->finished(); }, 30s));
+    ASSERT_TRUE(present(file("h.started"))) << p->wait(1s).describe();
+    auto env = read_env(file("h.env"));
+    EXPECT_EQ(env.name, name);
+    EXPECT_FALSE(env.owner.empty());
+    EXPECT_GT(env.token, 0);
+    auto held = row(name);
+    ASSERT_TRUE(held.has_value()) << "no lock row while COMMAND runs";
+    EXPECT_EQ(held->owner, env.owner);
+    EXPECT_EQ(held->token, env.token);
+    EXPECT_EQ(trim(slurp(file("extra"))), "passed through");
+    finish_holder(*p, "h");
+    EXPECT_FALSE(row(name).has_value());
+}
+
+TEST_P(Cli, ExitCodeIsTheCommands) {
+    std::string const name = n("exit-code");
+    struct tcase {
+        std::vector<std::string> command;
+        int code;
+    };
+    for (auto const& [command, code] : std::vector<tcase>{{{"true"}, 0},
+                                                          {{"false"}, 1},
+                                                          {{"sh", "-c", "exit 7"}, 7},
+                                                          {{"sh", "-c", "echo out; echo err >&2; exit 255"}, 255}}) {
+        auto r = cli(run(name, command));
+        EXPECT_EQ(r.code(), code) << command.back() << ": " << r.describe();
+        EXPECT_FALSE(row(name).has_value()) << "lock left after " << command.back();
+        if (code == 255) {
+            EXPECT_EQ(r.out, "out\n");
+            EXPECT_EQ(r.err, "err\n") << "sqlock prints nothing of its own on success";
+        }
+    }
+    auto missing = cli(run(name, {"sqlock-test-no-such-command-" + random_hex(8)}));
+    EXPECT_EQ(missing.code(), 127) << missing.describe();
+    expect_one_error_line(missing);
+    EXPECT_FALSE(row(name).has_value());
+    std::ofstream(file("not-executable")) << "#!/bin/sh\n";
+    auto denied = cli(run(name, {file("not-executable").string()}));
+    EXPECT_EQ(denied.code(), 126) << denied.describe();
+    expect_one_error_line(denied);
+    EXPECT_FALSE(row(name).has_value());
+}
+
+TEST_P(Cli, CommandKilledBySignalExits128PlusSignal) {
+    std::string const name = n("killed");
+    auto r9 = cli(run(name, {"sh", "-c", "kill -KILL $$"}));
+    EXPECT_EQ(r9.code(), 128 + SIGKILL) << r9.describe();
+    auto r15 = cli(run(name, {"sh", "-c", "kill -TERM $$"}));
+    EXPECT_EQ(r15.code(), 128 + SIGTERM) << r15.describe();
+    EXPECT_FALSE(row(name).has_value());
+}
+
+TEST_P(Cli, SigtermAndSigintAreForwardedToTheCommand) {
+    std::string const name = n("forward");
+    struct tcase {
+        int sig;
+        char const* trap;
+        int code;
+    };
+    for (auto [sig, trap, code] : {tcase{SIGTERM, "TERM", 42}, tcase{SIGINT, "INT", 43}}) {
+        std::string tag = std::string("s") + trap;
+        std::string script = std::string("trap 'touch \"$1/") + tag + ".trapped\"; exit " + std::to_string(code) +
+                             "' " + trap + "; touch \"$1/" + tag + ".started\"; while :; do sleep 0.02; done";
+        auto p = start(run(name, sh(script, dir())));
+        ASSERT_TRUE(eventually([&] { return present(file(tag + ".started")) || p->finished(); }, 30s));
+        ASSERT_TRUE(present(file(tag + ".started"))) << p->wait(1s).describe();
+        ::kill(p->pid(), sig);
+        auto r = p->wait();
+        EXPECT_EQ(r.code(), code) << trap << ": " << r.describe();
+        EXPECT_TRUE(present(file(tag + ".trapped"))) << "COMMAND did not get SIG" << trap;
+        EXPECT_FALSE(row(name).has_value()) << "lock left after SIG" << trap;
+    }
+    // A COMMAND that does not handle the signal dies of it: 128 + signal.
+    auto p = start(run(name, sh("touch \"$1/plain.started\"; while :; do sleep 0.02; done", dir())));
+    ASSERT_TRUE(eventually([&] { return present(file("plain.started")) || p->finished(); }, 30s));
+    ::kill(p->pid(), SIGTERM);
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 128 + SIGTERM) << r.describe();
+    EXPECT_FALSE(row(name).has_value());
+}
+
+TEST_P(Cli, CommandGetsSigtermWhenSqlockItselfDies) {
+    // Nobody renews the lock once sqlock is gone: COMMAND must not run on unprotected.
+    std::string const name = n("orphan");
+    auto p = start(run(name, sh("trap 'touch \"$1/orphan.term\"; exit 0' TERM; touch \"$1/orphan.started\"; "
+                                "while :; do sleep 0.02; done",
+                                dir())));
+    ASSERT_TRUE(eventually([&] { return present(file("orphan.started")) || p->finished(); }, 30s));
+    ASSERT_TRUE(present(file("orphan.started"))) << p->wait(1s).describe();
+    ::kill(p->pid(), SIGKILL);
+    auto r = p->wait();
+    EXPECT_TRUE(WIFSIGNALED(r.status)) << r.describe();
+    EXPECT_TRUE(eventually([&] { return present(file("orphan.term")); }, 30s)) << "COMMAND outlived sqlock";
+}
+
+// ------------------------------------------------------------------ run: the lock is lost
+
+TEST_P(Cli, LostLockStopsTheCommandAndExits76) {
+    std::string const name = n("lost");
+    auto p = start_holder(name, "h", {"--ttl", "1s"});
+    auto env = read_env(file("h.env"));
+
+    // An operator breaks the lock from another process.
+    auto rel = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(rel.code(), 0) << rel.describe();
+    EXPECT_NE(rel.out.find(env.owner), std::string::npos) << "release must say whose lock it was: " << rel.out;
+
+    // The next renewal is refused: COMMAND gets SIGTERM (its default: it dies) and sqlock exits 76.
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    expect_one_error_line(r);
+    EXPECT_NE(r.err.find("lost"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+    EXPECT_FALSE(present(file("h.done"))) << "COMMAND went on after the lock was lost";
+}
+
+TEST_P(Cli, LostLockKillsACommandThatIgnoresSigterm) {
+    std::string const name = n("lost-stubborn");
+    auto p = start(run(name,
+                       sh("trap 'echo TERM >> \"$1/terms\"' TERM; echo $$ > \"$1/pid.tmp\"; mv \"$1/pid.tmp\" "
+                          "\"$1/pid\"; while :; do sleep 0.02; done",
+                          dir()),
+                       {"--ttl", "1s"}));
+    ASSERT_TRUE(eventually([&] { return present(file("pid")) || p->finished(); }, 30s));
+    ASSERT_TRUE(present(file("pid"))) << p->wait(1s).describe();
+    pid_t child = 0;
+    std::ifstream(file("pid")) >> child;
+
+    auto rel = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(rel.code(), 0) << rel.describe();
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    expect_one_error_line(r);
+    EXPECT_NE(slurp(file("terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent first";
+    ASSERT_GT(child, 0);
+    EXPECT_NE(::kill(child, 0), 0) << "COMMAND (pid " << child << ") survived: SIGKILL was not sent";
+}
+
+// ------------------------------------------------------------------ list, release, schema
+
+TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
+    std::string const name = n("listed");
+    auto p = start_holder(name, "h", {"--ttl", "1h"});
+    auto env = read_env(file("h.env"));
+
+    auto table = cli({"list", "--db", url_});
+    EXPECT_EQ(table.code(), 0) << table.describe();
+    std::istringstream lines(table.out);
+    std::string header, line, ours;
+    std::getline(lines, header);
+    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
+              "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
+    std::size_t owner_col = header.find("OWNER"), token_col = header.find("TOKEN");
+    while (std::getline(lines, line))
+        if (line.rfind(name + " ", 0) == 0) ours = line;
+    ASSERT_FALSE(ours.empty()) << table.out;
+    EXPECT_EQ(ours.substr(owner_col, env.owner.size()), env.owner) << "columns are not aligned:\n" << table.out;
+    EXPECT_EQ(ours.substr(token_col, std::to_string(env.token).size()), std::to_string(env.token));
+    std::regex iso(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+    EXPECT_TRUE(std::regex_search(ours, iso)) << ours;
+    EXPECT_TRUE(std::regex_search(ours, std::regex(R"((59m\d\ds|1h00m)$)"))) << ours;
+
+    auto json = cli({"list", "--db", url_, "--json"});
+    EXPECT_EQ(json.code(), 0) << json.describe();
+    std::istringstream jl(json.out);
+    bool found = false;
+    while (std::getline(jl, line)) {
+        auto j = nlohmann::ordered_json::parse(line);  // every line is one JSON object, keys in order
+        ASSERT_TRUE(j.is_object()) << line;
+        if (j.at("name") != name) continue;
+        found = true;
+        EXPECT_EQ(j.at("owner"), env.owner);
+        EXPECT_EQ(j.at("token").get<long long>(), env.token);
+        EXPECT_TRUE(std::regex_match(j.at("created_at").get<std::string>(), iso)) << line;
+        EXPECT_TRUE(std::regex_match(j.at("expires_at").get<std::string>(), iso)) << line;
+        EXPECT_LT(j.at("created_at").get<std::string>(), j.at("expires_at").get<std::string>());
+        auto ms = j.at("remaining_ms").get<long long>();
+        EXPECT_GT(ms, 0);
+        EXPECT_LE(ms, 3'600'000);
+        std::vector<std::string> keys;
+        for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+        EXPECT_EQ(keys, (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at",
+                                                  "remaining_ms"}));
+    }
+    EXPECT_TRUE(found) << json.out;
+
+    finish_holder(*p, "h");
+    auto after = cli({"list", "--db", url_, "--json"});
+    EXPECT_EQ(after.code(), 0);
+    EXPECT_EQ(after.out.find(name), std::string::npos) << "a released lock is still listed: " << after.out;
+}
+
+TEST_P(Cli, ReleaseForceDeletesTheLockAndSaysWhoseItWas) {
+    std::string const name = n("released");
+    auto p = start_holder(name, "h", {"--ttl", "1h"});
+    auto env = read_env(file("h.env"));
+
+    auto without = cli({"release", "--db", url_, "--name", name});
+    EXPECT_EQ(without.code(), 64) << without.describe();
+    expect_one_error_line(without);
+    EXPECT_NE(without.err.find("--force"), std::string::npos);
+    EXPECT_TRUE(row(name).has_value()) << "release without --force changed something";
+
+    auto r = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_NE(r.out.find(env.owner), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("token " + std::to_string(env.token)), std::string::npos) << r.out;
+    EXPECT_EQ(r.err, "");
+    EXPECT_FALSE(row(name).has_value());
+
+    auto again = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(again.code(), 1) << again.describe();
+    expect_one_error_line(again);
+    EXPECT_NE(again.err.find("no lock named"), std::string::npos) << again.err;
+
+    std::ofstream(file("h.go")).put('\n');
+    auto holder = p->wait();
+    EXPECT_EQ(holder.code(), 76) << "the holder's lock was broken: " << holder.describe();
+}
+
+TEST_P(Cli, SchemaPrintsTheEnginesDdl) {
+    auto by_engine = cli({"schema", "--engine", engine_name(e_)});
+    EXPECT_EQ(by_engine.code(), 0) << by_engine.describe();
+    EXPECT_EQ(trim(by_engine.out), trim(sqlock::schema_sql(e_)));
+    EXPECT_NE(by_engine.out.find("sqlock_locks"), std::string::npos);
+
+    auto by_url = cli({"schema", "--db", url_});
+    EXPECT_EQ(by_url.code(), 0) << by_url.describe();
+    EXPECT_EQ(by_url.out, by_engine.out);
+
+    auto by_env = cli({"schema"}, {{"SQLOCK_DB", url_}});
+    EXPECT_EQ(by_env.out, by_engine.out) << by_env.describe();
+
+    std::string other = e_ == engine::sqlite ? "postgresql" : "sqlite";
+    auto mismatch = cli({"schema", "--db", url_, "--engine", other});
+    EXPECT_EQ(mismatch.code(), 64) << mismatch.describe();
+    expect_one_error_line(mismatch);
+}
+
+TEST_P(Cli, MissingSchemaExits78AndSchemaApplyCreatesIt) {
+    std::string bare;  // a database without the lock tables
+    std::optional<temp_dir> sqlite_dir;
+    std::string pg_schema;
+    switch (e_) {
+    case engine::sqlite:
+        sqlite_dir.emplace();
+        bare = sqlite_url(sqlite_dir->path() / "fresh.db");
+        break;
+    case engine::postgresql:
+        pg_schema = "sqlt_cli_" + random_hex(10);
+        *raw_ << "CREATE SCHEMA " + pg_schema;
+        bare = url_ + "?options=-csearch_path%3D" + pg_schema;
+        break;
+    case engine::mysql:
+        // The test user can create no database; information_schema has no lock tables.
+        bare = url_.substr(0, url_.rfind('/')) + "/information_schema";
+        break;
+    }
+    std::string const name = n("schema");
+    std::vector<std::vector<std::string>> commands{{"list", "--db", bare},
+                                                   {"release", "--db", bare, "--name", name, "--force"}};
+    if (e_ != engine::sqlite) commands.push_back(run_args({"--db", bare, "--name", name}, sh("touch \"$1/ran\"", dir())));
+    for (auto const& args : commands) {
+        auto r = cli(args);
+        EXPECT_EQ(r.code(), 78) << args.front() << ": " << r.describe();
+        expect_one_error_line(r);
+        EXPECT_NE(r.err.find("sqlock schema --apply"), std::string::npos) << r.err;
+    }
+    EXPECT_FALSE(present(file("ran")));
+    if (sqlite_dir) {
+        EXPECT_FALSE(present(sqlite_dir->path() / "fresh.db")) << "list or release created the SQLite file";
+    }
+
+    std::string const target = e_ == engine::mysql ? url_ : bare;  // MariaDB: idempotent on the test database
+    for (int i = 0; i < 2; ++i) {
+        auto apply = cli({"schema", "--db", target, "--apply"});
+        EXPECT_EQ(apply.code(), 0) << apply.describe();
+    }
+    auto list = cli({"list", "--db", target});
+    EXPECT_EQ(list.code(), 0) << list.describe();
+    auto ran = cli(run_args({"--db", target, "--name", name}, sh("touch \"$1/ran\"", dir())));
+    EXPECT_EQ(ran.code(), 0) << ran.describe();
+    EXPECT_TRUE(present(file("ran")));
+
+    if (!pg_schema.empty()) {
+        *raw_ << "SET client_min_messages = warning";  // no NOTICE per dropped table
+        *raw_ << "DROP SCHEMA " + pg_schema + " CASCADE";
+    }
+}
+
+TEST_P(Cli, SqlockDbVariableIsTheDefaultDatabase) {
+    std::string const name = n("from-env");
+    auto p = std::make_unique<cli_process>(run_args({"--name", name}, sh(holder_script("h"), dir())), dir(),
+                                           env_changes{{"SQLOCK_DB", url_}});
+    ASSERT_TRUE(eventually([&] { return present(file("h.started")) || p->finished(); }, 30s));
+    ASSERT_TRUE(present(file("h.started"))) << p->wait(1s).describe();
+    EXPECT_TRUE(row(name).has_value()) << "run without --db did not use $SQLOCK_DB";
+    auto listed = cli({"list", "--json"}, {{"SQLOCK_DB", url_}});
+    EXPECT_NE(listed.out.find(name), std::string::npos) << listed.describe();
+    finish_holder(*p, "h");
+}
+
+// ------------------------------------------------------------------ error exit codes
+
+TEST_P(Cli, UnreachableOrMisconfiguredDatabaseExits69) {
+    std::vector<std::string> urls;
+    switch (e_) {
+    case engine::sqlite: urls = {"sqlite:///nonexistent-dir-" + random_hex(8) + "/locks.db"}; break;
+    case engine::postgresql:
+    case engine::mysql: {
+        auto p = parse_server_url(url_);
+        std::string base = p.scheme + "://" + p.user + ":" + p.password + "@" + p.host + ":";
+        urls = {base + std::to_string(closed_port()) + "/" + p.db,                 // nothing listens
+                base + p.port + "/sqlt_no_such_db_" + random_hex(6),               // no such database
+                p.scheme + "://sqlt_no_such_user:x@" + p.host + ":" + p.port + "/" + p.db};  // no such user
+        break;
+    }
+    }
+    for (auto const& url : urls) {
+        for (auto const& args : std::vector<std::vector<std::string>>{
+                 run_args({"--db", url, "--name", n("x")}, sh("touch \"$1/ran\"", dir())),
+                 {"list", "--db", url},
+                 {"release", "--db", url, "--name", n("x"), "--force"},
+                 {"schema", "--db", url, "--apply"}}) {
+            if (e_ == engine::sqlite && (args[0] == "list" || args[0] == "release")) continue;  // 78: no file
+            auto r = cli(args);
+            EXPECT_EQ(r.code(), 69) << args[0] << " " << url << ": " << r.describe();
+            expect_one_error_line(r);
+            if (url.find(":x@") != std::string::npos) {
+                EXPECT_EQ(r.err.find(":x@"), std::string::npos) << "password shown: " << r.err;
+            }
+        }
+    }
+    EXPECT_FALSE(present(file("ran")));
+}
+
+TEST_P(Cli, UsageErrorsExit64AndStartNothing) {
+    std::string const name = n("usage");
+    auto cmd = sh("touch \"$1/ran\"", dir());
+    std::vector<std::vector<std::string>> cases{
+        run_args({"--db", url_, "--name", ""}, cmd),                                   // library: empty name
+        run_args({"--db", url_, "--name", std::string(256, 'x')}, cmd),                // library: too long
+        run_args({"--db", url_, "--name", name, "--ttl", "5ms"}, cmd),                 // library: ttl range
+        run_args({"--db", url_, "--name", name, "--ttl", "30"}, cmd),                  // no unit
+        run_args({"--db", url_, "--name", name, "--wait", "soon"}, cmd),               // not a duration
+        run_args({"--db", url_, "--db", url_, "--name", name}, cmd),                   // majority mode
+        run_args({"--db", url_, "--name", name, "--strategy", "queue"}, cmd),          // unknown strategy
+        run_args({"--db", url_, "--name", name, "--conflict-exit-code", "256"}, cmd),  // out of range
+        run_args({"--db", url_, "--name", name, "--bogus"}, cmd),                      // unknown option
+        run_args({"--db", url_}, cmd),                                                 // no --name
+        {"run", "--db", url_, "--name", name},                                         // no COMMAND
+        {"run", "--db", url_, "--name", name, "sh", "-c", "touch ran"},                // COMMAND without --
+        run_args({"--db", "redis://127.0.0.1/0", "--name", name}, cmd),                // unknown scheme
+        {"list", "--db", url_, "--db", url_},
+        {"list", "--db", url_, "--", "x"},
+        {"release", "--db", url_, "--name", name},                                     // no --force
+        {"release", "--db", url_, "--force"},                                          // no --name
+        {"schema", "--engine", "oracle"},
+        {"frobnicate"},
+        {},
+    };
+    for (auto const& args : cases) {
+        auto r = cli(args);
+        std::string shown;
+        for (auto const& a : args) shown += (a.size() > 40 ? a.substr(0, 40) + "..." : a) + " ";
+        EXPECT_EQ(r.code(), 64) << shown << ": " << r.describe();
+        expect_one_error_line(r);
+        EXPECT_EQ(r.out, "") << shown;
+    }
+    EXPECT_FALSE(present(file("ran"))) << "a usage error started COMMAND";
+    auto majority = cli(run_args({"--db", url_, "--db", url_, "--name", name}, cmd));
+    EXPECT_NE(majority.err.find("majority mode is not available yet: give one --db"), std::string::npos)
+        << majority.err;
+    EXPECT_FALSE(row(name).has_value());
+}
+
+// ------------------------------------------------------------------ --strategy row (last: newest)
+
+TEST_P(Cli, RowStrategyOfTwoConcurrentRunsOneRuns) {
+    std::string const name = n("row-strategy");
+    auto holder = start_holder(name, "a", {"--strategy", "row"});
+    auto env = read_env(file("a.env"));
+    EXPECT_EQ(env.name, name);
+    EXPECT_GT(env.token, 0);
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--strategy", "row"}));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    EXPECT_FALSE(present(file("ran")));
+    finish_holder(*holder, "a");
+    auto again = cli(run(name, {"sh", "-c", "exit 5"}, {"--strategy", "row"}));
+    EXPECT_EQ(again.code(), 5) << again.describe();
+}
+
+TEST_P(Cli, RowStrategyWaitHandsOver) {
+    std::string const name = n("row-hand-off");
+    auto holder = start_holder(name, "a", {"--strategy", "row"});
+    auto waiter = start(run(name, sh("if [ -e \"$1/a.done\" ]; then touch \"$1/b.after-a\"; fi", dir()),
+                            {"--strategy", "row", "--wait", "60s"}));
+    EXPECT_FALSE(waiter->finished());
+    finish_holder(*holder, "a");
+    auto r = waiter->wait();
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(present(file("b.after-a")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Cli, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+// ------------------------------------------------------------------ no server needed
+
+class CliBasics : public ::testing::Test {
+protected:
+    cli_result cli(std::vector<std::string> args, fs::path const& cwd, env_changes env = {}) {
+        return cli_process(std::move(args), files_.path(), std::move(env), cwd).wait();
+    }
+    temp_dir files_;
+};
+
+TEST_F(CliBasics, HelpAndVersion) {
+    temp_dir cwd;
+    auto version = cli({"--version"}, cwd.path());
+    EXPECT_EQ(version.code(), 0) << version.describe();
+    EXPECT_EQ(version.out.rfind("sqlock ", 0), 0u) << version.out;
+    auto help = cli({"--help"}, cwd.path());
+    EXPECT_EQ(help.code(), 0) << help.describe();
+    for (char const* word : {"run", "list", "release", "schema"}) EXPECT_NE(help.out.find(word), std::string::npos);
+    for (char const* sub : {"run", "list", "release", "schema"}) {
+        auto r = cli({sub, "--help"}, cwd.path());
+        EXPECT_EQ(r.code(), 0) << sub << ": " << r.describe();
+        EXPECT_NE(r.out.find("--db"), std::string::npos) << sub;
+    }
+    EXPECT_NE(cli({"run", "--help"}, cwd.path()).out.find("--conflict-exit-code"), std::string::npos);
+    EXPECT_TRUE(fs::is_empty(cwd.path())) << "help created files";
+}
+
+TEST_F(CliBasics, RunCreatesASqliteFileAndItsTables) {
+    // On SQLite run creates the file and the tables by itself; on a server the
+    // schema is the operator's (Engines/Cli.MissingSchemaExits78AndSchemaApplyCreatesIt).
+    temp_dir cwd;
+    auto r = cli({"run", "--db", sqlite_url(cwd.path() / "new.db"), "--name", "x", "--", "true"}, cwd.path());
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(present(cwd.path() / "new.db"));
+    auto list = cli({"list", "--db", "sqlite:new.db"}, cwd.path());
+    EXPECT_EQ(list.code(), 0) << list.describe();
+}
+
+TEST_F(CliBasics, EmbeddedSqliteFileWorksOutOfTheBox) {
+    temp_dir cwd;
+    // list in an empty directory creates nothing and names the fix.
+    auto early = cli({"list"}, cwd.path());
+    EXPECT_EQ(early.code(), 78) << early.describe();
+    EXPECT_NE(early.err.find("sqlock schema --apply"), std::string::npos);
+    EXPECT_FALSE(present(cwd.path() / "sqlock.db"));
+
+    auto r = cli({"run", "--name", "x", "--", "true"}, cwd.path());
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(r.out + r.err, "");
+    EXPECT_TRUE(present(cwd.path() / "sqlock.db"));
+    auto list = cli({"list"}, cwd.path());
+    EXPECT_EQ(list.code(), 0) << list.describe();
+    auto ddl = cli({"schema"}, cwd.path());
+    EXPECT_EQ(trim(ddl.out), trim(sqlock::schema_sql(engine::sqlite)));
+}
+
+}  // namespace
