@@ -59,7 +59,7 @@ inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
 
 /// THE check for a test-environment variable (server URL, log path, restart
 /// command). Sets `out` when the variable is set. Otherwise, under CI (env CI
-/// non-empty) the test fails; elsewhere it is skipped. GTEST_SKIP/GTEST_FAIL
+/// non-empty) the test fails; elsewhere it is skipped. The skip and the CI failure
 /// return from this helper only: callers check `IsSkipped() || HasFatalFailure()`
 /// (the fixtures do it in SetUp, which keeps the body from running).
 inline void require_env(char const* var, std::string& out) {
