@@ -10,13 +10,13 @@
 // (scripts/test-servers.sh start); SQLite runs on a fresh file per test. Lock
 // names carry a random per-test prefix.
 #include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/sqlock.hpp>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -38,12 +38,6 @@
 #error "SQLOCK_CLI (path of the sqlock binary) must be defined by the build"
 #endif
 
-extern char** environ;
-
-namespace sqlock {
-inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
-}  // namespace sqlock
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -51,13 +45,6 @@ using namespace sqlock_test;
 using sqlock::engine;
 
 // ------------------------------------------------------------------ running the binary
-
-std::string slurp(fs::path const& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -108,22 +95,13 @@ public:
         }
         std::vector<std::string> env_strings;
         for (auto const& [k, v] : vars) env_strings.push_back(k + "=" + v);
-        std::vector<char*> envp;
-        for (auto& s : env_strings) envp.push_back(s.data());
-        envp.push_back(nullptr);
 
         args.insert(args.begin(), SQLOCK_CLI);
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
 
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        spawn_file_actions fa;
+        fa.capture_to_files(out_, err_);
         std::string cwd_s = cwd ? cwd->string() : dir.string();
-        posix_spawn_file_actions_addchdir_np(&fa, cwd_s.c_str());
+        posix_spawn_file_actions_addchdir_np(fa.get(), cwd_s.c_str());
         // Default dispositions and an empty mask whatever ctest's shell left us
         // (a non-interactive shell cannot trap a signal ignored on entry).
         posix_spawnattr_t attr;
@@ -135,10 +113,13 @@ public:
         posix_spawnattr_setsigdefault(&attr, &defaults);
         posix_spawnattr_setsigmask(&attr, &none);
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-        int rc = posix_spawn(&pid_, SQLOCK_CLI, &fa, &attr, argv.data(), envp.data());
-        posix_spawn_file_actions_destroy(&fa);
+        try {
+            pid_ = spawn_process(std::move(args), std::move(env_strings), fa.get(), &attr);
+        } catch (...) {
+            posix_spawnattr_destroy(&attr);
+            throw;
+        }
         posix_spawnattr_destroy(&attr);
-        if (rc != 0) throw std::runtime_error(std::string("posix_spawn " SQLOCK_CLI ": ") + std::strerror(rc));
     }
     cli_process(cli_process const&) = delete;
     cli_process& operator=(cli_process const&) = delete;
@@ -229,30 +210,14 @@ bool present(fs::path const& p) { return fs::exists(p); }
 
 // ------------------------------------------------------------------ the per-engine fixture
 
-struct engine_param_name {
-    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
-};
-
-class Cli : public ::testing::TestWithParam<engine> {
+/// The engine_fixture, without a store of its own (SetUp creates the lock
+/// tables and closes it), and a directory for the processes' files.
+class Cli : public engine_fixture {
 protected:
-    void SetUp() override {
-        e_ = GetParam();
-        if (e_ == engine::sqlite) {
-            db_dir_.emplace();
-            url_ = sqlite_url(db_dir_->path() / "locks.db");
-        } else {
-            require_env(url_var(e_), url_);
-            if (should_stop()) return;
-        }
-        prefix_ = random_prefix();
-        sqlock::store(url_, {.create_schema = true});
-        raw_ = raw_session(e_, url_);
-    }
+    void open_store() override { sqlock::store(url_, {.create_schema = true}); }
 
     fs::path const& dir() const { return files_.path(); }
     fs::path file(std::string const& leaf) const { return files_.path() / leaf; }
-    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
-    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
 
     std::unique_ptr<cli_process> start(std::vector<std::string> args, env_changes env = {}) {
         return std::make_unique<cli_process>(std::move(args), dir(), std::move(env));
@@ -285,12 +250,7 @@ protected:
         EXPECT_TRUE(present(file(tag + ".done")));
     }
 
-    engine e_{};
-    std::optional<temp_dir> db_dir_;
     temp_dir files_;
-    std::string url_;
-    std::string prefix_;
-    std::unique_ptr<soci::session> raw_;
 };
 
 // ------------------------------------------------------------------ run: exclusion

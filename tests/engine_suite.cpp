@@ -6,13 +6,13 @@
 // lock name carries a random per-test prefix, so the suite is safe on a shared
 // database and can be re-run against the same server.
 #include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/sqlock.hpp>
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -30,14 +30,6 @@
 #error "SQLOCK_TEST_WORKER (path of sqlock_test_worker) must be defined by the build"
 #endif
 
-extern char** environ;
-
-namespace sqlock {
-// Test names and failure messages show the engine by name.
-inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
-inline void PrintTo(lease_state s, std::ostream* os) { *os << to_string(s); }
-}  // namespace sqlock
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -48,45 +40,10 @@ using sqlock::locker;
 using sqlock::locker_options;
 using std::chrono::milliseconds;
 
-struct engine_param_name {
-    std::string operator()(::testing::TestParamInfo<engine> const& info) const {
-        return engine_name(info.param);
-    }
-};
-
-/// A store with the lock tables on the parameter's engine, a raw SOCI session
-/// on the same database, and a random lock-name prefix.
-class EngineTest : public ::testing::TestWithParam<engine> {
+/// The engine_fixture with a table locker and a check of the PostgreSQL server log.
+class EngineTest : public engine_fixture {
 protected:
-    void SetUp() override {
-        e_ = GetParam();
-        if (e_ == engine::sqlite) {
-            dir_.emplace();
-            url_ = sqlite_url(dir_->path() / "locks.db");
-        } else {
-            require_env(url_var(e_), url_);
-            if (should_stop()) return;
-        }
-        prefix_ = random_prefix();
-        db_.emplace(url_, sqlock::store_options{.create_schema = true});
-        raw_ = raw_session(e_, url_);
-    }
-
-    /// A lock name under this test's prefix.
-    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
-
     locker make_locker(locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
-
-    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
-
-    /// For PostgreSQL: a watch on the server log (nullopt on other engines).
-    std::optional<pg_log_watch> watch_pg_log() {
-        if (e_ != engine::postgresql) return std::nullopt;
-        std::string path;
-        require_env(log_var(e_), path);
-        if (should_stop()) return std::nullopt;
-        return pg_log_watch(path);
-    }
 
     void expect_no_server_errors(std::optional<pg_log_watch> const& w) {
         if (!w) return;
@@ -112,13 +69,6 @@ protected:
                                  << " ERROR entries about the lock tables written during this test:\n"
                                  << all;
     }
-
-    engine e_{};
-    std::optional<temp_dir> dir_;
-    std::string url_;
-    std::string prefix_;
-    std::optional<sqlock::store> db_;
-    std::unique_ptr<soci::session> raw_;
 };
 
 class TableLock : public EngineTest {};
@@ -312,7 +262,7 @@ TEST_P(TableLock, ThreadContentionIsExclusive) {
                     std::this_thread::sleep_for(std::chrono::microseconds(r() % 2000));
                 }
             } catch (std::exception const& e) {
-                errors[t] = std::string(typeid(e).name()) + ": " + e.what();
+                errors[t] = describe(e);
             }
         });
     }
@@ -327,16 +277,6 @@ TEST_P(TableLock, ThreadContentionIsExclusive) {
     RecordProperty("handoffs", static_cast<int>(count_handoffs(all)));
     EXPECT_FALSE(row(name).has_value()) << "a row is left after every lease was released";
     expect_no_server_errors(log);
-}
-
-pid_t spawn_worker(std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-    if (rc != 0) throw std::runtime_error("posix_spawn " + args[0] + ": " + std::strerror(rc));
-    return pid;
 }
 
 TEST_P(TableLock, ProcessContentionIsExclusive) {
@@ -354,7 +294,7 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     std::vector<fs::path> record_files;
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
-        pids.push_back(spawn_worker({SQLOCK_TEST_WORKER, url_, name, counter_file.string(),
+        pids.push_back(spawn_process({SQLOCK_TEST_WORKER, url_, name, counter_file.string(),
                                      record_files.back().string(), std::to_string(iterations)}));
     }
 
@@ -384,9 +324,7 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
             continue;
         }
         EXPECT_TRUE(WIFEXITED(status[p]) && WEXITSTATUS(status[p]) == 0)
-            << "worker " << p << " (pid " << pids[p] << ") failed: "
-            << (WIFEXITED(status[p]) ? "exit " + std::to_string(WEXITSTATUS(status[p]))
-                                     : "signal " + std::to_string(WTERMSIG(status[p])))
+            << "worker " << p << " (pid " << pids[p] << ") failed: " << exit_text(status[p])
             << " (its stderr is above)";
     }
 
@@ -394,12 +332,7 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     std::ifstream(counter_file) >> counter;
     EXPECT_EQ(counter, procs * iterations) << "lost updates: the lock let two processes in";
 
-    std::vector<cs_record> all;
-    for (auto const& f : record_files) {
-        std::ifstream in(f);
-        cs_record r;
-        while (in >> r.token >> r.enter_ns >> r.exit_ns >> r.who) all.push_back(r);
-    }
+    std::vector<cs_record> all = read_records(record_files);
     EXPECT_EQ(all.size(), std::size_t{procs} * iterations);
     EXPECT_EQ(check_history(all), "");
     RecordProperty("handoffs", static_cast<int>(count_handoffs(all)));
@@ -424,7 +357,7 @@ TEST_P(TableLock, ConcurrentTryAcquireExactlyOneWins) {
                 try {
                     got[i] = lockers[i].try_acquire(name);
                 } catch (std::exception const& e) {
-                    errors[i] = std::string(typeid(e).name()) + ": " + e.what();
+                    errors[i] = describe(e);
                 }
             });
         }
@@ -685,7 +618,7 @@ TEST_P(TableLock, TtlBoundsAreAccepted) {
             lease l = L->acquire(n("ttl-10ms"), 2s);
         } catch (sqlock::timeout const&) {
         } catch (std::exception const& e) {
-            ADD_FAILURE() << "acquire with ttl 10ms threw " << typeid(e).name() << ": " << e.what();
+            ADD_FAILURE() << "acquire with ttl 10ms threw " << describe(e);
         }
     }
 }
@@ -970,7 +903,7 @@ TEST_P(TableLock, SchemaMissing) {
         std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
         EXPECT_NE(lower.find("schema"), std::string::npos) << "the message must mention the schema: " << what;
     } catch (std::exception const& e) {
-        ADD_FAILURE() << "expected sqlock::schema_missing, got " << typeid(e).name() << ": " << e.what();
+        ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);
     }
 
     // Nothing was created behind our back.
@@ -1018,7 +951,7 @@ TEST_P(TableLock, ConcurrentCreateSchemaIsSafe) {
                 std::optional<lease> l = sqlock::table_locker(s).try_acquire(n("cs-" + std::to_string(i)));
                 if (!l) errors[i] = "try_acquire of a free name returned empty";
             } catch (std::exception const& e) {
-                errors[i] = std::string(typeid(e).name()) + ": " + e.what();
+                errors[i] = describe(e);
             }
         });
     }
@@ -1091,7 +1024,7 @@ TEST_P(TableLock, WrongCredentialsAreBackendUnavailable) {
         }
         EXPECT_EQ(what.find(secret), std::string::npos) << "the password leaked into the message: " << what;
     } catch (std::exception const& e) {
-        ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << typeid(e).name() << ": " << e.what();
+        ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << describe(e);
     }
 }
 
@@ -1193,7 +1126,7 @@ TEST_P(Restart, TokensIncreaseAndTheStoreReconnects) {
                     lease l = L.acquire(n("after-" + std::to_string(i)), 10s);
                     std::this_thread::sleep_for(50ms);
                 } catch (std::exception const& e) {
-                    errors[i] = std::string(typeid(e).name()) + ": " + e.what();
+                    errors[i] = describe(e);
                 }
             });
         }

@@ -30,12 +30,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace sqlock_test {
 
-/// `url` with the host:port of its authority replaced (user, password, path and
-/// query are kept byte for byte).
-inline std::string replace_host_port(std::string const& url, std::string const& host, int port) {
+/// Where the host[:port] of a server URL's authority starts and ends (after
+/// any user:password@, before the path or query).
+inline std::pair<std::size_t, std::size_t> host_port_span(std::string const& url) {
     auto sep = url.find("://");
     if (sep == std::string::npos) throw std::invalid_argument("not a server URL: " + url);
     auto const start = sep + 3;
@@ -43,6 +44,13 @@ inline std::string replace_host_port(std::string const& url, std::string const& 
     if (end == std::string::npos) end = url.size();
     auto at = url.rfind('@', end);
     auto const host_start = (at != std::string::npos && at >= start) ? at + 1 : start;
+    return {host_start, end};
+}
+
+/// `url` with the host:port of its authority replaced (user, password, path and
+/// query are kept byte for byte).
+inline std::string replace_host_port(std::string const& url, std::string const& host, int port) {
+    auto const [host_start, end] = host_port_span(url);
     return url.substr(0, host_start) + host + ":" + std::to_string(port) + url.substr(end);
 }
 
@@ -77,13 +85,7 @@ public:
 
     /// A proxy to the host and port of a server URL (scheme://user:pass@host:port/db).
     static std::unique_ptr<fault_proxy> for_url(std::string const& url) {
-        auto sep = url.find("://");
-        if (sep == std::string::npos) throw std::invalid_argument("not a server URL: " + url);
-        auto const start = sep + 3;
-        auto end = url.find_first_of("/?", start);
-        if (end == std::string::npos) end = url.size();
-        auto at = url.rfind('@', end);
-        auto const host_start = (at != std::string::npos && at >= start) ? at + 1 : start;
+        auto const [host_start, end] = host_port_span(url);
         std::string hp = url.substr(host_start, end - host_start);
         auto colon = hp.rfind(':');
         if (colon == std::string::npos) throw std::invalid_argument("fault_proxy: the URL has no port: " + url);

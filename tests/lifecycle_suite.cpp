@@ -31,12 +31,6 @@
 #include <thread>
 #include <vector>
 
-namespace sqlock {
-// Test names and failure messages show the engine by name.
-inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
-inline void PrintTo(lease_state s, std::ostream* os) { *os << to_string(s); }
-}  // namespace sqlock
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -49,10 +43,6 @@ using sqlock::locker;
 using sqlock::locker_options;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-
-struct engine_param_name {
-    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
-};
 
 /// Every lease event a locker reported, in order; safe to feed from the renewer thread.
 class event_log {
@@ -183,37 +173,10 @@ private:
     bool blocked_ = false;
 };
 
-/// A store with the lock tables on the parameter's engine, a raw SOCI session
-/// on the same database, and a random lock-name prefix.
-class Lifecycle : public ::testing::TestWithParam<engine> {
+/// The engine_fixture with a table locker.
+class Lifecycle : public engine_fixture {
 protected:
-    void SetUp() override {
-        e_ = GetParam();
-        if (e_ == engine::sqlite) {
-            dir_.emplace();
-            url_ = sqlite_url(dir_->path() / "locks.db");
-        } else {
-            require_env(url_var(e_), url_);
-            if (should_stop()) return;
-        }
-        prefix_ = random_prefix();
-        db_.emplace(url_, sqlock::store_options{.create_schema = true});
-        raw_ = raw_session(e_, url_);
-    }
-
-    /// A lock name under this test's prefix.
-    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
-
     locker make_locker(locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
-
-    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
-
-    engine e_{};
-    std::optional<temp_dir> dir_;
-    std::string url_;
-    std::string prefix_;
-    std::optional<sqlock::store> db_;
-    std::unique_ptr<soci::session> raw_;
 };
 
 std::string state_of(lease const& l) { return std::string(sqlock::to_string(l.state())); }

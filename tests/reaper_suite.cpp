@@ -10,6 +10,7 @@
 // Nothing here asserts how fast something happened.
 #include "fault_proxy.hpp"
 #include "test_env.hpp"
+#include "test_process.hpp"
 
 #include "duration.hpp"  // reaper/
 
@@ -18,9 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -30,12 +29,6 @@
 #include <regex>
 #include <stop_token>
 #include <thread>
-
-extern char** environ;
-
-namespace sqlock {
-inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
-}  // namespace sqlock
 
 namespace {
 
@@ -51,26 +44,13 @@ using steady = std::chrono::steady_clock;
 
 constexpr long long hour_us = 3600LL * 1000 * 1000;
 
-struct engine_param_name {
-    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
-};
-
-/// A store on tables of this test's own (random prefix), a raw session on the
-/// same database, and helpers to put rows in with database-relative times.
-class ReaperTest : public ::testing::TestWithParam<engine> {
+/// The engine_fixture with a store on tables of this test's own (random table
+/// prefix), and helpers to put rows in with database-relative times.
+class ReaperTest : public engine_fixture {
 protected:
-    void SetUp() override {
-        e_ = GetParam();
-        if (e_ == engine::sqlite) {
-            dir_.emplace();
-            url_ = sqlite_url(dir_->path() / "locks.db");
-        } else {
-            require_env(url_var(e_), url_);
-            if (should_stop()) return;
-        }
+    void open_store() override {
         tables_ = "sqlr_" + random_hex(10);
         db_.emplace(url_, sqlock::store_options{.create_schema = true, .table_prefix = tables_});
-        raw_ = raw_session(e_, url_);
     }
 
     void TearDown() override {
@@ -147,20 +127,7 @@ protected:
 
     sqlock::locker make_locker(sqlock::locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
 
-    std::optional<pg_log_watch> watch_pg_log() {
-        if (e_ != engine::postgresql) return std::nullopt;
-        std::string path;
-        require_env(log_var(e_), path);
-        if (should_stop()) return std::nullopt;
-        return pg_log_watch(path);
-    }
-
-    engine e_{};
-    std::optional<temp_dir> dir_;
-    std::string url_;
     std::string tables_;
-    std::optional<sqlock::store> db_;
-    std::unique_ptr<soci::session> raw_;
 };
 
 class Reaper : public ReaperTest {};
@@ -612,24 +579,13 @@ public:
         out_ = dir / ("out" + tag);
         err_ = dir / ("err" + tag);
         args.insert(args.begin(), SQLOCK_REAPER_BIN);
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
         std::vector<std::string> env;
         for (char** e = environ; *e != nullptr; ++e)
             if (std::string_view(*e).rfind("SQLOCK_DB=", 0) != 0) env.emplace_back(*e);
         for (auto& e : env_extra) env.push_back(e);
-        std::vector<char*> envp;
-        for (auto& e : env) envp.push_back(e.data());
-        envp.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int rc = ::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
-        posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0) throw std::runtime_error(std::string("posix_spawn sqlock-reaper: ") + std::strerror(rc));
+        spawn_file_actions fa;
+        fa.capture_to_files(out_, err_);
+        pid_ = spawn_process(std::move(args), std::move(env), fa.get());
     }
     ~child() {
         if (pid_ > 0) {
@@ -664,12 +620,6 @@ public:
     std::vector<std::string> err_lines() const { return lines(err()); }
 
 private:
-    static std::string slurp(fs::path const& p) {
-        std::ifstream in(p, std::ios::binary);
-        std::ostringstream s;
-        s << in.rdbuf();
-        return s.str();
-    }
     static std::vector<std::string> lines(std::string const& text) {
         std::vector<std::string> v;
         std::istringstream in(text);

@@ -18,6 +18,7 @@
 // Lock names carry a random per-test prefix. Nothing here asserts how fast
 // something happened: waits for an outcome are bounded polls with generous limits.
 #include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/sqlock.hpp>
 
@@ -53,14 +54,6 @@
 #error "SQLOCK_SOURCE_DIR (the source tree, for the docs check) must be defined by the build"
 #endif
 
-extern char** environ;
-
-namespace sqlock {
-// Test names and failure messages show the engine by name.
-inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
-inline void PrintTo(lease_state s, std::ostream* os) { *os << to_string(s); }
-}  // namespace sqlock
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -70,12 +63,6 @@ using sqlock::lease;
 using sqlock::locker;
 using sqlock::locker_options;
 using std::chrono::milliseconds;
-
-struct engine_param_name {
-    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
-};
-
-std::string describe(std::exception const& e) { return std::string(typeid(e).name()) + ": " + e.what(); }
 
 // ------------------------------------------------------------------ child processes
 
@@ -87,23 +74,22 @@ public:
     /// read by `read_line`.
     worker_process(std::vector<std::string> args, bool capture) {
         args.insert(args.begin(), SQLOCK_ROW_WORKER);
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
         int fds[2] = {-1, -1};
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
+        spawn_file_actions actions;
         if (capture) {
             if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-            posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+            posix_spawn_file_actions_adddup2(actions.get(), fds[1], STDOUT_FILENO);
         }
-        int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&actions);
+        try {
+            pid_ = spawn_process(std::move(args), std::nullopt, actions.get());
+        } catch (...) {
+            if (capture) {
+                ::close(fds[1]);
+                ::close(fds[0]);
+            }
+            throw;
+        }
         if (capture) ::close(fds[1]);
-        if (rc != 0) {
-            if (capture) ::close(fds[0]);
-            throw std::runtime_error(std::string("posix_spawn ") + argv[0] + ": " + std::strerror(rc));
-        }
         out_ = fds[0];
     }
     worker_process(worker_process const&) = delete;
@@ -172,12 +158,6 @@ private:
     std::string buffer_;
 };
 
-std::string exit_text(int st) {
-    if (WIFEXITED(st)) return "exit " + std::to_string(WEXITSTATUS(st));
-    if (WIFSIGNALED(st)) return "signal " + std::to_string(WTERMSIG(st));
-    return "status " + std::to_string(st);
-}
-
 /// A one-shot signal between the test thread and a contender thread.
 class gate {
 public:
@@ -202,28 +182,14 @@ private:
 
 // ------------------------------------------------------------------ the fixture
 
-/// A store with the lock tables on the parameter's engine, a raw SOCI session
-/// on the same database for looking behind the library's back, and a random
-/// lock-name prefix.
-class RowLock : public ::testing::TestWithParam<engine> {
+/// The engine_fixture with a row locker on a store of 12 connections. Lock
+/// names (n()) hold no '%', '_' or '\': they are matched with LIKE against
+/// MariaDB's statement text.
+class RowLock : public engine_fixture {
 protected:
-    void SetUp() override {
-        e_ = GetParam();
-        if (e_ == engine::sqlite) {
-            dir_.emplace();
-            url_ = sqlite_url(dir_->path() / "locks.db");
-        } else {
-            require_env(url_var(e_), url_);
-            if (should_stop()) return;
-        }
-        prefix_ = random_prefix();
+    void open_store() override {
         db_.emplace(url_, sqlock::store_options{.pool_size = 12, .create_schema = true});
-        raw_ = raw_session(e_, url_);
     }
-
-    /// A lock name under this test's prefix (no '%', '_' or '\': names are
-    /// matched with LIKE against MariaDB's statement text).
-    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
 
     locker make_locker(locker_options o = {}) { return sqlock::row_locker(*db_, std::move(o)); }
 
@@ -377,15 +343,6 @@ protected:
         }
     }
 
-    /// For PostgreSQL: a watch on the server log (nullopt on other engines).
-    std::optional<pg_log_watch> watch_pg_log() {
-        if (e_ != engine::postgresql) return std::nullopt;
-        std::string path;
-        require_env(log_var(e_), path);
-        if (should_stop()) return std::nullopt;
-        return pg_log_watch(path);
-    }
-
     /// The PostgreSQL log's ERROR entries mentioning any of `needles` written
     /// since `w` started, lock timeouts aside (none on other engines). A
     /// deliberate error is logged and waited for first: once it is there,
@@ -412,13 +369,6 @@ protected:
             if (b.find("canceling statement due to lock timeout") == std::string::npos) all += b + "\n";
         return all;
     }
-
-    engine e_{};
-    std::optional<temp_dir> dir_;
-    std::string url_;
-    std::string prefix_;
-    std::optional<sqlock::store> db_;
-    std::unique_ptr<soci::session> raw_;
 };
 
 /// Starts `L.acquire(name, wait)` on its own thread.
@@ -643,12 +593,7 @@ TEST_P(RowLock, ProcessContentionIsExclusive) {
     long long counter = -1;
     std::ifstream(counter_file) >> counter;
     EXPECT_EQ(counter, procs * iterations) << "lost updates: the row lock let two processes in";
-    std::vector<cs_record> all;
-    for (auto const& f : record_files) {
-        std::ifstream in(f);
-        cs_record r;
-        while (in >> r.token >> r.enter_ns >> r.exit_ns >> r.who) all.push_back(r);
-    }
+    std::vector<cs_record> all = read_records(record_files);
     EXPECT_EQ(all.size(), std::size_t{procs} * iterations);
     EXPECT_EQ(check_history(all), "") << "critical sections overlapped or tokens did not increase";
     RecordProperty("handoffs", static_cast<int>(count_handoffs(all)));

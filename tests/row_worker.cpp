@@ -14,6 +14,8 @@
 //       stdout, then hold until killed (the tests kill -9 it).
 //
 // Exit 0 on success; on any error, a message on stderr and exit 2.
+#include "worker_common.hpp"
+
 #include <sqlock/sqlock.hpp>
 
 #include <unistd.h>
@@ -27,17 +29,11 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <typeinfo>
 
 namespace {
 
 using namespace std::chrono_literals;
-
-std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
+using namespace sqlock_test;
 
 int usage(char const* self) {
     std::cerr << "usage: " << self << " loop URL LOCK_NAME COUNTER_FILE RECORD_FILE ITERATIONS\n"
@@ -52,27 +48,15 @@ void loop(std::string const& url, std::string const& name, std::string const& co
     // statements around it (the first use of a name creates its row).
     sqlock::store db{url, {.pool_size = 3}};
     sqlock::locker locks = sqlock::row_locker(db, {.ttl = 30s});
-    std::ofstream records(record_file, std::ios::app);
-    if (!records) throw std::runtime_error("cannot open " + record_file);
+    std::ofstream records = open_records(record_file);
     std::minstd_rand rng(static_cast<unsigned>(pid));
 
     for (int i = 0; i < iterations; ++i) {
         sqlock::lease l = locks.acquire(name, 60s);
         std::int64_t const enter = steady_ns();
-        long long value = 0;
-        {
-            std::ifstream in(counter_file);
-            if (!(in >> value)) throw std::runtime_error("cannot read the counter in " + counter_file);
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
-        {
-            std::ofstream out(counter_file, std::ios::trunc);
-            out << value + 1 << "\n";
-            out.close();
-            if (!out) throw std::runtime_error("cannot write the counter in " + counter_file);
-        }
+        bump_counter(counter_file, [&] { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200)); });
         std::int64_t const exit = steady_ns();
-        records << l.token() << ' ' << enter << ' ' << exit << ' ' << pid << '\n' << std::flush;
+        write_record(records, l.token(), enter, exit, pid);
         l.release();
         // Outside the lock, so the other processes get it too.
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
@@ -101,8 +85,7 @@ int main(int argc, char** argv) {
             return usage(argv[0]);
         }
     } catch (std::exception const& e) {
-        std::cerr << "sqlock_row_worker[" << ::getpid() << "]: " << typeid(e).name() << ": " << e.what() << "\n";
-        return 2;
+        return report_failure("sqlock_row_worker", e);
     }
     return 0;
 }

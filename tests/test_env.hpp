@@ -1,6 +1,9 @@
 // sqlock tests — shared helpers: where the test databases are, raw SQL access
-// to the lock tables behind the library's back, random name prefixes.
+// to the lock tables behind the library's back, random name prefixes, and the
+// per-engine fixture the Engines/<Suite>.<Test>/<engine> suites build on.
 #pragma once
+
+#include "worker_common.hpp"
 
 #include <sqlock/sqlock.hpp>
 
@@ -31,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 namespace sqlock_test {
@@ -54,6 +58,9 @@ inline std::optional<std::string> getenv_nonempty(char const* var) {
     if (v == nullptr || *v == '\0') return std::nullopt;
     return std::string(v);
 }
+
+/// An exception for a failure message: "<type>: <what>".
+inline std::string describe(std::exception const& e) { return std::string(typeid(e).name()) + ": " + e.what(); }
 
 inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
 
@@ -402,11 +409,7 @@ inline void delete_row(soci::session& s, std::string const& name, std::string co
 
 inline long long us_of(sqlock::db_time t) { return t.time_since_epoch().count(); }
 
-inline std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
+// steady_ns() is in worker_common.hpp (the worker programs use it too).
 
 // ------------------------------------------------------------------ critical-section records
 
@@ -452,6 +455,17 @@ inline std::string check_history(std::vector<cs_record> recs) {
         }
     }
     return out.str();
+}
+
+/// The records the worker programs appended to `files` (write_record's lines).
+inline std::vector<cs_record> read_records(std::vector<fs::path> const& files) {
+    std::vector<cs_record> all;
+    for (auto const& f : files) {
+        std::ifstream in(f);
+        cs_record r;
+        while (in >> r.token >> r.enter_ns >> r.exit_ns >> r.who) all.push_back(r);
+    }
+    return all;
 }
 
 /// How often the lock passed from one contender to another (in entry order):
@@ -522,4 +536,63 @@ private:
     std::uintmax_t start_ = 0;
 };
 
+// ------------------------------------------------------------------ the per-engine fixture
+
+/// Names the instances of an engine-parameterized suite by engine:
+/// Engines/<Suite>.<Test>/postgresql, .../mysql, .../sqlite.
+struct engine_param_name {
+    std::string operator()(::testing::TestParamInfo<engine> const& info) const { return engine_name(info.param); }
+};
+
+/// The database of the parameter's engine: a fresh SQLite file per test, or the
+/// server from SQLOCK_TEST_PG_URL / SQLOCK_TEST_MYSQL_URL (require_env: skipped
+/// when unset, failing under CI); a random lock-name prefix; the store of
+/// open_store(); a raw SOCI session on the same database.
+class engine_fixture : public ::testing::TestWithParam<engine> {
+protected:
+    void SetUp() override {
+        e_ = GetParam();
+        if (e_ == engine::sqlite) {
+            dir_.emplace();
+            url_ = sqlite_url(dir_->path() / "locks.db");
+        } else {
+            require_env(url_var(e_), url_);
+            if (should_stop()) return;
+        }
+        prefix_ = random_prefix();
+        open_store();
+        raw_ = raw_session(e_, url_);
+    }
+
+    /// Opens db_ on url_ (with the lock tables); a fixture may open it otherwise.
+    virtual void open_store() { db_.emplace(url_, sqlock::store_options{.create_schema = true}); }
+
+    /// A lock name under this test's prefix.
+    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
+
+    std::optional<lock_row> row(std::string const& name) { return read_row(*raw_, e_, name); }
+
+    /// For PostgreSQL: a watch on the server log (nullopt on other engines).
+    std::optional<pg_log_watch> watch_pg_log() {
+        if (e_ != engine::postgresql) return std::nullopt;
+        std::string path;
+        require_env(log_var(e_), path);
+        if (should_stop()) return std::nullopt;
+        return pg_log_watch(path);
+    }
+
+    engine e_{};
+    std::optional<temp_dir> dir_;
+    std::string url_;
+    std::string prefix_;
+    std::optional<sqlock::store> db_;
+    std::unique_ptr<soci::session> raw_;
+};
+
 }  // namespace sqlock_test
+
+namespace sqlock {
+// Test names and failure messages show the engine by name.
+inline void PrintTo(engine e, std::ostream* os) { *os << sqlock_test::engine_name(e); }
+inline void PrintTo(lease_state s, std::ostream* os) { *os << to_string(s); }
+}  // namespace sqlock

@@ -120,7 +120,7 @@ TEST(BadUrl, IsAUsageError) {
         } catch (sqlock::usage_error const&) {
             // expected
         } catch (std::exception const& e) {
-            ADD_FAILURE() << "expected sqlock::usage_error, got " << typeid(e).name() << ": " << e.what();
+            ADD_FAILURE() << "expected sqlock::usage_error, got " << describe(e);
         }
     }
 }
@@ -137,8 +137,7 @@ TEST(BadOptions, TablePrefixIsCheckedBeforeConnecting) {
                 ADD_FAILURE() << "accepted";
             } catch (sqlock::usage_error const&) {
             } catch (std::exception const& ex) {
-                ADD_FAILURE() << "expected sqlock::usage_error before any I/O, got " << typeid(ex).name() << ": "
-                              << ex.what();
+                ADD_FAILURE() << "expected sqlock::usage_error before any I/O, got " << describe(ex);
             }
         }
     }
@@ -154,8 +153,7 @@ TEST(BadOptions, PoolSizeIsCheckedBeforeConnecting) {
                 ADD_FAILURE() << "accepted";
             } catch (sqlock::usage_error const&) {
             } catch (std::exception const& ex) {
-                ADD_FAILURE() << "expected sqlock::usage_error before any I/O, got " << typeid(ex).name() << ": "
-                              << ex.what();
+                ADD_FAILURE() << "expected sqlock::usage_error before any I/O, got " << describe(ex);
             }
         }
     }
@@ -177,7 +175,7 @@ TEST(Unreachable, ClosedPortIsBackendUnavailable) {
             EXPECT_FALSE(contains(what, secret)) << "the password leaked into the message: " << what;
             EXPECT_FALSE(what.empty());
         } catch (std::exception const& e) {
-            ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << typeid(e).name() << ": " << e.what();
+            ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << describe(e);
         }
     }
 }

@@ -7,6 +7,8 @@
 // the lock protects it); append "token enter_ns exit_ns pid" to RECORD_FILE
 // (steady_clock = CLOCK_MONOTONIC, comparable across processes on one host);
 // release; pause 0-2 ms. Exit 0 on success; on any error, a message on stderr and exit 2.
+#include "worker_common.hpp"
+
 #include <sqlock/sqlock.hpp>
 
 #include <unistd.h>
@@ -20,17 +22,8 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <typeinfo>
 
-namespace {
-
-std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
-}  // namespace
+using namespace sqlock_test;
 
 int main(int argc, char** argv) {
     using namespace std::chrono_literals;
@@ -49,41 +42,30 @@ int main(int argc, char** argv) {
         sqlock::store db{url, {.pool_size = 2}};
         sqlock::locker locks =
             sqlock::table_locker(db, {.ttl = 30s, .backoff_min = 1ms, .backoff_max = 20ms});
-        std::ofstream records(record_file, std::ios::app);
-        if (!records) throw std::runtime_error("cannot open " + record_file);
+        std::ofstream records = open_records(record_file);
         std::minstd_rand rng(static_cast<unsigned>(pid));
 
         for (int i = 0; i < iterations; ++i) {
             sqlock::lease l = locks.acquire(name, 60s);
             std::int64_t const enter = steady_ns();
 
-            long long value = 0;
-            {
-                std::ifstream in(counter_file);
-                if (!(in >> value)) throw std::runtime_error("cannot read the counter in " + counter_file);
-            }
-            if (auto us = rng() % 200; us == 0) {
-                std::this_thread::yield();
-            } else {
-                std::this_thread::sleep_for(std::chrono::microseconds(us));
-            }
-            {
-                std::ofstream out(counter_file, std::ios::trunc);
-                out << value + 1 << "\n";
-                out.close();
-                if (!out) throw std::runtime_error("cannot write the counter in " + counter_file);
-            }
+            bump_counter(counter_file, [&] {
+                if (auto us = rng() % 200; us == 0) {
+                    std::this_thread::yield();
+                } else {
+                    std::this_thread::sleep_for(std::chrono::microseconds(us));
+                }
+            });
 
             std::int64_t const exit = steady_ns();
-            records << l.token() << ' ' << enter << ' ' << exit << ' ' << pid << '\n' << std::flush;
+            write_record(records, l.token(), enter, exit, pid);
             l.release();
             // A pause outside the lock, so other processes get it too (the
             // releasing process would otherwise win again at once).
             std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
         }
     } catch (std::exception const& e) {
-        std::cerr << "sqlock_test_worker[" << pid << "]: " << typeid(e).name() << ": " << e.what() << "\n";
-        return 2;
+        return report_failure("sqlock_test_worker", e);
     }
     return 0;
 }
