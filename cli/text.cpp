@@ -1,5 +1,6 @@
 // sqlock command — URLs, durations, times and messages.
 #include "cli.hpp"
+#include "duration.hpp"  // tools/
 
 #include <sqlock/errors.hpp>
 
@@ -78,39 +79,17 @@ std::optional<sqlock::engine> engine_from_name(std::string_view name) {
 }
 
 std::chrono::milliseconds parse_duration(std::string_view what, std::string_view text) {
-    auto bad = [&](std::string_view why) {
-        fail(exit_code::usage, std::string(what) + " '" + printable(text) + "' is not a duration (" +
-                                   std::string(why) + "): write it like 250ms, 30s, 5m or 1h");
-    };
-    if (text == "0") return std::chrono::milliseconds(0);
-    if (text.empty()) bad("it is empty");
-    // At most a year: a deadline that far on the steady clock stays representable.
-    constexpr std::int64_t limit = std::int64_t(365) * 24 * 3600 * 1000;
-    std::int64_t total = 0;
-    std::size_t i = 0;
-    while (i < text.size()) {
-        std::int64_t n = 0;
-        std::size_t digits = 0;
-        for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
-            n = n * 10 + (text[i] - '0');
-            if (n > limit) bad("longer than a year");
-        }
-        if (digits == 0) bad("expected a number");
-        auto unit_start = i;
-        while (i < text.size() && (text[i] < '0' || text[i] > '9')) ++i;
-        auto unit = text.substr(unit_start, i - unit_start);
-        std::int64_t per = 0;
-        if (unit == "ms") per = 1;
-        else if (unit == "s") per = 1000;
-        else if (unit == "m") per = 60'000;
-        else if (unit == "h") per = 3'600'000;
-        else if (unit == "d") per = 86'400'000;
-        else if (unit.empty()) bad("the number has no unit");
-        else bad("unknown unit '" + printable(unit) + "'");
-        if (n > (limit - total) / per) bad("longer than a year");
-        total += n * per;
+    std::chrono::milliseconds d{};
+    try {
+        d = sqlock::tools::parse_duration(text);  // the same forms as sqlock-reaper's
+    } catch (sqlock::usage_error const& e) {
+        fail(exit_code::usage, std::string(what) + ": " + e.what());
     }
-    return std::chrono::milliseconds(total);
+    // At most a year: a deadline that far on the steady clock stays representable.
+    if (d > std::chrono::days(365))
+        fail(exit_code::usage, std::string(what) + " '" + printable(text) +
+                                   "' is longer than a year: write it like 250ms, 30s, 5m or 1h");
+    return d;
 }
 
 std::string iso_utc(sqlock::db_time t) {

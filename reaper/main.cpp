@@ -3,7 +3,7 @@
 //
 // Exit codes (sysexits.h): 0 fine, 64 usage, 69 a database unreachable,
 // 70 a database refused the statement, 78 the lock tables are missing.
-#include "duration.hpp"
+#include "duration.hpp"  // tools/
 
 #include <sqlock/sqlock.hpp>
 

@@ -1,7 +1,7 @@
 // sqlock tests — the reaper (issue 6), run on every engine:
 //   Engines/Reaper.<Test>/<engine>     sqlock::reaper: what is purged and what never is
 //   Engines/ReaperCli.<Test>/<engine>  the sqlock-reaper executable: logs, exit codes, signals
-//   ReaperDuration.*                   the command-line duration parser (reaper/duration.hpp)
+//   ReaperDuration.*                   the command-line duration parser (tools/duration.hpp)
 //
 // Each test has tables of its own (a random table_prefix, dropped afterwards), so
 // a reaper with grace 0 never touches another suite's rows on a shared server.
@@ -12,7 +12,7 @@
 #include "test_env.hpp"
 #include "test_process.hpp"
 
-#include "duration.hpp"  // reaper/
+#include "duration.hpp"  // tools/
 
 #include <sqlock/sqlock.hpp>
 

@@ -1,6 +1,7 @@
 // sqlock command-line tools — durations on the command line: "250ms", "30s",
 // "5m", "1h", "7d", or several run together ("1h30m"); "0" alone means zero.
-// Header-only, shared by sqlock-reaper and the sqlock tool.
+// Header-only, shared by sqlock-reaper and the sqlock command (tools/ holds
+// what the command-line tools share).
 #pragma once
 
 #include <sqlock/errors.hpp>
