@@ -264,13 +264,20 @@ void locker_impl::on_lost(lease_row const& row, std::string_view why) noexcept {
 // ---- the renewer ---------------------------------------------------------
 
 void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
+    bool wake = false;
     {
         std::lock_guard lock(watch_->mutex);
         watch_->auto_renew = options_.auto_renew;
-        watch_->rows.push_back({row, clock::now() + row->ttl() / 3});
-        watch_->changed = true;
+        auto next = clock::now() + row->ttl() / 3;
+        watch_->rows.push_back({row, next});
+        // Wake the renewer only when this lease needs it sooner than it planned;
+        // while it is awake, have it look at the rows again before it sleeps.
+        auto due = options_.auto_renew ? std::min(next, row->valid_until()) : row->valid_until();
+        bool awake = watch_->sleeping_until == clock::time_point::min();
+        wake = !awake && due < watch_->sleeping_until;
+        if (awake || wake) watch_->changed = true;
     }
-    watch_->cv.notify_all();
+    if (wake) watch_->cv.notify_all();
     std::lock_guard lock(watchdog_mutex_);
     if (!watchdog_.joinable())
         watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_watchdog(state, stop); });
@@ -316,7 +323,9 @@ void locker_impl::run_watchdog(std::shared_ptr<watch_state> const& state, std::s
         expired.clear();
         due.clear();
         lock.lock();
+        state->sleeping_until = wake;
         state->cv.wait_until(lock, stop, wake, [&] { return std::exchange(state->changed, false); });
+        state->sleeping_until = clock::time_point::min();  // awake: it looks at every row again
     }
 }
 

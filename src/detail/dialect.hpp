@@ -103,7 +103,7 @@ public:
     [[nodiscard]] std::string missing_table(soci::session& s) const;
 
     /// Create the tables (idempotent).
-    void create_schema(soci::session& s) const;
+    virtual void create_schema(soci::session& s) const;
 
     /// Insert the lock row, or take over an expired one, and draw a fencing
     /// token, atomically. Not acquired when a live row exists.

@@ -101,6 +101,7 @@ private:
         std::vector<watched> rows;
         bool changed = false;
         bool auto_renew = true;
+        clock::time_point sleeping_until = clock::time_point::min();  // the renewer's next wake-up
     };
     void watch(std::shared_ptr<lease_row> const& row);
     static void run_watchdog(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);

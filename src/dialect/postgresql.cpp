@@ -198,6 +198,23 @@ public:
         return std::make_unique<pg_listener>(connect_string, channel(), std::move(on_notify));
     }
 
+    // Services starting together would race on CREATE ... IF NOT EXISTS and log
+    // unique violations from the catalog: one at a time, under an advisory lock.
+    void create_schema(soci::session& s) const override {
+        std::string const key = "sqlock schema " + prefix_;
+        s << "SELECT 1 FROM pg_advisory_lock(hashtext(:k))", soci::use(key, "k");
+        try {
+            dialect::create_schema(s);
+        } catch (...) {
+            try {
+                s << "SELECT 1 FROM pg_advisory_unlock(hashtext(:k))", soci::use(key, "k");
+            } catch (...) {  // the session ends the lock when it closes
+            }
+            throw;
+        }
+        s << "SELECT 1 FROM pg_advisory_unlock(hashtext(:k))", soci::use(key, "k");
+    }
+
     void ensure_row(soci::session& s, std::string const& name) const override {
         s << ensure_row_sql_, soci::use(name, "name");
     }
