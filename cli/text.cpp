@@ -3,6 +3,7 @@
 #include "duration.hpp"  // tools/
 
 #include <sqlock/errors.hpp>
+#include <sqlock/store.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,18 +22,6 @@ int hex_value(char c) {
     return -1;
 }
 
-/// The URL with the password masked (scheme://user:***@host/...), for messages.
-std::string redact(std::string_view url) {
-    auto scheme_end = url.find("://");
-    if (scheme_end == std::string_view::npos) return std::string(url);
-    auto authority = scheme_end + 3;
-    auto at = url.find('@', authority);
-    auto slash = url.find('/', authority);
-    if (at == std::string_view::npos || (slash != std::string_view::npos && slash < at)) return std::string(url);
-    auto colon = url.find(':', authority);
-    if (colon == std::string_view::npos || colon > at) return std::string(url);
-    return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
-}
 
 }  // namespace
 
@@ -175,7 +164,7 @@ void say(std::string_view message) {
 }
 
 exit_error schema_missing_error(std::string_view url) {
-    return {exit_code::config, "the sqlock lock tables are missing in " + redact(url) +
+    return {exit_code::config, "the sqlock lock tables are missing in " + sqlock::redact_url(url) +
                                    ": create them with `sqlock schema --apply` (with the same --db), or ask the "
                                    "database's owner to apply the DDL that `sqlock schema` prints"};
 }
@@ -219,6 +208,6 @@ sqlock::store open_existing(database const& db) {
     }
 }
 
-std::string redacted_url(std::string_view url) { return redact(url); }
+std::string redacted_url(std::string_view url) { return sqlock::redact_url(url); }
 
 }  // namespace sqlock::cli

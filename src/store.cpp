@@ -20,6 +20,8 @@ std::string_view to_string(engine e) noexcept {
     return "unknown";
 }
 
+std::string redact_url(std::string_view url) { return detail::redact_url(url); }
+
 std::string schema_sql(engine e, std::string_view table_prefix) {
     detail::validate_table_prefix(table_prefix);
     return detail::apply_prefix(detail::embedded_schema(e), table_prefix);

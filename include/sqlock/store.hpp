@@ -20,6 +20,10 @@ enum class engine { postgresql, mysql, sqlite };
 /// "postgresql", "mysql" or "sqlite".
 [[nodiscard]] std::string_view to_string(engine e) noexcept;
 
+/// `url` with its password replaced by "***", for logs and messages (the form
+/// `store::url()` returns). Parses nothing else: safe on malformed URLs.
+[[nodiscard]] std::string redact_url(std::string_view url);
+
 /// The DDL of the lock tables for an engine (the embedded schema/<engine>.sql),
 /// with its tables named by `table_prefix`.
 /// @throws usage_error when the prefix is not a valid identifier.
