@@ -5,11 +5,14 @@
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
 -- One row per held lock. Deleted on release; an expired row is taken over.
+-- attempt: a random id of the acquire attempt that wrote the row, so the
+-- clean-up after a broken connection deletes only its own attempt's row.
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       VARBINARY(255) NOT NULL PRIMARY KEY,
     owner      VARBINARY(255) NOT NULL,
     token      BIGINT         NOT NULL,
     holds      INT            NOT NULL DEFAULT 1,
+    attempt    BIGINT         NOT NULL DEFAULT 0,
     created_at DATETIME(6)    NOT NULL,
     expires_at DATETIME(6)    NOT NULL,
     KEY sqlock_locks_expires_at_idx (expires_at)
@@ -31,7 +34,9 @@ CREATE TABLE IF NOT EXISTS sqlock_fences (
 
 -- The row lock (row_locker): a row per name, locked with SELECT ... FOR UPDATE
 -- by a transaction held open for the lease. token/owner/locked_at record the
--- last holder (committed on release).
+-- last holder (committed on release). Row-lock tokens come from sqlock_tokens,
+-- drawn and committed on another connection once the row is locked, so a token
+-- is durable before the lease is handed out.
 CREATE TABLE IF NOT EXISTS sqlock_rows (
     name       VARBINARY(255) NOT NULL PRIMARY KEY,
     token      BIGINT         NOT NULL DEFAULT 0,
@@ -40,6 +45,3 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     created_at DATETIME(6)    NOT NULL
 ) ENGINE = InnoDB;
 
--- Row-lock tokens (MariaDB 10.3+ sequences): NEXTVAL is not undone by a
--- rollback, so a holder that crashed never hands its token out again.
-CREATE SEQUENCE IF NOT EXISTS sqlock_row_tokens ENGINE = InnoDB;

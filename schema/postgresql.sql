@@ -3,11 +3,14 @@
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
 -- One row per held lock. Deleted on release; an expired row is taken over.
+-- attempt: a random id of the acquire attempt that wrote the row, so the
+-- clean-up after a broken connection deletes only its own attempt's row.
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       text        COLLATE "C" NOT NULL PRIMARY KEY,
     owner      text        NOT NULL,
     token      bigint      NOT NULL,
     holds      integer     NOT NULL DEFAULT 1,
+    attempt    bigint      NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL
 );
@@ -31,7 +34,9 @@ CREATE TABLE IF NOT EXISTS sqlock_fences (
 
 -- The row lock (row_locker): a row per name, locked with SELECT ... FOR UPDATE
 -- by a transaction held open for the lease. token/owner/locked_at record the
--- last holder (committed on release).
+-- last holder (committed on release). Row-lock tokens come from sqlock_tokens,
+-- drawn and committed on another connection once the row is locked, so a token
+-- is durable before the lease is handed out.
 CREATE TABLE IF NOT EXISTS sqlock_rows (
     name       text        COLLATE "C" NOT NULL PRIMARY KEY,
     token      bigint      NOT NULL DEFAULT 0,
@@ -40,6 +45,3 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     created_at timestamptz NOT NULL
 );
 
--- Row-lock tokens: nextval() is not undone by a rollback, so a holder that
--- crashed (its transaction rolled back) never hands its token out again.
-CREATE SEQUENCE IF NOT EXISTS sqlock_row_tokens;

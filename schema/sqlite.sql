@@ -5,11 +5,14 @@
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
 -- One row per held lock. Deleted on release; an expired row is taken over.
+-- attempt: a random id of the acquire attempt that wrote the row, so the
+-- clean-up after a broken connection deletes only its own attempt's row.
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       TEXT    NOT NULL PRIMARY KEY,
     owner      TEXT    NOT NULL,
     token      BIGINT  NOT NULL,
     holds      INTEGER NOT NULL DEFAULT 1,
+    attempt    BIGINT  NOT NULL DEFAULT 0,
     created_at BIGINT  NOT NULL,
     expires_at BIGINT  NOT NULL
 );

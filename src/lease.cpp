@@ -4,6 +4,8 @@
 #include <sqlock/errors.hpp>
 #include <sqlock/lease.hpp>
 
+#include <unistd.h>
+
 namespace sqlock {
 
 std::string_view to_string(lease_state s) noexcept {
@@ -27,7 +29,10 @@ lease_row::lease_row(std::shared_ptr<locker_impl> locker, std::string name, std:
       created_at_(std::chrono::microseconds(g.created_us)),
       expires_us_(g.expires_us),
       valid_until_(valid_until.time_since_epoch().count()),
-      ttl_ms_(ttl.count()) {}
+      ttl_ms_(ttl.count()),
+      pid_(::getpid()) {}
+
+bool lease_row::in_owning_process() const noexcept { return ::getpid() == pid_; }
 
 lease_state lease_row::state() const noexcept {
     switch (state_.load(std::memory_order_acquire)) {
@@ -50,7 +55,7 @@ void lease_row::mark_lost(std::string_view why) noexcept {
 
 bool lease_row::add_hold() {
     std::lock_guard lock(io_);
-    if (state_.load() == st_lost || state_.load() == st_released) return false;
+    if (state_.load() == st_lost || state_.load() == st_released || clock::now() >= valid_until()) return false;
     if (!db_add_hold()) {
         mark_lost("a reentrant acquire found the row expired or taken over");
         return false;
@@ -67,12 +72,21 @@ void lease_row::release_hold() {
     };
     std::unique_lock lock(io_);
     if (state_.load() == st_released) return;
-    if (state_.load() == st_lost) {
+    auto const deadline = valid_until();
+    if (state_.load() == st_lost || clock::now() >= deadline) {
+        bool const ran_out = state_.load() != st_lost;
         try {
             (void)db_delete();  // polite: free the row at once if it is somehow still ours
         } catch (...) {
         }
-        throw lost_error();
+        lock.unlock();
+        if (!ran_out) throw lost_error();
+        auto late = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - deadline).count();
+        mark_lost("its validity ran out before it was released");
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                         ") had run out before release: its safe validity ended " + std::to_string(late) +
+                         " ms ago, so another owner may have held it meanwhile; restart the critical section "
+                         "(and renew, or raise the ttl, for work this long)");
     }
     bool last = holds_ == 1;
     bool ours = last ? db_delete() : db_drop_hold();
@@ -120,6 +134,15 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
                          ") could not be renewed: the row had expired or was no longer ours; restart the "
                          "critical section");
     }
+    if (state_.load() == st_lost || clock::now() >= valid_until()) {
+        // A late answer: the lease was already reported lost (or its validity ran
+        // out while the renewal was in flight). Lost stays lost.
+        lock.unlock();
+        mark_lost("its validity ran out before a renewal succeeded");
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                         ") is lost: the renewal answered after its validity had run out; restart the critical "
+                         "section");
+    }
     expires_us_.store(r->expires_us);
     ttl_ms_.store(ttl.count());
     valid_until_.store(locker_impl::valid_until(sent, ttl).time_since_epoch().count());
@@ -151,6 +174,7 @@ lease& lease::operator=(lease&& other) noexcept {
 
 lease::~lease() {
     if (!row_ || ended_ != ending::none) return;
+    if (!row_->in_owning_process()) return;  // a forked child: the lease is the parent's
     try {
         row_->release_hold();
     } catch (...) {
@@ -191,8 +215,24 @@ void lease::renew() {
     else renew(std::chrono::milliseconds(0));
 }
 
+lease lease::reenter() {
+    if (!row_ || ended_ == ending::released)
+        throw usage_error("sqlock: reenter() on a released or moved-from lease: acquire the lock again");
+    if (!row_->in_owning_process())
+        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+                          "this forked child: acquire a lock of the child's own");
+    if (ended_ == ending::lost || !row_->add_hold())
+        throw lease_lost("sqlock: lock '" + row_->name() + "' (token " + std::to_string(row_->token()) +
+                         ") is no longer held, so it cannot be re-entered; restart the critical section");
+    row_->locker().on_reentered(*row_);
+    return lease(row_);
+}
+
 void lease::renew(std::chrono::milliseconds ttl) {
     detail::validate_ttl(ttl);
+    if (row_ && !row_->in_owning_process())
+        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+                          "this forked child: it cannot be renewed here");
     if (ended_ == ending::lost)
         throw lease_lost("sqlock: lock '" + row_->name() + "' was already found lost: acquire it again");
     if (!row_ || ended_ == ending::released)
@@ -202,6 +242,9 @@ void lease::renew(std::chrono::milliseconds ttl) {
 
 void lease::release() {
     if (!row_ || ended_ != ending::none) return;
+    if (!row_->in_owning_process())
+        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+                          "this forked child: release it in the parent (the child's copy does nothing)");
     try {
         row_->release_hold();
     } catch (lease_lost const&) {

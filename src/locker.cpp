@@ -1,4 +1,5 @@
 #include "detail/locker_impl.hpp"
+#include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/locker.hpp>
@@ -97,12 +98,21 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)),
 }
 
 locker_impl::~locker_impl() {
-    // The last reference may be dropped by the renewer thread itself (it briefly
+    // The last reference may be dropped by a renewer thread itself (it briefly
     // owns a row, which owns its locker): it cannot join itself.
-    if (watchdog_.joinable() && watchdog_.get_id() == std::this_thread::get_id()) {
-        watchdog_.request_stop();
-        watchdog_.detach();
+    for (auto* t : {&watchdog_, &renewer_}) {
+        if (t->joinable() && t->get_id() == std::this_thread::get_id()) {
+            t->request_stop();
+            t->detach();
+        }
     }
+    watch_->renew_cv.notify_all();
+}
+
+std::int64_t locker_impl::new_attempt_id() {
+    thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<std::uint64_t>(::getpid())};
+    // Positive and never 0 (the column's default).
+    return static_cast<std::int64_t>(rng() >> 1) | 1;
 }
 
 std::string locker_impl::owner_for_this_thread() const {
@@ -122,29 +132,11 @@ std::optional<lease> locker_impl::try_acquire(std::string const& name) {
 }
 
 std::optional<lease> locker_impl::try_acquire(std::string const& name, attempt const& bounds) {
-    auto owner = owner_for_this_thread();
-    std::shared_ptr<lease_row> existing;
-    {
-        std::lock_guard lock(held_mutex_);
-        if (auto it = held_.find({name, owner}); it != held_.end()) existing = it->second.lock();
-    }
-    if (existing) {
-        auto s = existing->state();
-        if ((s == lease_state::held || s == lease_state::in_doubt) && existing->add_hold()) {
-            counters_.acquired.fetch_add(1, std::memory_order_relaxed);
-            emit(lease_event::kind::acquired, name, existing->token(), "reentrant hold");
-            return lease(existing);
-        }
-    }
-    auto row = acquire_row(name, owner, bounds);
+    auto row = acquire_row(name, owner_for_this_thread(), bounds);
     if (!row) {
         counters_.busy.fetch_add(1, std::memory_order_relaxed);
         emit(lease_event::kind::busy, name, 0);
         return std::nullopt;
-    }
-    {
-        std::lock_guard lock(held_mutex_);
-        held_[{name, owner}] = row;
     }
     watch(row);
     counters_.acquired.fetch_add(1, std::memory_order_relaxed);
@@ -154,7 +146,7 @@ std::optional<lease> locker_impl::try_acquire(std::string const& name, attempt c
 
 lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel) {
     auto const start = clock::now();
-    auto const deadline = start + wait;
+    auto const deadline = deadline_after(wait);  // milliseconds::max() waits for ever, without overflow
     auto ceiling = std::chrono::duration_cast<clock::duration>(options_.backoff_min);
     auto const cap = std::chrono::duration_cast<clock::duration>(options_.backoff_max);
     for (;;) {
@@ -216,15 +208,13 @@ void locker_impl::emit(lease_event::kind what, std::string_view name, std::int64
 
 void locker_impl::on_released(lease_row const& row, bool last) noexcept {
     counters_.released.fetch_add(1, std::memory_order_relaxed);
-    if (last) {
-        {
-            std::lock_guard lock(held_mutex_);
-            auto it = held_.find({row.name(), row.owner()});
-            if (it != held_.end() && it->second.lock().get() == &row) held_.erase(it);
-        }
-        announce_release(row.name());
-    }
+    if (last) announce_release(row.name());
     emit(lease_event::kind::released, row.name(), row.token(), last ? "" : "one hold of several");
+}
+
+void locker_impl::on_reentered(lease_row const& row) noexcept {
+    counters_.acquired.fetch_add(1, std::memory_order_relaxed);
+    emit(lease_event::kind::acquired, row.name(), row.token(), "reentrant hold");
 }
 
 void locker_impl::on_renewed(lease_row const& row) noexcept {
@@ -247,11 +237,6 @@ void locker_impl::on_renew_failed(lease_row const& row, std::string_view why) no
 
 void locker_impl::on_lost(lease_row const& row, std::string_view why) noexcept {
     counters_.lost.fetch_add(1, std::memory_order_relaxed);
-    {
-        std::lock_guard lock(held_mutex_);
-        auto it = held_.find({row.name(), row.owner()});
-        if (it != held_.end() && it->second.lock().get() == &row) held_.erase(it);
-    }
     if (options_.on_lost) {
         try {
             options_.on_lost(row.name(), row.token());
@@ -270,8 +255,8 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
         watch_->auto_renew = options_.auto_renew;
         auto next = clock::now() + row->ttl() / 3;
         watch_->rows.push_back({row, next});
-        // Wake the renewer only when this lease needs it sooner than it planned;
-        // while it is awake, have it look at the rows again before it sleeps.
+        // Wake the deadline thread only when this lease needs it sooner than it
+        // planned; while it is awake, have it look at the rows again before it sleeps.
         auto due = options_.auto_renew ? std::min(next, row->valid_until()) : row->valid_until();
         bool awake = watch_->sleeping_until == clock::time_point::min();
         wake = !awake && due < watch_->sleeping_until;
@@ -279,16 +264,18 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
     }
     if (wake) watch_->cv.notify_all();
     std::lock_guard lock(watchdog_mutex_);
-    if (!watchdog_.joinable())
-        watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_watchdog(state, stop); });
+    if (!watchdog_.joinable()) {
+        renewer_ = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
+        watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_deadlines(state, stop); });
+    }
 }
 
-void locker_impl::run_watchdog(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {
+void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {
     std::unique_lock lock(state->mutex);
     while (!stop.stop_requested()) {
         auto now = clock::now();
         auto wake = now + std::chrono::seconds(60);
-        std::vector<std::shared_ptr<lease_row>> due;
+        bool queued = false;
         std::vector<std::shared_ptr<lease_row>> expired;
         std::erase_if(state->rows, [&](watched& w) {
             auto row = w.row.lock();
@@ -296,36 +283,58 @@ void locker_impl::run_watchdog(std::shared_ptr<watch_state> const& state, std::s
             auto s = row->state();
             if (s == lease_state::released) return true;
             if (s == lease_state::lost) {
-                expired.push_back(std::move(row));  // validity ran out: say so now
+                expired.push_back(std::move(row));  // validity ran out: say so now, whatever the I/O is doing
                 return true;
             }
-            if (state->auto_renew && now >= w.next_renewal) {
-                due.push_back(row);
+            if (state->auto_renew && !w.queued && now >= w.next_renewal) {
+                state->renewals.push_back(row);
+                w.queued = true;
+                queued = true;
                 // Until the renewal reports, retry at a tenth of the TTL (at most 1 s).
                 w.next_renewal = now + std::min<clock::duration>(row->ttl() / 10, std::chrono::seconds(1));
             }
             wake = std::min(wake, row->valid_until());
-            if (state->auto_renew) wake = std::min(wake, w.next_renewal);
+            if (state->auto_renew && !w.queued) wake = std::min(wake, w.next_renewal);
             return false;
         });
         lock.unlock();
+        if (queued) state->renew_cv.notify_all();
+        // mark_lost takes no lock a renewal holds: it is never delayed by I/O.
         for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded");
-        for (auto& row : due) {
-            try {
-                row->renew(row->ttl());  // on success the locker reschedules it (on_renewed)
-            } catch (...) {
-                // lease_lost marked the row lost; an unreachable database left it in
-                // doubt, and the retry time set above stands.
-            }
-        }
         // Drop strong references before sleeping: the last one may destroy the
         // locker, which only detaches this thread; from here on only `state` is used.
         expired.clear();
-        due.clear();
         lock.lock();
         state->sleeping_until = wake;
         state->cv.wait_until(lock, stop, wake, [&] { return std::exchange(state->changed, false); });
         state->sleeping_until = clock::time_point::min();  // awake: it looks at every row again
+    }
+}
+
+void locker_impl::run_renewals(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {
+    std::unique_lock lock(state->mutex);
+    while (!stop.stop_requested()) {
+        state->renew_cv.wait(lock, stop, [&] { return !state->renewals.empty(); });
+        if (stop.stop_requested()) break;
+        auto weak = std::move(state->renewals.front());
+        state->renewals.erase(state->renewals.begin());
+        lock.unlock();
+        if (auto row = weak.lock()) {
+            try {
+                row->renew(row->ttl());  // on success the locker reschedules it (on_renewed)
+            } catch (...) {
+                // lease_lost marked the row lost; an unreachable database left it in
+                // doubt, and the retry time set by the deadline thread stands.
+            }
+            lock.lock();
+            for (auto& w : state->rows)
+                if (w.row.lock() == row) w.queued = false;
+            state->changed = true;
+            lock.unlock();
+            state->cv.notify_all();
+            row.reset();  // before taking the lock again: it may destroy the locker
+        }
+        lock.lock();
     }
 }
 

@@ -31,66 +31,73 @@ public:
 
     ~row_lease() override {
         // Lost or abandoned: roll back so the pooled connection goes back clean.
-        if (!conn_) return;
+        // Never in a forked child: the socket is the parent's, and a ROLLBACK
+        // sent from here would end the parent's lock.
+        if (!conn_ || !in_owning_process()) return;
         try {
+            store_impl::io_guard guard(*store_, conn_->session(), deadline_after(store_->options().io_timeout));
             store_->dialect().end_row_lock(conn_->session(), false);
+            if (guard.disarm()) conn_->mark_broken();
         } catch (...) {
             conn_->mark_broken();
         }
     }
 
 private:
-    // Runs `op` on the pinned connection. A broken connection means the server
-    // rolled the transaction back (or will): the lock is gone, so the result is
-    // `when_broken`, and the connection is given up.
+    // Runs `op` on the pinned connection, bounded by `deadline`. Any error on the
+    // holding transaction means the lock is gone: a broken connection ends it on
+    // the server, and on PostgreSQL any failed statement (a cancelled keep-alive,
+    // a statement timeout) aborts it and frees the row at once. The result is
+    // then `when_gone`, and the connection is given up.
     template <class Op, class T>
-    T on_connection(std::string_view what, Op&& op, T when_broken) {
-        if (!conn_) return when_broken;
+    T on_connection(Op&& op, T when_gone, clock::time_point deadline) {
+        if (!conn_) return when_gone;
+        store_impl::io_guard guard(*store_, conn_->session(), deadline);
         try {
             return op(conn_->session());
-        } catch (soci::soci_error const& e) {
-            auto f = store_->dialect().classify(e, conn_->session());
-            if (f == failure::connection) {
-                conn_->mark_broken();
-                conn_.reset();
-                return when_broken;
+        } catch (soci::soci_error const&) {
+            guard.disarm();
+            try {
+                store_->dialect().end_row_lock(conn_->session(), false);
+            } catch (...) {
             }
-            store_->raise(e, f, what);
+            conn_->mark_broken();  // reopened clean on its next use
+            conn_.reset();
+            return when_gone;
         }
     }
 
+    clock::time_point io_deadline() const { return deadline_after(store_->options().io_timeout); }
+
     bool db_delete() override {
         bool committed = on_connection(
-            "releasing row lock '" + name() + "'",
             [&](soci::session& s) {
                 store_->dialect().end_row_lock(s, true);
                 return true;
             },
-            false);
+            false, io_deadline());
         conn_.reset();
         return committed;
     }
 
     bool db_add_hold() override {
         return on_connection(
-            "re-entering row lock '" + name() + "'",
             [&](soci::session& s) {
                 (void)store_->dialect().keep_row_lock(s, ttl());
                 return true;
             },
-            false);
+            false, std::min(io_deadline(), valid_until()));
     }
 
     bool db_drop_hold() override { return conn_.has_value(); }
 
     std::optional<renewal> db_renew(milliseconds ttl) override {
         return on_connection(
-            "renewing row lock '" + name() + "'",
             [&](soci::session& s) -> std::optional<renewal> {
                 auto now = store_->dialect().keep_row_lock(s, ttl);
                 return renewal{now + duration_cast<microseconds>(ttl).count(), now};
             },
-            std::optional<renewal>{});
+            std::optional<renewal>{}, std::min(io_deadline(), valid_until()));
     }
 
     std::shared_ptr<store_impl> store_;
@@ -107,10 +114,20 @@ protected:
                                            attempt const& bounds) override {
         std::string const what = "acquiring row lock '" + name + "'";
         auto left = [&] { return std::max(milliseconds(0), duration_cast<milliseconds>(bounds.deadline - clock::now())); };
+        auto const& opts = store_->options();
         // The pool is the limit: waiting for a connection shares the caller's deadline.
-        auto c = store_->borrow(what, left());
+        std::optional<connection> c;
+        c.emplace(store_->borrow(what, std::min(left(), opts.pool_wait)));
         auto const& d = store_->dialect();
+        // Once the row is locked, the token is drawn and committed on a reserved
+        // connection: durable before the lease exists, and ordered by the row lock.
+        auto const draw = [&] {
+            return store_->run(
+                "drawing a token for row lock '" + name + "'",
+                [&](soci::session& s) { return d.draw_token(s, name); }, {.reserved = true});
+        };
         bool ensured = false;
+        bool reconnected = false;
         int transient = 0;
         for (;;) {
             if (bounds.cancel.stop_requested()) return nullptr;
@@ -118,41 +135,68 @@ protected:
             auto wait = bounds.cancel.stop_possible() ? std::min(left(), milliseconds(1000)) : left();
             auto sent = clock::now();
             bool missing = false;
+            store_impl::io_guard guard(*store_, c->session(), deadline_after(wait + opts.io_timeout));
             try {
-                d.begin_row_lock(c.session(), options_.ttl);
-                auto g = d.lock_row(c.session(), name, owner, wait, missing);
+                d.begin_row_lock(c->session(), options_.ttl);
+                auto g = d.lock_row(c->session(), name, owner, wait, draw, missing);
                 if (g) {
                     if (clock::now() - sent > options_.ttl / 10) {
                         // We queued a while: count validity from a fresh round trip.
                         sent = clock::now();
-                        (void)d.keep_row_lock(c.session(), options_.ttl);
+                        (void)d.keep_row_lock(c->session(), options_.ttl);
                     }
+                    if (guard.disarm()) throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
+                                                                  " got no answer within its deadline");
                     g->expires_us = g->created_us + duration_cast<microseconds>(options_.ttl).count();
                     return std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
-                                                       valid_until(sent, options_.ttl), std::move(c));
+                                                       valid_until(sent, options_.ttl), std::move(*c));
                 }
-                d.end_row_lock(c.session(), false);
+                d.end_row_lock(c->session(), false);
             } catch (soci::soci_error const& e) {
-                auto f = d.classify(e, c.session());
-                try {
-                    d.end_row_lock(c.session(), false);
-                } catch (...) {
-                    c.mark_broken();
+                bool const overran = guard.disarm();
+                auto f = overran ? failure::connection : d.classify(e, c->session());
+                if (f != failure::connection) {
+                    try {
+                        d.end_row_lock(c->session(), false);
+                    } catch (...) {
+                        c->mark_broken();
+                    }
                 }
                 if ((f == failure::transient || f == failure::lock_wait) && ++transient < 100) continue;
-                if (f == failure::connection) c.mark_broken();
+                if (f == failure::connection) {
+                    c->mark_broken();
+                    // A pooled connection the server closed while idle (restart,
+                    // pg_terminate_backend, KILL, a firewall): nothing was held on
+                    // it, so reopen it once and try again, like the table lock.
+                    if (!reconnected) {
+                        reconnected = true;
+                        c.reset();
+                        c.emplace(store_->borrow(what, std::min(left(), opts.pool_wait)));
+                        continue;
+                    }
+                    if (overran) store_->raise_overrun(what);
+                }
                 // The transaction died with the error: nothing is held.
                 store_->raise(e, f, what);
+            } catch (...) {
+                // The token draw failed (its own error says why): nothing is held.
+                guard.disarm();
+                try {
+                    d.end_row_lock(c->session(), false);
+                } catch (...) {
+                    c->mark_broken();
+                }
+                throw;
             }
             if (missing && !ensured) {
                 // On the connection we already have (back in autocommit): a second
                 // one could wait on a pool exhausted by holders.
                 ensured = true;
                 try {
-                    d.ensure_row(c.session(), name);
+                    d.ensure_row(c->session(), name);
                 } catch (soci::soci_error const& e) {
-                    auto f = d.classify(e, c.session());
-                    if (f == failure::connection) c.mark_broken();
+                    auto f = d.classify(e, c->session());
+                    if (f == failure::connection) c->mark_broken();
                     store_->raise(e, f, "creating row lock '" + name + "'");
                 }
                 continue;

@@ -5,6 +5,8 @@
 
 #include <soci/soci.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -51,8 +53,15 @@ void validate(store_options const& o) {
     if (o.lock_wait_timeout < 1ms || o.lock_wait_timeout > 10min)
         throw usage_error("sqlock: lock_wait_timeout must be within [1 ms, 10 min]");
     if (o.pool_wait < 0ms) throw usage_error("sqlock: pool_wait must not be negative");
+    if (o.io_timeout < 100ms || o.io_timeout > 1h)
+        throw usage_error("sqlock: io_timeout " + std::to_string(o.io_timeout.count()) +
+                          " ms is out of range: use 100 ms .. 1 h");
     validate_table_prefix(o.table_prefix);
 }
+
+// Renewals and token draws get connections nothing else can take: a pool pinned
+// by row-lock holders or busy with acquires must not delay them.
+constexpr std::size_t reserved_pool_size = 2;
 
 std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_string(e)) + ".sql"; }
 
@@ -63,10 +72,17 @@ store_impl::store_impl(std::string_view url, store_options const& options)
       url_(redact_url(url)),
       dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
       connect_string_(dialect_->connect_string(parse_url(url))),
-      pool_(options.pool_size),
-      open_(options.pool_size, 0) {
+      main_(options.pool_size),
+      reserved_(reserved_pool_size) {
     auto c = borrow("opening the store");
     try {
+        if (!options_.allow_relaxed_durability) {
+            if (auto relaxed = dialect_->relaxed_durability(c.session()))
+                throw backend_error("sqlock: " + url_ + " does not make commits durable (" + *relaxed +
+                                    "): a crash could lose acknowledged grants and hand a fencing token out "
+                                    "twice; make commits durable, or open the store with "
+                                    "allow_relaxed_durability = true if you accept that");
+        }
         auto missing = dialect_->missing_table(c.session());
         if (!missing.empty() && options_.create_schema) {
             // Services starting together race on the DDL (PostgreSQL reports a
@@ -83,6 +99,13 @@ store_impl::store_impl(std::string_view url, store_options const& options)
             }
             missing = dialect_->missing_table(c.session());
         }
+        if (auto dot = missing.find('.'); dot != std::string::npos)
+            throw schema_missing("sqlock: table '" + missing.substr(0, dot) + "' in " + url_ + " has no column '" +
+                                 missing.substr(dot + 1) + "' (it was created by an older sqlock): run ALTER TABLE " +
+                                 missing.substr(0, dot) + " ADD COLUMN " + missing.substr(dot + 1) +
+                                 " BIGINT NOT NULL DEFAULT 0, or drop the lock tables while no lock is held and "
+                                 "apply " + schema_file(engine()) + " again",
+                                 "");
         if (!missing.empty())
             throw schema_missing("sqlock: table '" + missing + "' does not exist in " + url_ + ": apply " +
                                  schema_file(engine()) + " (sqlock schema --apply), or open the store with "
@@ -100,24 +123,32 @@ void store_impl::create_schema() {
 
 connection store_impl::borrow(std::string_view what) { return borrow(what, options_.pool_wait); }
 
-connection store_impl::borrow(std::string_view what, std::chrono::milliseconds wait) {
+connection store_impl::borrow(std::string_view what, std::chrono::milliseconds wait, bool reserved) {
+    auto& pool = reserved ? reserved_ : main_;
     std::size_t pos = 0;
     auto wait_ms = static_cast<int>(std::clamp<long long>(wait.count(), 0, INT32_MAX));
-    if (!pool_.try_lease(pos, wait_ms))
-        throw timeout("sqlock: all " + std::to_string(options_.pool_size) + " pooled connections to " + url_ +
-                      " stayed busy for " + std::to_string(wait_ms) + " ms during " + std::string(what) +
+    if (!pool.pool.try_lease(pos, wait_ms))
+        throw timeout("sqlock: all " + std::to_string(reserved ? reserved_pool_size : options_.pool_size) +
+                      (reserved ? " reserved" : "") + " pooled connections to " + url_ + " stayed busy for " +
+                      std::to_string(wait_ms) + " ms during " + std::string(what) +
                       ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
-    connection c(*this, pos);
-    if (open_[pos] == 0) open_slot(pos, what);
+    connection c(*this, pool, pos);
+    if (pool.open[pos] == 0) open_slot(pool, pos, what);
     return c;
 }
 
-void store_impl::open_slot(std::size_t pos, std::string_view what) {
-    auto& s = pool_.at(pos);
+void store_impl::open_slot(slots& pool, std::size_t pos, std::string_view what) {
+    auto& s = pool.pool.at(pos);
     try {
         s.close();
         dialect_->open(s, connect_string_);
-        open_[pos] = 1;
+        pool.open[pos] = 1;
+    } catch (usage_error const&) {  // a setting the engine refused: the caller must fix it
+        try {
+            s.close();
+        } catch (...) {
+        }
+        throw;
     } catch (std::exception const& e) {
         auto const* se = dynamic_cast<soci::soci_error const*>(&e);
         std::string message = se != nullptr ? se->get_error_message() : e.what();
@@ -132,6 +163,75 @@ void store_impl::open_slot(std::size_t pos, std::string_view what) {
         throw backend_unavailable("sqlock: cannot connect to " + url_ + " (" + std::string(what) + "): " + message +
                                       ": check the URL, the credentials and that the server is up",
                                   se != nullptr ? dialect_->native_code(*se) : std::string{});
+    }
+}
+
+store_impl::clock::time_point store_impl::io_deadline(run_options const& how) const noexcept {
+    return deadline_after(how.engine_wait.value_or(options_.lock_wait_timeout) + options_.io_timeout);
+}
+
+store_impl::io_guard::io_guard(store_impl& store, soci::session& s, clock::time_point deadline)
+    : deadlines_(&store.deadlines_), ticket_(0) {
+    if (int fd = store.dialect_->socket_of(s); fd >= 0) ticket_ = deadlines_->arm(fd, deadline);
+}
+
+bool store_impl::io_guard::disarm() noexcept {
+    if (ticket_ == 0) return false;
+    return deadlines_->disarm(std::exchange(ticket_, 0));
+}
+
+io_deadlines::~io_deadlines() {
+    if (thread_.joinable()) {
+        thread_.request_stop();
+        thread_.join();
+    }
+}
+
+std::uint64_t io_deadlines::arm(int fd, clock::time_point deadline) {
+    if (deadline == clock::time_point::max()) return 0;
+    std::uint64_t ticket = 0;
+    {
+        std::lock_guard lock(mutex_);
+        ticket = next_++;
+        armed_.emplace(ticket, entry{fd, deadline, false});
+        if (!thread_.joinable()) thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
+        // Wake the thread only when it would sleep past this deadline.
+        if (deadline >= planned_) return ticket;
+        ++generation_;
+    }
+    cv_.notify_all();
+    return ticket;
+}
+
+bool io_deadlines::disarm(std::uint64_t ticket) noexcept {
+    std::lock_guard lock(mutex_);
+    auto it = armed_.find(ticket);
+    if (it == armed_.end()) return false;
+    bool fired = it->second.fired;
+    armed_.erase(it);
+    return fired;
+}
+
+void io_deadlines::run(std::stop_token const& stop) {
+    std::unique_lock lock(mutex_);
+    while (!stop.stop_requested()) {
+        auto const now = clock::now();
+        auto next = clock::time_point::max();
+        for (auto& [ticket, e] : armed_) {
+            if (e.fired) continue;
+            if (e.deadline <= now) {
+                // Under the mutex: the guard that armed it cannot disarm, give the
+                // connection back and see its descriptor reused meanwhile.
+                ::shutdown(e.fd, SHUT_RDWR);
+                e.fired = true;
+            } else {
+                next = std::min(next, e.deadline);
+            }
+        }
+        auto const seen = generation_;
+        planned_ = std::min(next, now + std::chrono::hours(1));
+        cv_.wait_until(lock, stop, planned_, [&] { return generation_ != seen; });
+        planned_ = clock::time_point::min();  // awake: it looks at every entry again
     }
 }
 
@@ -208,6 +308,13 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
         case failure::other: break;
     }
     throw backend_error("sqlock: " + std::string(what) + " failed on " + url_ + ": " + message, code);
+}
+
+void store_impl::raise_overrun(std::string_view what) const {
+    throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
+                              " got no answer within its deadline (io_timeout " +
+                              std::to_string(options_.io_timeout.count()) +
+                              " ms beyond the engine's own wait): the connection was closed; retry later");
 }
 
 void store_impl::pause_before_retry(int attempt) {

@@ -25,11 +25,18 @@ private:
         bool reconnected = false;
         bool deleted = store_->run(
             "releasing lock '" + name() + "'",
-            [&](soci::session& s) { return store_->dialect().release(s, name(), owner(), token()); },
+            [&](soci::session& s) {
+                if (store_->dialect().release(s, name(), owner(), token())) return true;
+                if (!reconnected) return false;
+                // After a broken connection the first DELETE may have gone through.
+                // No row of ours now: released, unless the row is someone else's,
+                // or the lease ran out meanwhile (then another owner may have
+                // taken it and released it since).
+                auto row = store_->dialect().find_lock(s, name());
+                return !row && clock::now() < valid_until();
+            },
             {.on_reconnect = [&](soci::session&) { reconnected = true; }});
-        // After a broken connection the first DELETE may have gone through:
-        // finding no row of ours then means it is released either way.
-        return deleted || reconnected;
+        return deleted;
     }
 
     bool db_add_hold() override {
@@ -52,7 +59,13 @@ private:
             [&](soci::session& s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
             // Retry a busy database only briefly: the lease then shows in doubt, and
             // the renewer (one thread for all leases) moves on and retries soon.
-            {.deadline = std::min(valid_until(), clock::now() + ttl / 10)});
+            // A renewal never waits past the lease's safe deadline, and uses the
+            // reserved connections: a pool busy with acquires cannot delay it.
+            {.deadline = std::min(valid_until(), clock::now() + ttl / 10),
+             .io_deadline = valid_until(),
+             .pool_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::max(clock::duration::zero(), valid_until() - clock::now())),
+             .reserved = true});
         if (r) store_->record_clock(r->now_us, before, sys_clock::now());
         return r;
     }
@@ -67,18 +80,28 @@ public:
 
 protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
-                                           attempt const&) override {
+                                           attempt const& bounds) override {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
+        auto const& opts = store_->options();
         auto sent = clock::now();
         auto before = sys_clock::now();
+        // A waiting acquire waits for a pooled connection, and for a lock held in
+        // the engine (SQLite's whole-file lock), no longer than its own deadline;
+        // a single try waits up to the store's bounds.
+        auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(bounds.deadline - sent);
+        bool const waiting = left > std::chrono::milliseconds::zero();
+        auto attempt_id = new_attempt_id();
         grant g;
         try {
             g = store_->run(
                 "acquiring lock '" + name + "'",
-                [&](soci::session& s) { return store_->dialect().acquire(s, name, owner, ttl_us); },
-                // The broken attempt may have inserted our row: delete it before retrying.
-                {.on_reconnect = [&](soci::session& s) { store_->dialect().delete_owned(s, name, owner); },
-                 .lock_wait_is_busy = true});
+                [&](soci::session& s) { return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us); },
+                // The broken attempt may have written our row: delete it (only it) before retrying.
+                {.on_reconnect = [&](soci::session& s) { store_->dialect().delete_attempt(s, name, attempt_id); },
+                 .lock_wait_is_busy = true,
+                 .deadline = waiting ? bounds.deadline : clock::time_point::max(),
+                 .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
+                 .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});
         } catch (row_busy const&) {
             return nullptr;
         }

@@ -465,16 +465,17 @@ TEST_P(Lifecycle, ReentrantHoldsShareTheRow) {
 
     std::optional<lease> first = L.try_acquire(name);
     ASSERT_TRUE(first.has_value());
-    std::optional<lease> second = L.try_acquire(name);
-    ASSERT_TRUE(second.has_value()) << "the same locker on the same thread must re-enter";
-    EXPECT_EQ(second->token(), first->token());
+    lease second = first->reenter();
+    EXPECT_EQ(second.token(), first->token());
     EXPECT_TRUE(first->held());
-    EXPECT_TRUE(second->held());
+    EXPECT_TRUE(second.held());
     auto r = row(name);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->holds, 2);
 
-    // Another thread is another owner, even with the same locker.
+    // Reentrancy is only ever explicit: a second acquire is busy, on this
+    // thread as on another.
+    EXPECT_FALSE(L.try_acquire(name).has_value()) << "a second acquire on the same thread re-entered";
     auto other_thread = std::async(std::launch::async, [&] { return L.try_acquire(name).has_value(); });
     EXPECT_FALSE(other_thread.get()) << "another thread re-entered a lock held by this thread";
 
@@ -482,36 +483,61 @@ TEST_P(Lifecycle, ReentrantHoldsShareTheRow) {
     r = row(name);
     ASSERT_TRUE(r.has_value()) << "releasing one of two holds deleted the row";
     EXPECT_EQ(r->holds, 1);
-    EXPECT_TRUE(second->held());
-    second->release();
+    EXPECT_TRUE(second.held());
+    second.release();
     EXPECT_FALSE(row(name).has_value()) << "the last hold must delete the row";
     EXPECT_EQ(L.stats().released, 2u);
+    EXPECT_THROW((void)second.reenter(), sqlock::usage_error) << "a released lease cannot be re-entered";
 }
 
-// With an explicit owner, every thread of the locker is the same owner (documented).
-TEST_P(Lifecycle, ExplicitOwnerReentersFromAnotherThread) {
+// An explicit owner shared by threads (or by replicas of a service) is not a
+// licence to re-enter: each acquire is busy while the row is held.
+TEST_P(Lifecycle, ExplicitOwnerDoesNotReenter) {
     locker L = make_locker({.owner = "x"});
     std::string const name = n("reentrant-owner");
 
     lease first = L.acquire(name, 0ms);
     EXPECT_EQ(first.owner(), "x");
-    auto other_thread = std::async(std::launch::async, [&] { return L.try_acquire(name); });
-    std::optional<lease> second = other_thread.get();
-    ASSERT_TRUE(second.has_value()) << "a locker with an explicit owner must re-enter from another thread";
-    EXPECT_EQ(second->token(), first.token());
-    EXPECT_EQ(second->owner(), "x");
+    auto other_thread = std::async(std::launch::async, [&] { return L.try_acquire(name).has_value(); });
+    EXPECT_FALSE(other_thread.get()) << "another thread with the same explicit owner got the lock";
+    EXPECT_FALSE(L.try_acquire(name).has_value()) << "the same thread with the same owner got the lock twice";
+    locker other = make_locker({.owner = "x"});
+    EXPECT_FALSE(other.try_acquire(name).has_value()) << "a second locker with the same owner got the lock";
     auto r = row(name);
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->holds, 2);
-    EXPECT_EQ(r->owner, "x");
-
-    second->release();
-    r = row(name);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->holds, 1);
     first.release();
     EXPECT_FALSE(row(name).has_value());
-    EXPECT_EQ(L.stats().released, 2u);
+}
+
+// Issue 9 #6: a lease moved to another thread must not let the acquiring thread
+// "re-enter" while the other thread works under it (thread ids also get reused).
+TEST_P(Lifecycle, AMovedLeaseDoesNotOpenTheDoor) {
+    locker L = make_locker();
+    std::string const name = n("moved");
+
+    lease held = L.acquire(name, 0ms);
+    auto const token = held.token();
+    std::promise<void> working;
+    std::promise<void> finish;
+    auto worker = std::async(std::launch::async, [&, l = std::move(held)]() mutable {
+        working.set_value();
+        finish.get_future().wait();
+        bool const still = l.held();
+        l.release();
+        return still;
+    });
+    working.get_future().wait();
+    std::optional<lease> again = L.try_acquire(name);
+    EXPECT_FALSE(again.has_value()) << "the acquiring thread got lock '" << name
+                                    << "' again while the thread it moved the lease to still holds it";
+    finish.set_value();
+    EXPECT_TRUE(worker.get()) << "the moved lease stopped being held";
+    auto r = row(name);
+    EXPECT_FALSE(r.has_value()) << "the moved lease's release left the row (holds " << (r ? r->holds : 0) << ")";
+    std::optional<lease> after = L.try_acquire(name);
+    ASSERT_TRUE(after.has_value());
+    EXPECT_GT(after->token(), token);
 }
 
 // ============================================================ 6. wake-up

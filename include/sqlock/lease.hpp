@@ -37,11 +37,17 @@ enum class lease_state {
 /// move assignment releases the lease it replaces first. The destructor never
 /// throws: a failed release there is swallowed (the row expires by its TTL).
 ///
-/// Reentrancy: when the same owner (by default: the same locker on the same
-/// thread) acquires a name it already holds, it gets another `lease` on the
-/// same row, with the same token, and the row's `holds` count goes up. Each
-/// lease releases one hold; the last one deletes the row. Another thread is
-/// another owner and waits like everyone else.
+/// Reentrancy is explicit: `reenter()` on a held lease returns another lease
+/// on the same row, with the same token, and the row's `holds` count goes up;
+/// each lease releases one hold and the last one deletes the row. A second
+/// `acquire` of a held name is busy whoever asks — the same thread, the same
+/// locker or the same explicit owner — because a thread id or an owner string
+/// cannot tell a nested call from another worker (a lease moved to another
+/// thread, a reused thread id, two replicas sharing an owner).
+///
+/// Fork: a lease belongs to the process that acquired it. In a forked child
+/// its destructor does nothing, and `release()`, `renew()` and `reenter()`
+/// throw `usage_error`: the child never releases its parent's lock.
 ///
 /// @warning A lease can be lost while you hold it: a pause longer than the TTL
 /// (GC, swap, SIGSTOP, a slow disk) lets the row expire and another client take
@@ -102,10 +108,21 @@ public:
     void renew();
     void renew(std::chrono::milliseconds ttl);
 
+    /// Another hold on this lock, for a nested critical section that takes the
+    /// same lock: a lease sharing this one's row and token. The row is deleted
+    /// when the last of the leases is released.
+    /// @throws lease_lost   this lease is lost or its validity has run out
+    /// @throws usage_error  this lease was released or moved from, or this is a forked child
+    /// @throws backend_unavailable (table lock) the database could not be reached
+    [[nodiscard]] lease reenter();
+
     /// Release this hold; the last hold deletes the lock row (only if it is
     /// still ours). Idempotent: a second call does nothing.
     /// @throws lease_lost           the row was no longer ours (expired and
-    ///                              taken over, or force-released)
+    ///                              taken over, or force-released), or the
+    ///                              lease's safe validity had already run out
+    ///                              (another owner may have held it meanwhile)
+    /// @throws usage_error          called in a forked child of the acquiring process
     /// @throws backend_unavailable  the database could not be reached; the row
     ///                              expires by its TTL, and release() may be retried
     void release();

@@ -37,8 +37,25 @@ struct store_options {
     /// client holding the row mid-statement); past it the attempt counts as busy.
     std::chrono::milliseconds lock_wait_timeout = 5s;
 
-    /// How long an operation waits for a free pooled connection.
+    /// How long an operation waits for a free pooled connection. A waiting
+    /// `acquire` never waits past its own deadline for one.
     std::chrono::milliseconds pool_wait = 30s;
+
+    /// The client-side bound on one statement, beyond any wait the engine is
+    /// allowed inside it (`lock_wait_timeout`, or a row lock's wait). Past it
+    /// the connection is closed and the operation fails: an acquire reports
+    /// `in_doubt` (or cleans up and retries), a renewal leaves the lease in doubt,
+    /// a release throws `backend_unavailable`. A hung server (a stopped backend,
+    /// a silent network) therefore never blocks a call without limit.
+    /// 100 ms .. 1 h.
+    std::chrono::milliseconds io_timeout = 10s;
+
+    /// Open even when the server does not make commits durable (PostgreSQL
+    /// `fsync = off`; MariaDB/MySQL `innodb_flush_log_at_trx_commit` other than 1).
+    /// A crash of such a server can lose acknowledged grants and hand a fencing
+    /// token out twice. PostgreSQL's per-session `synchronous_commit = off` is
+    /// always overridden on sqlock's own connections.
+    bool allow_relaxed_durability = false;
 };
 
 /// How a locker takes and holds locks.
@@ -46,10 +63,12 @@ struct locker_options {
     /// Lease length, measured by the database's clock (10 ms .. 7 days).
     std::chrono::milliseconds ttl = 30s;
 
-    /// Owner id written into each lock row. Empty (the default) means
+    /// Owner id written into each lock row, for operators (`sqlock list`) and
+    /// as a guard on release and renewal. Empty (the default) means
     /// "host/pid/instance/thread": a random instance id per locker plus the
-    /// calling thread's id, so two lockers, or two threads of one locker, are
-    /// different owners. Set it to give a stable identity (at most 255 bytes).
+    /// acquiring thread's id. Set it to give a stable identity (at most 255
+    /// bytes). The owner never makes an acquire reentrant: a second acquire of
+    /// a held name is busy, whoever asks; see `lease::reenter()`.
     std::string owner;
 
     /// Backoff between attempts of a waiting `acquire`: capped exponential with

@@ -106,9 +106,29 @@ public:
     virtual void create_schema(soci::session& s) const;
 
     /// Insert the lock row, or take over an expired one, and draw a fencing
-    /// token, atomically. Not acquired when a live row exists.
+    /// token, atomically. Not acquired when a live row exists. `attempt` is a
+    /// random id of this very attempt, stored in the row, so that a clean-up
+    /// after a broken connection removes only what this attempt may have written.
     [[nodiscard]] virtual grant acquire(soci::session& s, std::string const& name, std::string const& owner,
-                                        std::int64_t ttl_us) const = 0;
+                                        std::int64_t attempt, std::int64_t ttl_us) const = 0;
+
+    /// The lock row of `name`, or empty.
+    [[nodiscard]] std::optional<lock_listing> find_lock(soci::session& s, std::string const& name) const;
+
+    /// Why commits on this server may not be durable (a setting and its value),
+    /// or empty when they are.
+    [[nodiscard]] virtual std::optional<std::string> relaxed_durability(soci::session& s) const;
+
+    /// The socket of a session (for the client-side statement deadline), or -1.
+    [[nodiscard]] virtual int socket_of(soci::session& s) const;
+
+    /// Bound the engine's own wait inside the next statements where that costs
+    /// no round trip (SQLite's busy handler); elsewhere nothing.
+    virtual void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const;
+
+    /// True when a "transient" failure after the whole engine wait means the
+    /// lock is held (SQLite: BUSY while another connection holds the file).
+    [[nodiscard]] virtual bool busy_is_lock_wait() const noexcept { return false; }
 
     /// Delete the row if (name, owner, token) still match; true when deleted.
     /// PostgreSQL also notifies waiters (NOTIFY on `channel()`) in the same statement.
@@ -159,13 +179,20 @@ public:
     virtual void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const = 0;
 
     /// Inside the holding transaction: lock the row of `name`, waiting up to
-    /// `wait` in the engine's own queue (zero: do not wait), draw a token that
-    /// survives a rollback, and record the owner. Empty when the row is locked
-    /// by someone else (or, `missing` set, when it does not exist). The caller
-    /// ends the transaction in either case.
+    /// `wait` in the engine's own queue (zero: do not wait), obtain a token that
+    /// is durable before it is returned, and record the owner. Engines with row
+    /// locks call `draw` once the row is locked: it commits the name's next
+    /// token on another connection (the row lock orders the draws). Empty when
+    /// the row is locked by someone else (or, `missing` set, when it does not
+    /// exist). The caller ends the transaction in either case.
     [[nodiscard]] virtual std::optional<grant> lock_row(soci::session& s, std::string const& name,
                                                         std::string const& owner, std::chrono::milliseconds wait,
+                                                        std::function<std::int64_t()> const& draw,
                                                         bool& missing) const = 0;
+
+    /// Draw the next fencing token of `name` from the token counter, in autocommit
+    /// (a durable commit), on a connection of its own.
+    [[nodiscard]] virtual std::int64_t draw_token(soci::session& s, std::string const& name) const = 0;
 
     /// A statement on the holding transaction that resets the server's idle
     /// limit (to `ttl`) and proves the transaction is alive; the database's now.
@@ -189,8 +216,9 @@ public:
     [[nodiscard]] virtual std::unique_ptr<release_listener> listen(
         std::string const& connect_string, std::function<void(std::string_view)> on_notify) const;
 
-    /// Delete any row of this owner for the name (clean-up after an unknown outcome).
-    virtual void delete_owned(soci::session& s, std::string const& name, std::string const& owner) const;
+    /// Delete the row written by acquire attempt `attempt`, if any (clean-up
+    /// after an unknown outcome). Another attempt's row is never touched.
+    virtual void delete_attempt(soci::session& s, std::string const& name, std::int64_t attempt) const;
 
     /// Classify a failure; `s` is the session it happened on.
     [[nodiscard]] virtual failure classify(soci::soci_error const& e, soci::session& s) const = 0;

@@ -1,5 +1,5 @@
-// Internal: one held lock row, shared by every reentrant hold on it, watched
-// by its locker's renewer through a weak reference.
+// Internal: one held lock row, shared by every hold on it (lease::reenter),
+// watched by its locker's renewer through a weak reference.
 #pragma once
 
 #include "detail/dialect.hpp"
@@ -41,9 +41,13 @@ public:
     lease_state state() const noexcept;
     std::stop_token stop_token() const noexcept { return stop_.get_token(); }
 
-    /// Another hold by the same owner (reentrancy). False when the database
-    /// says the row is no longer ours (the row is then marked lost).
+    /// Another hold on this row (lease::reenter). False when the lease is no
+    /// longer held (the database says the row is not ours: it is then marked lost).
     bool add_hold();
+
+    /// True in the process that acquired the row; false in a forked child,
+    /// which must never release, renew or touch the parent's connections.
+    bool in_owning_process() const noexcept;
 
     /// Drop one hold; the last one deletes the row.
     void release_hold();
@@ -82,6 +86,7 @@ private:
     std::stop_source stop_;
     std::mutex io_;  // one statement at a time per row: renewals never race a release
     int holds_ = 1;  // guarded by io_
+    int pid_;        // the acquiring process
 };
 
 }  // namespace sqlock::detail

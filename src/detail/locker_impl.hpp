@@ -1,5 +1,6 @@
 // Internal: what every locker strategy shares — validation, owner ids, the
-// waiting loop, reentrancy bookkeeping, the renewer thread, counters and hooks.
+// waiting loop, the renewer (a deadline thread and a renewal thread), counters
+// and hooks.
 #pragma once
 
 #include "detail/lease_row.hpp"
@@ -13,7 +14,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,8 +42,7 @@ public:
         std::stop_token cancel;               ///< and must return early once this is requested
     };
 
-    /// One attempt: a reentrant hold when this owner already holds `name`,
-    /// else the strategy's acquire. `name` is already validated.
+    /// One attempt of the strategy's acquire. `name` is already validated.
     [[nodiscard]] std::optional<lease> try_acquire(std::string const& name);
     [[nodiscard]] std::optional<lease> try_acquire(std::string const& name, attempt const& bounds);
 
@@ -55,7 +54,8 @@ public:
     [[nodiscard]] locker_stats stats() const noexcept;
 
     // Called by lease rows.
-    void on_released(lease_row const& row, bool last) noexcept;  // last: forget the row, wake waiters
+    void on_released(lease_row const& row, bool last) noexcept;  // last: wake waiters
+    void on_reentered(lease_row const& row) noexcept;
     void on_renewed(lease_row const& row) noexcept;
     void on_renew_failed(lease_row const& row, std::string_view why) noexcept;
     void on_lost(lease_row const& row, std::string_view why) noexcept;
@@ -86,31 +86,38 @@ protected:
     /// The owner id for a lock taken by the calling thread.
     [[nodiscard]] std::string owner_for_this_thread() const;
 
+    /// A random id for one acquire attempt (stored in the row it may write).
+    [[nodiscard]] static std::int64_t new_attempt_id();
+
     locker_options options_;
 
 private:
-    // The renewer's state is shared with its thread, so the thread can outlive
-    // a locker whose last reference it dropped itself.
+    // The renewer is two threads sharing this state (so they can outlive a
+    // locker whose last reference they dropped themselves): the deadline thread
+    // schedules renewals and reports a lease lost the moment its safe deadline
+    // passes, and never does I/O; the renewal thread performs the renewals, so
+    // a renewal stuck on a hung server delays no loss signal.
     struct watched {
         std::weak_ptr<lease_row> row;
         clock::time_point next_renewal;
+        bool queued = false;  // handed to the renewal thread, not finished yet
     };
     struct watch_state {
         std::mutex mutex;
-        std::condition_variable_any cv;
+        std::condition_variable_any cv;          // the deadline thread
+        std::condition_variable_any renew_cv;    // the renewal thread
         std::vector<watched> rows;
+        std::vector<std::weak_ptr<lease_row>> renewals;  // queue for the renewal thread
         bool changed = false;
         bool auto_renew = true;
-        clock::time_point sleeping_until = clock::time_point::min();  // the renewer's next wake-up
+        clock::time_point sleeping_until = clock::time_point::min();  // the deadline thread's next wake-up
     };
     void watch(std::shared_ptr<lease_row> const& row);
-    static void run_watchdog(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
+    static void run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
+    static void run_renewals(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
 
     std::string host_;
     std::string instance_;
-
-    std::mutex held_mutex_;
-    std::map<std::pair<std::string, std::string>, std::weak_ptr<lease_row>> held_;  // (name, owner) -> row
 
     struct counters {
         std::atomic<std::uint64_t> acquired{0}, busy{0}, timeouts{0}, cancelled{0}, renewed{0}, renew_failures{0},
@@ -120,6 +127,7 @@ private:
 
     std::shared_ptr<watch_state> watch_ = std::make_shared<watch_state>();
     std::mutex watchdog_mutex_;
+    std::jthread renewer_;   // stopped and joined after the deadline thread
     std::jthread watchdog_;  // last member: stopped and joined first
 
     void record_wait(clock::duration waited) noexcept;

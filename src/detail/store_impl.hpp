@@ -17,19 +17,33 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace sqlock::detail {
 
+/// A SOCI pool and which of its sessions are open.
+struct slots {
+    explicit slots(std::size_t n) : pool(n), open(n, 0) {}
+    soci::connection_pool pool;
+    std::vector<char> open;  // per slot; touched only by the thread that leased the slot
+};
+
 /// A pooled connection borrowed for one operation; given back on destruction.
 class connection {
 public:
-    connection(class store_impl& owner, std::size_t pos) noexcept : owner_(&owner), pos_(pos) {}
-    connection(connection&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)), pos_(other.pos_) {}
+    connection(class store_impl& owner, slots& pool, std::size_t pos) noexcept
+        : owner_(&owner), pool_(&pool), pos_(pos) {}
+    connection(connection&& other) noexcept
+        : owner_(std::exchange(other.owner_, nullptr)), pool_(other.pool_), pos_(other.pos_) {}
     connection& operator=(connection&&) = delete;
     ~connection();
 
@@ -39,8 +53,61 @@ public:
 
 private:
     class store_impl* owner_;
+    slots* pool_;
     std::size_t pos_;
 };
+
+/// The client-side bound on every statement. libpq has no timeout of its own
+/// and a stopped backend still has its socket ACKed by the kernel, so neither
+/// keepalives nor tcp_user_timeout notice it: when a statement overruns its
+/// deadline, this thread shuts the connection's socket down, the blocked call
+/// returns a connection error, and the caller handles it as a broken connection.
+class io_deadlines {
+public:
+    using clock = std::chrono::steady_clock;
+    io_deadlines() = default;
+    io_deadlines(io_deadlines const&) = delete;
+    io_deadlines& operator=(io_deadlines const&) = delete;
+    ~io_deadlines();
+
+    /// Shut `fd` down at `deadline` unless disarmed first; a ticket for `disarm`.
+    [[nodiscard]] std::uint64_t arm(int fd, clock::time_point deadline);
+    /// True when the deadline had fired (the socket is shut down).
+    bool disarm(std::uint64_t ticket) noexcept;
+
+private:
+    void run(std::stop_token const& stop);
+    struct entry {
+        int fd;
+        clock::time_point deadline;
+        bool fired;
+    };
+    std::mutex mutex_;
+    std::condition_variable_any cv_;
+    std::map<std::uint64_t, entry> armed_;
+    std::uint64_t next_ = 1;
+    std::uint64_t generation_ = 0;  // moves when a deadline sooner than planned_ is armed
+    clock::time_point planned_ = clock::time_point::min();  // when the thread wakes next
+    std::jthread thread_;  // started on first use; last member
+};
+
+/// `now + d`, saturating at time_point::max() instead of overflowing.
+[[nodiscard]] inline std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration d) noexcept {
+    auto const now = std::chrono::steady_clock::now();
+    if (d >= std::chrono::steady_clock::time_point::max() - now) return std::chrono::steady_clock::time_point::max();
+    return now + d;
+}
+
+/// `now + d` for any duration type (milliseconds::max() included), saturating.
+template <class Rep, class Period>
+[[nodiscard]] std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> d) noexcept {
+    using steady_duration = std::chrono::steady_clock::duration;
+    if (d <= std::chrono::duration<Rep, Period>::zero()) return std::chrono::steady_clock::now();
+    if (std::chrono::duration_cast<std::chrono::duration<double>>(d) >=
+        std::chrono::duration_cast<std::chrono::duration<double>>(steady_duration::max() / 2))
+        return std::chrono::steady_clock::time_point::max();
+    return deadline_after(std::chrono::duration_cast<steady_duration>(d));
+}
 
 /// Announcements of releases to the waiters of this process. Names hash into
 /// a few generation counters: a waiter wakes when its counter moves (a rare
@@ -61,6 +128,8 @@ private:
 
 class store_impl {
 public:
+    using clock = std::chrono::steady_clock;
+
     store_impl(std::string_view url, store_options const& options);
 
     [[nodiscard]] sqlock::engine engine() const noexcept { return dialect_->engine(); }
@@ -68,37 +137,66 @@ public:
     [[nodiscard]] class dialect const& dialect() const noexcept { return *dialect_; }
     [[nodiscard]] store_options const& options() const noexcept { return options_; }
 
-    /// Borrow a connection, opening (or reopening) it if needed.
-    /// @throws timeout when the pool stays exhausted for `pool_wait`;
-    ///         backend_unavailable when connecting fails.
+    /// Borrow a connection, opening (or reopening) it if needed, waiting at most
+    /// `wait` (default `pool_wait`) for a free one. `reserved`: from the small
+    /// pool kept for renewals and token draws, which nothing else can exhaust.
+    /// @throws timeout when the pool stays exhausted; backend_unavailable when connecting fails.
     [[nodiscard]] connection borrow(std::string_view what);
-    /// The same, waiting at most `wait` for a free connection.
-    [[nodiscard]] connection borrow(std::string_view what, std::chrono::milliseconds wait);
+    [[nodiscard]] connection borrow(std::string_view what, std::chrono::milliseconds wait, bool reserved = false);
 
     /// How `run` treats failures.
     struct run_options {
         /// After a broken connection is reopened, run this on the fresh
-        /// connection before trying `op` again: it must make the retry safe. If
-        /// it fails, the outcome is reported as `in_doubt`. Without it, `op` is
-        /// simply tried again.
+        /// connection before trying `op` again: it must make the retry safe
+        /// (delete what the broken attempt may have written). If reopening or
+        /// this clean-up fails, or the retry breaks too, the outcome is unknown
+        /// and `in_doubt` is thrown. Without it, `op` is simply tried again once.
         std::function<void(soci::session&)> on_reconnect;
         /// A bounded row-lock wait that ran out is thrown as `row_busy`
         /// (otherwise it is retried like a deadlock).
         bool lock_wait_is_busy = false;
         /// Stop retrying deadlocks and busy errors at this point (default: two
         /// `lock_wait_timeout`s from the start).
-        std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+        clock::time_point deadline = clock::time_point::max();
+        /// How long the engine itself may wait inside one statement (row locks,
+        /// SQLite's busy handler); default `lock_wait_timeout`. Each attempt's
+        /// client-side bound is this plus `io_timeout`.
+        std::optional<std::chrono::milliseconds> engine_wait;
+        /// A tighter client-side bound for every attempt (a renewal's is its lease's safe deadline).
+        clock::time_point io_deadline = clock::time_point::max();
+        /// How long to wait for a pooled connection (default `pool_wait`).
+        std::optional<std::chrono::milliseconds> pool_wait;
+        /// Use the reserved pool (renewals, token draws).
+        bool reserved = false;
     };
 
-    /// Run `op(session)` on a pooled connection. Deadlocks, serialization
-    /// failures and SQLITE_BUSY are retried with jitter (until `deadline`, then
-    /// `backend_unavailable`). A broken connection is reopened once.
+    /// Run `op(session)` on a pooled connection under a client-side deadline.
+    /// Deadlocks, serialization failures and SQLITE_BUSY are retried with
+    /// jitter (until `deadline`, then `backend_unavailable`). A broken
+    /// connection is reopened once (see `run_options::on_reconnect`).
     template <class Op>
     auto run(std::string_view what, Op&& op, run_options const& how = {})
         -> decltype(op(std::declval<soci::session&>()));
 
+    /// Arms the client-side deadline of statements on `s` for its lifetime.
+    class io_guard {
+    public:
+        io_guard(store_impl& store, soci::session& s, clock::time_point deadline);
+        io_guard(io_guard const&) = delete;
+        io_guard& operator=(io_guard const&) = delete;
+        ~io_guard() { (void)disarm(); }
+        /// Stop watching; true when the deadline fired (the connection is dead).
+        bool disarm() noexcept;
+
+    private:
+        io_deadlines* deadlines_;
+        std::uint64_t ticket_;
+    };
+
     /// Turn an engine error into the sqlock error for `failure`.
     [[noreturn]] void raise(soci::soci_error const& e, failure f, std::string_view what) const;
+    /// The same for a statement that ran past its client-side deadline.
+    [[noreturn]] void raise_overrun(std::string_view what) const;
 
     void create_schema();
 
@@ -116,18 +214,21 @@ public:
 
     [[nodiscard]] store_stats stats() const noexcept;
 
+    /// The client-side bound of one attempt of `how`.
+    [[nodiscard]] clock::time_point io_deadline(run_options const& how) const noexcept;
+
 private:
     friend class connection;
-    void give_back(std::size_t pos) noexcept { pool_.give_back(pos); }
-    void open_slot(std::size_t pos, std::string_view what);
+    void open_slot(slots& pool, std::size_t pos, std::string_view what);
     static void pause_before_retry(int attempt);
 
     store_options options_;
     std::string url_;
     std::unique_ptr<class dialect> dialect_;
     std::string connect_string_;
-    soci::connection_pool pool_;
-    std::vector<char> open_;  // per slot; touched only by the thread that leased the slot
+    io_deadlines deadlines_;
+    slots main_;
+    slots reserved_;
 
     release_hub hub_;
     std::atomic<std::uint64_t> notifications_{0};
@@ -142,10 +243,10 @@ private:
 struct row_busy {};
 
 inline connection::~connection() {
-    if (owner_ != nullptr) owner_->give_back(pos_);
+    if (owner_ != nullptr) pool_->pool.give_back(pos_);
 }
-inline soci::session& connection::session() const { return owner_->pool_.at(pos_); }
-inline void connection::mark_broken() noexcept { owner_->open_[pos_] = 0; }
+inline soci::session& connection::session() const { return pool_->pool.at(pos_); }
+inline void connection::mark_broken() noexcept { pool_->open[pos_] = 0; }
 
 template <class Op>
 auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
@@ -155,29 +256,63 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
     bool reconnected = false;
     // Unless told otherwise, give a busy database two lock-wait bounds: on SQLite
     // each attempt already waited one busy_timeout.
-    auto const deadline = how.deadline != std::chrono::steady_clock::time_point::max()
-                              ? how.deadline
-                              : std::chrono::steady_clock::now() + 2 * options_.lock_wait_timeout;
+    auto const deadline = how.deadline != clock::time_point::max() ? how.deadline
+                                                                  : clock::now() + 2 * options_.lock_wait_timeout;
+    auto const engine_wait = how.engine_wait.value_or(options_.lock_wait_timeout);
+    auto const in_doubt_error = [&](std::string const& why, std::string code) {
+        return in_doubt("sqlock: the connection to " + url_ + " broke during " + std::string(what) + " and " + why +
+                            ": the outcome is unknown; any row written expires by its TTL",
+                        std::move(code));
+    };
     for (;;) {
-        auto c = borrow(what);
+        std::optional<connection> borrowed;
+        try {
+            borrowed.emplace(borrow(what, how.pool_wait.value_or(options_.pool_wait), how.reserved));
+        } catch (backend_unavailable const& e) {
+            if (reconnected && how.on_reconnect) throw in_doubt_error(std::string("reconnecting failed (") + e.what() + ")", e.code());
+            throw;
+        }
+        auto& c = *borrowed;
+        io_guard guard(*this, c.session(), std::min(io_deadline(how), how.io_deadline));
+        auto const started = clock::now();
         try {
             if (reconnected && how.on_reconnect) {
                 try {
                     how.on_reconnect(c.session());
                 } catch (soci::soci_error const& e) {
-                    if (dialect_->classify(e, c.session()) == failure::connection) c.mark_broken();
-                    throw in_doubt("sqlock: the connection to " + url_ + " broke during " + std::string(what) +
-                                       " and the clean-up failed too (" + e.get_error_message() +
-                                       "): the outcome is unknown; any row written expires by its TTL",
-                                   dialect_->native_code(e));
+                    if (guard.disarm() || dialect_->classify(e, c.session()) == failure::connection) c.mark_broken();
+                    throw in_doubt_error("the clean-up failed too (" + e.get_error_message() + ")", dialect_->native_code(e));
                 }
             }
-            return op(c.session());
+            if (how.engine_wait) dialect_->set_engine_wait(c.session(), engine_wait);
+            auto restore = [&] {
+                if (how.engine_wait) dialect_->set_engine_wait(c.session(), options_.lock_wait_timeout);
+            };
+            try {
+                if constexpr (std::is_void_v<decltype(op(c.session()))>) {
+                    op(c.session());
+                    restore();
+                    return;
+                } else {
+                    auto result = op(c.session());
+                    restore();
+                    return result;
+                }
+            } catch (...) {
+                restore();
+                throw;
+            }
         } catch (soci::soci_error const& e) {
-            auto f = dialect_->classify(e, c.session());
+            bool const overran = guard.disarm();
+            auto f = overran ? failure::connection : dialect_->classify(e, c.session());
+            // SQLite reports a lock held longer than its busy handler waited as
+            // SQLITE_BUSY, like the rare spurious one: only the first is "busy".
+            if (f == failure::transient && how.lock_wait_is_busy && how.engine_wait &&
+                clock::now() - started >= engine_wait * 9 / 10 && dialect_->busy_is_lock_wait())
+                f = failure::lock_wait;
             if (f == failure::lock_wait && how.lock_wait_is_busy) throw row_busy{};
             if (f == failure::lock_wait || f == failure::transient) {
-                if (++transient < max_transient && std::chrono::steady_clock::now() < deadline) {
+                if (++transient < max_transient && clock::now() < deadline) {
                     pause_before_retry(transient);
                     continue;
                 }
@@ -186,11 +321,16 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
                                               e.get_error_message() + "; retry later",
                                           dialect_->native_code(e));
             }
-            if (f != failure::connection || reconnected) {
-                if (f == failure::connection) c.mark_broken();
+            if (f == failure::connection) c.mark_broken();
+            if (f != failure::connection) raise(e, f, what);
+            if (reconnected && how.on_reconnect)
+                throw in_doubt_error(overran ? "the retry got no answer within its deadline too"
+                                             : "broke again after reconnecting (" + e.get_error_message() + ")",
+                                     dialect_->native_code(e));
+            if (reconnected) {
+                if (overran) raise_overrun(what);
                 raise(e, f, what);
             }
-            c.mark_broken();
         }
         reconnected = true;
     }

@@ -55,7 +55,7 @@ dialect::dialect(std::string const& table_prefix, store_options const& options)
 std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
 
 std::vector<std::string> dialect::required_tables() const {
-    return {locks_, tokens_, fences_, prefix_ + "_rows", prefix_ + "_row_tokens"};
+    return {locks_, tokens_, fences_, prefix_ + "_rows"};
 }
 
 std::string dialect::missing_table(soci::session& s) const {
@@ -63,6 +63,15 @@ std::string dialect::missing_table(soci::session& s) const {
         int found = 0;
         s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
         if (found == 0) return table;
+    }
+    // A lock table from before the attempt column (the statement fails, and
+    // changes nothing, when the column is missing).
+    try {
+        long long attempt = 0;
+        soci::indicator ind = soci::i_null;
+        s << "SELECT attempt FROM " + locks_ + " WHERE 1 = 0", soci::into(attempt, ind);
+    } catch (soci::soci_error const&) {
+        return locks_ + ".attempt";
     }
     return {};
 }
@@ -220,10 +229,23 @@ std::unique_ptr<release_listener> dialect::listen(std::string const&,
     return nullptr;
 }
 
-void dialect::delete_owned(soci::session& s, std::string const& name, std::string const& owner) const {
-    s << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner", soci::use(name, "name"),
-        soci::use(owner, "owner");
+void dialect::delete_attempt(soci::session& s, std::string const& name, std::int64_t attempt) const {
+    long long id = attempt;
+    s << "DELETE FROM " + locks_ + " WHERE name = :name AND attempt = :attempt", soci::use(name, "name"),
+        soci::use(id, "attempt");
 }
+
+std::optional<lock_listing> dialect::find_lock(soci::session& s, std::string const& name) const {
+    auto rows = read_locks(s, &name);
+    if (rows.empty()) return std::nullopt;
+    return rows.front();
+}
+
+std::optional<std::string> dialect::relaxed_durability(soci::session&) const { return std::nullopt; }
+
+int dialect::socket_of(soci::session&) const { return -1; }
+
+void dialect::set_engine_wait(soci::session&, std::chrono::milliseconds) const {}
 
 std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table_prefix, store_options const& options) {
     validate_table_prefix(table_prefix);

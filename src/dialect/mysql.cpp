@@ -7,6 +7,7 @@
 // the gap-lock deadlocks REPEATABLE READ has on a hot unique key; the deadlocks
 // that remain (errno 1213) are retried by the store.
 #include "detail/dialect.hpp"
+#include "detail/failpoint.hpp"
 
 #include <sqlock/errors.hpp>
 
@@ -40,12 +41,13 @@ public:
         // Assignments run left to right and see earlier ones, so expires_at, which
         // every condition reads, is assigned last.
         auto expired = std::string("expires_at < NOW(6)");
-        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, created_at, expires_at)"
-                    " VALUES (:name, :owner, LAST_INSERT_ID(), 1, NOW(6), NOW(6) + INTERVAL :ttl MICROSECOND)"
+        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, attempt, created_at, expires_at)"
+                    " VALUES (:name, :owner, LAST_INSERT_ID(), 1, :attempt, NOW(6), NOW(6) + INTERVAL :ttl MICROSECOND)"
                     " ON DUPLICATE KEY UPDATE"
                     " owner = IF(" + expired + ", VALUES(owner), owner),"
                     " token = IF(" + expired + ", VALUES(token), token),"
                     " holds = IF(" + expired + ", 1, holds),"
+                    " attempt = IF(" + expired + ", VALUES(attempt), attempt),"
                     " created_at = IF(" + expired + ", VALUES(created_at), created_at),"
                     " expires_at = IF(" + expired + ", VALUES(expires_at), expires_at)";
         check_sql_ = "SELECT CASE WHEN token = LAST_INSERT_ID() AND owner = :owner THEN 1 ELSE 0 END, token, " +
@@ -66,8 +68,7 @@ public:
         // SKIP LOCKED answers "busy" without an error (MariaDB 10.6+).
         try_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED";
         wait_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE WAIT ";
-        record_sql_ = "UPDATE " + rows + " SET token = NEXTVAL(" + prefix_ +
-                      "_row_tokens), owner = :owner, locked_at = NOW(6) WHERE name = :name";
+        record_sql_ = "UPDATE " + rows + " SET token = :token, owner = :owner, locked_at = NOW(6) WHERE name = :name";
         recorded_sql_ = "SELECT token, " + epoch_us_sql("locked_at") + " FROM " + rows + " WHERE name = :name";
         exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     }
@@ -97,25 +98,53 @@ public:
         s.open(*soci::factory_mysql(), connect_string);
         auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
         s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+        // idle_transaction_timeout: a client that stops between the statements of
+        // an acquire (a pause, a crash the server has not noticed) holds the name's
+        // token row; the server ends such a session instead of letting it block
+        // the name for wait_timeout (hours).
         s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " +
+                 std::to_string(wait_seconds) + ", SESSION idle_transaction_timeout = " +
                  std::to_string(wait_seconds) +
                  ", SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
                  "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us) const override {
-        long long ttl = ttl_us;
+        long long ttl = ttl_us, id = attempt;
         int ours = 0;
         long long token = 0, created = 0, expires = 0;
         soci::transaction tx(s);
         s << token_sql_, soci::use(name, "name");
-        s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(ttl, "ttl");
+        SQLOCK_FAILPOINT("mysql.acquire.after_token");
+        s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt"),
+            soci::use(ttl, "ttl");
         s << check_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(ours), soci::into(token),
             soci::into(created), soci::into(expires);
         tx.commit();
         if (ours != 1) return {};
         return {true, token, created, expires};
+    }
+
+    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
+        // Autocommit: the counter is on disk (innodb_flush_log_at_trx_commit = 1,
+        // checked at open) before the token is used.
+        long long token = 0;
+        s << token_sql_, soci::use(name, "name");
+        s << "SELECT LAST_INSERT_ID()", soci::into(token);
+        return token;
+    }
+
+    std::optional<std::string> relaxed_durability(soci::session& s) const override {
+        long long flush = 1;
+        s << "SELECT @@global.innodb_flush_log_at_trx_commit", soci::into(flush);
+        if (flush != 1) return "innodb_flush_log_at_trx_commit = " + std::to_string(flush) + ", not 1";
+        return std::nullopt;
+    }
+
+    int socket_of(soci::session& s) const override {
+        auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+        return backend == nullptr || backend->conn_ == nullptr ? -1 : static_cast<int>(mysql_get_socket(backend->conn_));
     }
 
     std::optional<renewal> renew(soci::session& s, std::string const& name, std::string const& owner,
@@ -199,7 +228,8 @@ public:
     }
 
     std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, bool& missing) const override {
+                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const& draw,
+                                  bool& missing) const override {
         missing = false;
         long long token = 0, locked = 0;
         // WAIT takes whole seconds; the caller polls what is left below a second.
@@ -226,7 +256,8 @@ public:
             missing = !got;
         }
         if (!got) return std::nullopt;
-        s << record_sql_, soci::use(owner, "owner"), soci::use(name, "name");
+        token = draw();
+        s << record_sql_, soci::use(token, "token"), soci::use(owner, "owner"), soci::use(name, "name");
         s << recorded_sql_, soci::use(name, "name"), soci::into(token), soci::into(locked);
         return grant{true, token, locked, 0};
     }
@@ -243,7 +274,8 @@ public:
             s.commit();
         else
             s.rollback();
-        s << "SET SESSION idle_transaction_timeout = 0";
+        s << "SET SESSION idle_transaction_timeout = " +
+                 std::to_string(std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000));
     }
 
     failure classify(soci::soci_error const& e, soci::session&) const override {

@@ -104,22 +104,23 @@ public:
         acquire_sql_ =
             "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
             " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.name, t.token)"
-            " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, created_at, expires_at)"
-            " SELECT t.name, :owner, t.token, 1, statement_timestamp(),"
+            " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
+            " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
             " statement_timestamp() + CAST(:ttl AS double precision) * interval '1 microsecond' FROM t"
             " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
-            " created_at = excluded.created_at, expires_at = excluded.expires_at"
+            " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
             " WHERE l.expires_at < statement_timestamp()"
             " RETURNING l.token, " + epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
+        draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
+                    " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.token";
         // The NOTIFY is sent at COMMIT, in the same round trip as the DELETE.
         release_sql_ = "WITH d AS (DELETE FROM " + locks_ +
                        " WHERE name = :name AND owner = :owner AND token = :token RETURNING name)"
                        " SELECT 1 FROM d, LATERAL pg_notify('" + channel() + "', d.name)";
 
         auto const rows = prefix_ + "_rows";
-        auto const record = " SET token = nextval('" + prefix_ + "_row_tokens'), owner = :owner,"
-                            " locked_at = clock_timestamp()";
-        auto const returning = " RETURNING r.token, " + epoch_us_sql("r.locked_at");
+        auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
+        auto const returning = " RETURNING " + epoch_us_sql("r.locked_at");
         ensure_row_sql_ = "INSERT INTO " + rows + " (name, created_at) VALUES (:name, clock_timestamp())"
                           " ON CONFLICT (name) DO NOTHING";
         // SKIP LOCKED answers "busy" without an error: NOWAIT would raise one,
@@ -127,6 +128,7 @@ public:
         try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED)"
                         " UPDATE " + rows + " AS r" + record + " FROM l WHERE r.name = l.name" + returning;
         wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " WHERE r.name = :name" + returning;
+        record_token_sql_ = "UPDATE " + rows + " SET token = :token WHERE name = :name";
         exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     }
 
@@ -149,17 +151,39 @@ public:
     void open(soci::session& s, std::string const& connect_string) const override {
         s.open(*soci::factory_postgresql(), connect_string);
         s << "SET lock_timeout = " + std::to_string(options_.lock_wait_timeout.count());
+        // A grant or renewal acknowledged before it is on disk can be lost by a
+        // crash and its token handed out again: never let a role's or URL's
+        // synchronous_commit = off apply to sqlock's own connections.
+        s << "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'";
         s << "SET TIME ZONE 'UTC'";
         s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us) const override {
-        long long ttl = ttl_us, token = 0, created = 0, expires = 0;
-        s << acquire_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(ttl, "ttl"),
-            soci::into(token), soci::into(created), soci::into(expires);
+        long long ttl = ttl_us, id = attempt, token = 0, created = 0, expires = 0;
+        s << acquire_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt"),
+            soci::use(ttl, "ttl"), soci::into(token), soci::into(created), soci::into(expires);
         if (!s.got_data()) return {};
         return {true, token, created, expires};
+    }
+
+    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
+        long long token = 0;
+        s << draw_sql_, soci::use(name, "name"), soci::into(token);
+        return token;
+    }
+
+    std::optional<std::string> relaxed_durability(soci::session& s) const override {
+        std::string fsync;
+        s << "SELECT current_setting('fsync')", soci::into(fsync);
+        if (fsync == "off") return "fsync = off";
+        return std::nullopt;
+    }
+
+    int socket_of(soci::session& s) const override {
+        auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+        return backend == nullptr || backend->conn_ == nullptr ? -1 : PQsocket(backend->conn_);
     }
 
     bool release(soci::session& s, std::string const& name, std::string const& owner,
@@ -233,27 +257,32 @@ public:
     }
 
     std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, bool& missing) const override {
-        long long token = 0, locked = 0;
+                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const& draw,
+                                  bool& missing) const override {
+        long long locked = 0;
         missing = false;
         if (wait.count() <= 0) {
-            s << try_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
-                soci::into(locked);
+            s << try_lock_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(locked);
         } else {
-            s << "SELECT set_config('lock_timeout', '" + std::to_string(wait.count()) + "', true)";
+            // lock_timeout is an int of milliseconds.
+            auto ms = std::min<long long>(wait.count(), INT32_MAX);
+            s << "SELECT set_config('lock_timeout', '" + std::to_string(ms) + "', true)";
             try {
-                s << wait_lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::into(token),
-                    soci::into(locked);
+                s << wait_lock_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(locked);
             } catch (soci::soci_error const& e) {
                 if (native_code(e) == "55P03") return std::nullopt;  // waited the whole time: busy
                 throw;
             }
         }
-        if (s.got_data()) return grant{true, token, locked, 0};
-        int rows = 0;
-        s << exists_sql_, soci::use(name, "name"), soci::into(rows);
-        missing = rows == 0;
-        return std::nullopt;
+        if (!s.got_data()) {
+            int rows = 0;
+            s << exists_sql_, soci::use(name, "name"), soci::into(rows);
+            missing = rows == 0;
+            return std::nullopt;
+        }
+        long long token = draw();
+        s << record_token_sql_, soci::use(token, "token"), soci::use(name, "name");
+        return grant{true, token, locked, 0};
     }
 
     std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
@@ -310,6 +339,8 @@ protected:
 
 private:
     std::string acquire_sql_;
+    std::string draw_sql_;
+    std::string record_token_sql_;
     std::string release_sql_;
     std::string ensure_row_sql_;
     std::string try_lock_sql_;

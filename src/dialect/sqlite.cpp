@@ -11,6 +11,10 @@
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
 
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <climits>
 #include <thread>
 
 namespace sqlock::detail {
@@ -25,10 +29,10 @@ public:
         auto const now = std::string(now_us);
         token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, 1)"
                      " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
-        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, created_at, expires_at)"
-                    " VALUES (:name, :owner, :token, 1, " + now + ", " + now + " + :ttl)"
+        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, attempt, created_at, expires_at)"
+                    " VALUES (:name, :owner, :token, 1, :attempt, " + now + ", " + now + " + :ttl)"
                     " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
-                    " created_at = excluded.created_at, expires_at = excluded.expires_at"
+                    " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
                     " RETURNING token, created_at, expires_at";
         row_lock_sql_ = "INSERT INTO " + prefix_ + "_rows (name, token, owner, locked_at, created_at)"
@@ -44,6 +48,7 @@ public:
     std::string connect_string(url_parts const& url) const override {
         auto sync = url.params.find("synchronous");
         synchronous_ = sync == url.params.end() ? "full" : sync->second;
+        path_ = url.path;
         return "db=\"" + url.path + "\"";
     }
 
@@ -57,6 +62,12 @@ public:
             try {
                 std::string mode;
                 s << "PRAGMA journal_mode = WAL", soci::into(mode);
+                // The pragma answers with the mode it could set: an in-memory database
+                // or a file system without shared memory stays in another mode.
+                if (mode != "wal")
+                    throw usage_error("sqlock: the SQLite database " + path_ + " cannot use WAL mode (journal_mode "
+                                      "stayed '" + mode + "'): put the file on a local file system that supports "
+                                      "shared memory (not an in-memory database or a network share)");
                 s << "PRAGMA synchronous = " + synchronous_;
                 return;
             } catch (soci::soci_error const& e) {
@@ -68,14 +79,14 @@ public:
         }
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner,
+    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us) const override {
-        long long ttl = ttl_us, token = 0, created = 0, expires = 0, row_token = 0;
+        long long ttl = ttl_us, id = attempt, token = 0, created = 0, expires = 0, row_token = 0;
         s << "BEGIN IMMEDIATE";
         try {
             s << token_sql_, soci::use(name, "name"), soci::into(token);
             s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(token, "token"),
-                soci::use(ttl, "ttl"), soci::into(row_token), soci::into(created), soci::into(expires);
+                soci::use(id, "attempt"), soci::use(ttl, "ttl"), soci::into(row_token), soci::into(created), soci::into(expires);
             bool acquired = s.got_data();
             s << "COMMIT";
             if (!acquired) return {};
@@ -137,10 +148,29 @@ public:
     // name at once. A token drawn inside the holding transaction would be rolled
     // back by a crash and handed out again, so it is drawn and committed first;
     // the holding transaction then checks that nobody drew after us (else: busy).
+    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
+        long long token = 0;
+        s << token_sql_, soci::use(name, "name"), soci::into(token);
+        return token;
+    }
+
+    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override {
+        auto* backend = static_cast<soci::sqlite3_session_backend*>(s.get_backend());
+        if (backend != nullptr && backend->conn_ != nullptr)
+            sqlite3_busy_timeout(backend->conn_, static_cast<int>(std::clamp<long long>(wait.count(), 0, INT32_MAX)));
+    }
+
+    // BUSY after the whole busy_timeout: another connection holds the write lock
+    // (a row lock's BEGIN IMMEDIATE, or a long writer) — the lock is busy.
+    bool busy_is_lock_wait() const noexcept override { return true; }
+
+    // The token is drawn and committed here, before the holding transaction (a
+    // second connection could not commit while this one holds the file).
     std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, bool& missing) const override {
+                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const&,
+                                  bool& missing) const override {
         missing = false;
-        s << "PRAGMA busy_timeout = " + std::to_string(std::max<long long>(0, wait.count()));
+        set_engine_wait(s, wait);
         auto begin = [&] {
             try {
                 s << "BEGIN IMMEDIATE";
@@ -175,7 +205,7 @@ public:
         } catch (soci::soci_error const&) {
             if (commit) throw;  // a ROLLBACK without a transaction (BEGIN was busy) is fine
         }
-        s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());
+        set_engine_wait(s, options_.lock_wait_timeout);
     }
 
     failure classify(soci::soci_error const& e, soci::session&) const override {
@@ -214,6 +244,7 @@ private:
     std::string lock_sql_;
     std::string row_lock_sql_;
     mutable std::string synchronous_ = "full";  // set with the connect string, before any open
+    mutable std::string path_;
 };
 
 }  // namespace

@@ -1,0 +1,23 @@
+// Internal: failpoints, to place a fault exactly where a test needs it.
+//
+// Compiled in only when the build sets SQLOCK_FAILPOINTS (the CMake option of
+// the same name: on for the project's own test builds, off otherwise); then
+// they act only when the environment variable SQLOCK_FAILPOINTS names them,
+// read once per process: "name=action[,name=action...]" where action is
+//   stop      raise(SIGSTOP): the process pauses until SIGCONT
+//   kill      raise(SIGKILL): the process dies on the spot
+//   sleep:MS  sleep MS milliseconds
+#pragma once
+
+#include <string_view>
+
+namespace sqlock::detail {
+
+#ifdef SQLOCK_FAILPOINTS
+void failpoint(std::string_view name) noexcept;
+#define SQLOCK_FAILPOINT(name) ::sqlock::detail::failpoint(name)
+#else
+#define SQLOCK_FAILPOINT(name) ((void)0)
+#endif
+
+}  // namespace sqlock::detail
