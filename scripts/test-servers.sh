@@ -217,7 +217,7 @@ my_stop() {
   pid=$(my_pid) || { rm -f "$MYPID"; return 0; }
   kill -TERM "$pid"
   for ((i = 0; i < TIMEOUT * 10; i++)); do # InnoDB's clean shutdown can take a few seconds
-    kill -0 "$pid" 2>/dev/null || { rm -f "$MYPID"; return 0; }
+    alive "$pid" || { rm -f "$MYPID"; return 0; } # a zombie has stopped too
     sleep 0.1
   done
   show_log "$MYLOG"
