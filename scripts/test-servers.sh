@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Private PostgreSQL 15 and MariaDB 10.11 servers for sqlock's tests, on free ports of 127.0.0.1.
 #
-# Usage: scripts/test-servers.sh start | stop | status | restart postgresql|mariadb
+# Usage: scripts/test-servers.sh start | stop | status | restart|crash postgresql|mariadb
 #   start    Fresh, empty servers: any servers recorded in the dir are stopped and their data
 #            wiped first (no reuse, so a run never sees an earlier run's tables or locks).
 #            Writes DIR/env.sh (SQLOCK_TEST_* variables) and prints its path on stdout.
 #   stop     Stops both servers (pg_ctl / the recorded pid, never by name); keeps the dir and logs.
 #   restart  Stops one server and starts it again on the same port and data (no re-init).
+#   crash    Kills one server with SIGKILL (PostgreSQL: the postmaster of our data dir; MariaDB: the
+#            recorded mariadbd of our data dir; never by process name), then starts it again on the
+#            same port and data: the server runs crash recovery. Waits for readiness, like start.
 #   status   Prints each server's state; exit 0 only if both run.
 # Environment:
 #   SQLOCK_TEST_DIR   control dir: state, env.sh (default: <repo>/build/test-servers, whatever
@@ -35,6 +38,13 @@ as_user() { # USER CMD...: cd first so tools don't complain about an unreadable 
   if ((EUID == 0)); then (cd "$RUN" && runuser -u "$u" -- "$@"); else (cd "$RUN" && "$@"); fi
 }
 give_to() { if ((EUID == 0)); then chown -R "$1:" "${@:2}"; fi; }
+
+alive() { # process $1 exists and is not a zombie (a killed server is one until its parent reaps it)
+  local state
+  kill -0 "$1" 2>/dev/null || return 1
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z ]]
+}
 
 port_free() { # no socket at all (listening or connected) uses this local port
   if command -v ss >/dev/null; then
@@ -84,6 +94,8 @@ max_connections = 200
 shared_buffers = 16MB
 fsync = on
 synchronous_commit = on
+# After a crash (the crash verb), one syncfs instead of an fsync per data file (seconds here).
+recovery_init_sync_method = syncfs
 # Everything goes to the pg_ctl -l log file, which tests may grep for ERROR lines.
 log_destination = 'stderr'
 logging_collector = off
@@ -111,6 +123,44 @@ pg_stop() {
   pg_running || return 0
   as_user postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t "$TIMEOUT" stop >/dev/null ||
     { show_log "$PGLOG"; die "PostgreSQL (data $PGDATA) did not stop within ${TIMEOUT}s"; }
+}
+
+pg_pid() { # pid of our postmaster, only if alive and really serving our data dir (pids get reused)
+  local pid
+  [[ -s $PGDATA/postmaster.pid ]] && pid=$(head -n 1 "$PGDATA/postmaster.pid") && [[ $pid =~ ^[0-9]+$ ]] &&
+    alive "$pid" && [[ $(sed -n 2p "$PGDATA/postmaster.pid") == "$PGDATA" ]] &&
+    [[ $(readlink -f "/proc/$pid/cwd" 2>/dev/null) == "$(readlink -f "$PGDATA")" ]] && echo "$pid"
+}
+
+pg_crash() { # SIGKILL the postmaster (its backends die with it), then start again: crash recovery
+  local pid i
+  pid=$(pg_pid) || die "PostgreSQL (data $PGDATA) is not running: nothing to crash"
+  kill -KILL "$pid"
+  for ((i = 0; i < TIMEOUT * 100; i++)); do alive "$pid" || break; sleep 0.01; done
+  alive "$pid" && die "PostgreSQL postmaster $pid survived SIGKILL for ${TIMEOUT}s"
+  # Orphaned backends exit as soon as they notice the postmaster is gone; none may still use
+  # the old shared memory when the new postmaster starts, so wait for them too.
+  for ((i = 0; i < TIMEOUT * 100; i++)); do
+    pg_orphans_gone && break
+    sleep 0.01
+  done
+  pg_orphans_gone || die "PostgreSQL backends of the killed postmaster $pid still run in $PGDATA after ${TIMEOUT}s"
+  # The killed postmaster can stay a zombie (when nobody reaps it, e.g. PID 1 in a container),
+  # and PostgreSQL takes a lock file whose pid still exists for a live server: remove the lock
+  # files that name it (it is dead, and so are its backends).
+  local f
+  for f in "$PGDATA/postmaster.pid" "$PGDIR/.s.PGSQL.$PG_PORT.lock"; do
+    [[ -f $f && $(head -n 1 "$f") == "$pid" ]] && rm -f "$f"
+  done
+  pg_start
+}
+pg_orphans_gone() { # no process left that runs in our data dir (the postmaster's children do)
+  local p data
+  data=$(readlink -f "$PGDATA")
+  for p in /proc/[0-9]*; do
+    [[ $(readlink -f "$p/cwd" 2>/dev/null) == "$data" ]] && return 1
+  done
+  return 0
 }
 
 # ---------------------------------------------------------------- MariaDB
@@ -167,17 +217,27 @@ my_stop() {
   pid=$(my_pid) || { rm -f "$MYPID"; return 0; }
   kill -TERM "$pid"
   for ((i = 0; i < TIMEOUT * 10; i++)); do # InnoDB's clean shutdown can take a few seconds
-    kill -0 "$pid" 2>/dev/null || { rm -f "$MYPID"; return 0; }
+    alive "$pid" || { rm -f "$MYPID"; return 0; } # a zombie has stopped too
     sleep 0.1
   done
   show_log "$MYLOG"
   die "MariaDB (pid $pid, data $MYDATA) did not stop within ${TIMEOUT}s of SIGTERM; kill -9 $pid if it hangs"
 }
 
+my_crash() { # SIGKILL our mariadbd, then start again: InnoDB crash recovery
+  local pid i
+  pid=$(my_pid) || die "MariaDB (data $MYDATA) is not running: nothing to crash"
+  kill -KILL "$pid"
+  for ((i = 0; i < TIMEOUT * 100; i++)); do alive "$pid" || break; sleep 0.01; done
+  alive "$pid" && die "mariadbd $pid survived SIGKILL for ${TIMEOUT}s"
+  my_start
+}
+
 # ---------------------------------------------------------------- commands
 write_env() {
-  local restart
+  local restart crash
   restart="env SQLOCK_TEST_DIR=$(printf %q "$DIR") bash $(printf %q "$SELF") restart"
+  crash="env SQLOCK_TEST_DIR=$(printf %q "$DIR") bash $(printf %q "$SELF") crash"
   {
     echo "# Generated by scripts/test-servers.sh start; source it."
     printf 'export SQLOCK_TEST_DIR=%q\n' "$DIR"
@@ -187,6 +247,8 @@ write_env() {
     printf 'export SQLOCK_TEST_MYSQL_LOG=%q\n' "$MYLOG"
     printf 'export SQLOCK_TEST_PG_RESTART=%q\n' "$restart postgresql"
     printf 'export SQLOCK_TEST_MYSQL_RESTART=%q\n' "$restart mariadb"
+    printf 'export SQLOCK_TEST_PG_CRASH=%q\n' "$crash postgresql"
+    printf 'export SQLOCK_TEST_MYSQL_CRASH=%q\n' "$crash mariadb"
     printf 'export SQLOCK_TEST_PG_PORT=%q SQLOCK_TEST_MYSQL_PORT=%q\n' "$PG_PORT" "$MY_PORT"
     printf 'export SQLOCK_TEST_PG_SOCKET_DIR=%q SQLOCK_TEST_MYSQL_SOCKET=%q\n' "$PGDIR" "$MYSOCK"
   } >"$DIR/env.sh"
@@ -259,6 +321,15 @@ cmd_restart() {
   esac
 }
 
+cmd_crash() {
+  load_state
+  case ${1:-} in
+    postgresql | postgres | pg) pg_crash ;;
+    mariadb | mysql) my_crash ;;
+    *) die "crash needs an engine: postgresql or mariadb (got '${1:-}')" ;;
+  esac
+}
+
 cmd_status() {
   load_state
   local rc=0 pid
@@ -274,6 +345,7 @@ case ${1:-} in
   start) cmd_start ;;
   stop) cmd_stop ;;
   restart) cmd_restart "${2:-}" ;;
+  crash) cmd_crash "${2:-}" ;;
   status) cmd_status ;;
-  *) echo "usage: $0 start | stop | status | restart postgresql|mariadb" >&2; exit 2 ;;
+  *) echo "usage: $0 start | stop | status | restart|crash postgresql|mariadb" >&2; exit 2 ;;
 esac
