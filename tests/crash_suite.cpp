@@ -340,9 +340,59 @@ TEST_P(Crash, AcknowledgedGrantsSurviveACrash) {
 // flushed (0: lost even in a mere crash of the server), so a store must refuse
 // such a server with a clear error naming the setting, unless the caller
 // accepts it with store_options::allow_relaxed_durability.
+//
+// PostgreSQL's synchronous_commit is per session (the store forces it on:
+// AcknowledgedGrantsSurviveACrash); fsync = off is the server's and is refused.
 TEST_P(Crash, RelaxedDurabilityIsRefused) {
-    if (e_ != engine::mysql)
-        GTEST_SKIP() << "MariaDB only: PostgreSQL's durability is per session (AcknowledgedGrantsSurviveACrash)";
+    if (e_ == engine::postgresql) {
+        std::string dir, port;
+        require_env("SQLOCK_TEST_PG_SOCKET_DIR", dir);
+        require_env("SQLOCK_TEST_PG_PORT", port);
+        if (should_stop()) return;
+        url_parts p = parse_server_url(url_);
+        auto su = [&] {
+            return std::make_unique<soci::session>(*soci::factory_postgresql(),
+                                                   "host=" + pg_quote_param(dir) + " port=" + port +
+                                                       " dbname=" + pg_quote_param(p.db) + " user=postgres");
+        };
+        struct restore_fsync {
+            decltype(su)& open;
+            ~restore_fsync() {
+                try {
+                    auto s = open();
+                    *s << "ALTER SYSTEM RESET fsync";
+                    *s << "SELECT pg_reload_conf()";
+                } catch (std::exception const& e) {
+                    ADD_FAILURE() << "could not restore fsync: " << describe(e);
+                }
+            }
+        } guard{su};
+        {
+            auto s = su();
+            *s << "ALTER SYSTEM SET fsync = off";
+            *s << "SELECT pg_reload_conf()";
+        }
+        // The reload reaches new backends once the postmaster has read it: poll.
+        std::string seen;
+        for (int i = 0; i < 200 && seen != "off"; ++i) {
+            *su() << "SELECT current_setting('fsync')", soci::into(seen);
+            if (seen != "off") std::this_thread::sleep_for(50ms);
+        }
+        ASSERT_EQ(seen, "off") << "the server did not take fsync = off";
+        try {
+            sqlock::store s(url_, options(1));
+            ADD_FAILURE() << "a store opened on a server with fsync = off";
+        } catch (sqlock::backend_error const& e) {
+            EXPECT_NE(std::string(e.what()).find("fsync"), std::string::npos)
+                << "the refusal must name the setting: " << e.what();
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "expected sqlock::backend_error naming fsync, got " << describe(e);
+        }
+        auto o = options(1);
+        o.allow_relaxed_durability = true;
+        EXPECT_NO_THROW(sqlock::store(url_, o)) << "with allow_relaxed_durability the store must open";
+        return;
+    }
     std::string sock;
     require_env("SQLOCK_TEST_MYSQL_SOCKET", sock);
     if (should_stop()) return;
@@ -379,7 +429,6 @@ TEST_P(Crash, RelaxedDurabilityIsRefused) {
             ADD_FAILURE() << "expected sqlock::backend_error naming innodb_flush_log_at_trx_commit, got "
                           << describe(e);
         }
-#if defined(SQLOCK_HAS_RELAXED_DURABILITY_OPTION)
         try {
             auto o = options(1);
             o.allow_relaxed_durability = true;
@@ -389,7 +438,6 @@ TEST_P(Crash, RelaxedDurabilityIsRefused) {
         } catch (std::exception const& e) {
             ADD_FAILURE() << "with allow_relaxed_durability the store must open: " << describe(e);
         }
-#endif
     }
 }
 
