@@ -2,6 +2,8 @@
 
 #include <sqlock/errors.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace sqlock::detail {
@@ -52,18 +54,115 @@ void parse_params(std::string_view url, std::string_view query, url_parts& parts
     }
 }
 
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+bool is_scheme(std::string_view s) {
+    if (s.empty() || !std::isalpha(static_cast<unsigned char>(s[0]))) return false;
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+    });
+}
+
+// Splits as parse_url does: the authority ends at the first '/' or '?', the
+// password runs from the first ':' of the userinfo to the authority's last '@'.
+// A password with an unencoded '/' or '?' ends the authority early; then, unless
+// the authority ends in a port, everything after its ':' up to the URL's last
+// '@' is masked: a typo must not show the password.
+void mask_userinfo_password(std::string& url) {
+    auto const colon = url.find(':');
+    if (colon == std::string::npos) return;
+    std::string scheme = url.substr(0, colon);
+    bool const has_scheme = is_scheme(scheme);
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (has_scheme && scheme == "sqlite") return;  // a file path, no userinfo
+    std::size_t start = 0;
+    if (has_scheme && colon + 1 < url.size() && url[colon + 1] == '/') start = url.find_first_not_of('/', colon + 1);
+    if (start == std::string::npos) return;
+    auto const end = std::min(url.find_first_of("/?", start), url.size());
+    auto authority = std::string_view(url).substr(start, end - start);
+    auto at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+        at += start;
+    } else {
+        auto const port = authority.rfind(':');
+        if (port == std::string_view::npos || authority.ends_with(']')) return;
+        auto const digits = authority.substr(port + 1);
+        if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos) return;
+        at = url.rfind('@');
+        if (at == std::string::npos || at < end) at = end;
+    }
+    auto const separator = url.find(':', start);
+    if (separator >= at) return;
+    url.replace(separator + 1, at - separator - 1, "***");
+}
+
+bool is_password_key(std::string_view key) {
+    std::string k;
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        int hi = key[i] == '%' && i + 2 < key.size() ? hex_value(key[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_value(key[i + 2]) : -1;
+        char c = key[i];
+        if (hi >= 0 && lo >= 0) {
+            c = static_cast<char>(hi * 16 + lo);
+            i += 2;
+        }
+        k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return k == "password" || k == "sslpassword";
+}
+
+// Masks password= and sslpassword= in the query, and in a libpq "key=value ..."
+// string passed where a URL belongs.
+std::string mask_password_params(std::string_view s) {
+    std::string out;
+    std::size_t i = 0;
+    while (i < s.size()) {
+        bool const in_query = i > 0 && (s[i - 1] == '?' || s[i - 1] == '&');
+        if (!in_query && !(i == 0 || is_space(s[i - 1]))) {
+            out += s[i++];
+            continue;
+        }
+        auto key_end = i;
+        while (key_end < s.size() && std::string_view("=&?").find(s[key_end]) == std::string_view::npos &&
+               !is_space(s[key_end]))
+            ++key_end;
+        auto eq = key_end;
+        while (eq < s.size() && is_space(s[eq])) ++eq;
+        if (key_end == i || eq == s.size() || s[eq] != '=' || !is_password_key(s.substr(i, key_end - i))) {
+            out += s[i++];
+            continue;
+        }
+        auto value = eq + 1;
+        while (!in_query && value < s.size() && is_space(s[value])) ++value;
+        std::size_t value_end = s.size();
+        if (in_query) {
+            value_end = std::min(s.find('&', value), s.size());
+        } else if (value < s.size() && s[value] == '\'') {
+            for (auto j = value + 1; j < s.size(); ++j) {
+                if (s[j] == '\\') {
+                    ++j;
+                } else if (s[j] == '\'') {
+                    value_end = j + 1;
+                    break;
+                }
+            }
+        } else {
+            while (value < value_end && !is_space(s[value])) ++value;
+            value_end = value;
+        }
+        out += s.substr(i, eq + 1 - i);
+        out += "***";
+        i = value_end;
+    }
+    return out;
+}
+
 }  // namespace
 
 std::string redact_url(std::string_view url) {
-    auto scheme_end = url.find("://");
-    if (scheme_end == std::string_view::npos) return std::string(url);
-    auto authority = scheme_end + 3;
-    auto at = url.find('@', authority);
-    auto slash = url.find('/', authority);
-    if (at == std::string_view::npos || (slash != std::string_view::npos && slash < at)) return std::string(url);
-    auto colon = url.find(':', authority);
-    if (colon == std::string_view::npos || colon > at) return std::string(url);
-    return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
+    std::string out(url);
+    mask_userinfo_password(out);
+    return mask_password_params(out);
 }
 
 url_parts parse_url(std::string_view url) {
@@ -132,7 +231,7 @@ url_parts parse_url(std::string_view url) {
         unsigned port = 0;
         auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
         if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
-            bad(url, "the port '" + std::string(port_text) + "' is not a number in 1..65535");
+            bad(url, "the port is not a number in 1..65535");  // its text may be a password
         parts.port = port;
         authority = authority.substr(0, port_colon);
     }

@@ -1,6 +1,7 @@
 // sqlock tests — unit tests that need no database server: the schema DDL, URL
 // parsing and option validation (checked before any I/O), SQLite URL forms,
 // unreachable servers, and store/locker/lease lifetimes on SQLite.
+#include "../src/detail/url.hpp"
 #include "test_env.hpp"
 
 #include <sqlock/sqlock.hpp>
@@ -39,6 +40,37 @@ std::string unreachable_url(engine e) {
     return {};
 }
 
+/// The longest table prefix schema_sql() accepts, found by trying.
+std::size_t longest_prefix() {
+    std::size_t n = 1;
+    while (n < 200) {
+        try {
+            (void)sqlock::schema_sql(engine::sqlite, std::string(n + 1, 'p'));
+        } catch (sqlock::usage_error const&) {
+            break;
+        }
+        ++n;
+    }
+    return n;
+}
+
+/// The names in `ddl` that start with `prefix` + "_".
+std::vector<std::string> names_with_prefix(std::string const& ddl, std::string const& prefix) {
+    auto identifier_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < ddl.size();) {
+        std::size_t end = i;
+        while (end < ddl.size() && identifier_char(ddl[end])) ++end;
+        if (end == i) {
+            ++i;
+            continue;
+        }
+        if (ddl.compare(i, prefix.size() + 1, prefix + "_") == 0) names.push_back(ddl.substr(i, end - i));
+        i = end;
+    }
+    return names;
+}
+
 std::vector<std::string> const bad_prefixes = {
     "bad-prefix", "1abc", "x; DROP TABLE y", "", std::string(49, 'p'), "a b", "a.b", "\xC3\xA4", "a\"b", "a'b",
 };
@@ -71,7 +103,8 @@ TEST(SchemaSql, UsesTheTablePrefix) {
 
 TEST(SchemaSql, AcceptsValidPrefixes) {
     for (engine e : all_engines) {
-        for (std::string p : {std::string("a"), std::string("_"), std::string("A1_b"), std::string(48, 'p')}) {
+        for (std::string p :
+             {std::string("a"), std::string("_"), std::string("A1_b"), std::string(longest_prefix(), 'p')}) {
             SCOPED_TRACE(engine_name(e) + " prefix '" + p + "'");
             std::string ddl;
             EXPECT_NO_THROW(ddl = sqlock::schema_sql(e, p));
@@ -89,10 +122,154 @@ TEST(SchemaSql, RejectsBadPrefixes) {
     }
 }
 
+TEST(SchemaSql, LongestPrefixFitsEveryIdentifierLimit) {
+    // PostgreSQL truncates names beyond 63 bytes (MariaDB rejects them beyond 64):
+    // every derived name, indexes and sequences included, must fit.
+    std::size_t const n = longest_prefix();
+    std::string const p(n, 'p');
+    std::size_t longest = 0;
+    for (engine e : all_engines) {
+        SCOPED_TRACE(engine_name(e) + " prefix of " + std::to_string(n));
+        std::string ddl;
+        ASSERT_NO_THROW(ddl = sqlock::schema_sql(e, p));
+        auto const names = names_with_prefix(ddl, p);
+        EXPECT_FALSE(names.empty()) << ddl;
+        for (auto const& name : names) {
+            EXPECT_LE(name.size(), 63u) << name;
+            longest = std::max(longest, name.size());
+        }
+    }
+    EXPECT_EQ(longest, 63u) << "the limit is stricter than it needs to be";
+    try {
+        (void)sqlock::schema_sql(engine::postgresql, p + "p");
+        ADD_FAILURE() << "a prefix of " << n + 1 << " characters was accepted";
+    } catch (sqlock::usage_error const& e) {
+        EXPECT_TRUE(contains(e.what(), "at most " + std::to_string(n))) << e.what();
+    }
+}
+
 TEST(Engine, Names) {
     EXPECT_EQ(sqlock::to_string(engine::postgresql), "postgresql");
     EXPECT_EQ(sqlock::to_string(engine::mysql), "mysql");
     EXPECT_EQ(sqlock::to_string(engine::sqlite), "sqlite");
+}
+
+// ------------------------------------------------------------------ URL passwords
+
+TEST(RedactUrl, MasksTheUserinfoPassword) {
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:secret@db.example:5432/locks"),
+              "postgresql://app:***@db.example:5432/locks");
+    EXPECT_EQ(sqlock::redact_url("mysql://app:se%3Acret@db.example/locks"), "mysql://app:***@db.example/locks");
+    EXPECT_EQ(sqlock::redact_url("postgresql://app@db.example/locks"), "postgresql://app@db.example/locks");
+    EXPECT_EQ(sqlock::redact_url("postgresql://db.example:5432/locks"), "postgresql://db.example:5432/locks");
+    EXPECT_EQ(sqlock::redact_url("sqlite:///var/lib/a@b:c.db"), "sqlite:///var/lib/a@b:c.db");
+    EXPECT_EQ(sqlock::redact_url("sqlite:rel/a@b:c.db"), "sqlite:rel/a@b:c.db");
+}
+
+TEST(RedactUrl, PasswordWithAnAtSign) {
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:p@ss@host/db"), "postgresql://app:***@host/db");
+    EXPECT_EQ(sqlock::redact_url("mysql://app:a@b@c@host:3306/db?charset=utf8mb4"),
+              "mysql://app:***@host:3306/db?charset=utf8mb4");
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:p#ss@host/db"), "postgresql://app:***@host/db");
+}
+
+TEST(ParseUrl, SplitsTheUserinfoAtTheLastAtSign) {
+    for (std::string const url : {"postgresql://app:p@ss@host:5432/db", "postgresql://app:p%40ss@host:5432/db"}) {
+        SCOPED_TRACE(url);
+        auto parts = sqlock::detail::parse_url(url);
+        EXPECT_EQ(parts.user, "app");
+        EXPECT_EQ(parts.password, "p@ss");
+        EXPECT_EQ(parts.host, "host");
+        EXPECT_EQ(parts.port, 5432u);
+        EXPECT_EQ(parts.database, "db");
+    }
+    // redact_url masks exactly what parse_url takes for the password.
+    for (std::string const url : {"postgresql://a:b@c@d@host/db", "mysql://a:x:y@host/db", "postgresql://:pw@host/db",
+                                  "postgresql://u:1#2@host/db?application_name=me@there"}) {
+        SCOPED_TRACE(url);
+        auto parts = sqlock::detail::parse_url(url);
+        ASSERT_FALSE(parts.password.empty());
+        auto redacted = sqlock::redact_url(url);
+        EXPECT_FALSE(contains(redacted, parts.password)) << redacted;
+        EXPECT_TRUE(contains(redacted, parts.user + ":***@" + parts.host + "/db")) << redacted;
+    }
+}
+
+TEST(RedactUrl, MasksPasswordQueryParameters) {
+    EXPECT_EQ(sqlock::redact_url("postgresql://host/db?password=secret"), "postgresql://host/db?password=***");
+    EXPECT_EQ(sqlock::redact_url("postgresql://u@host/db?sslmode=require&sslpassword=k3y&application_name=a@b"),
+              "postgresql://u@host/db?sslmode=require&sslpassword=***&application_name=a@b");
+    EXPECT_EQ(sqlock::redact_url("postgresql://host/db?PassWord=a&SSLPASSWORD=b"),
+              "postgresql://host/db?PassWord=***&SSLPASSWORD=***");
+    EXPECT_EQ(sqlock::redact_url("postgresql://host/db?%70assword=a%26b%40c&x=1"),
+              "postgresql://host/db?%70assword=***&x=1");
+    EXPECT_EQ(sqlock::redact_url("postgresql://u:pw@host/db?password=p%40ss&password=again"),
+              "postgresql://u:***@host/db?password=***&password=***");
+    EXPECT_EQ(sqlock::redact_url("postgresql://host/db?passwords=shown&mypassword=shown"),
+              "postgresql://host/db?passwords=shown&mypassword=shown");
+}
+
+TEST(RedactUrl, NeverLeaksFromMalformedUrls) {
+    std::string const secret = "S3cr3t";
+    std::vector<std::string> const urls = {
+        "postgresql://app:S3cr3t/x@host/db",   // an unencoded '/' in the password
+        "postgresql://app:S3cr3t/x@127.0.0.1", // ... which parse_url takes for a port
+        "postgresql://app:S3cr3t?x@host/db",   // an unencoded '?'
+        "postgresql://app:S3cr3t@",
+        "postgresql://app:S3cr3t",
+        "postgresql:/app:S3cr3t@host/db",
+        "postgresql:app:S3cr3t@host/db",
+        "app:S3cr3t@host/db",
+        "foo://app:S3cr3t@host/db",
+        "postgresql://127.0.0.1:1/db?password=S3cr3t#frag",
+        "postgresql://127.0.0.1:1/db?password=S3cr3t x",
+        "postgresql://host/db?password",
+        "postgresql://host/db?sslpassword = S3cr3t",
+        "host=h password=S3cr3t user=u",
+        "host=h password = 'S3 cr3t' user=u",
+        "postgresql://host/db?password=%S3cr3t%",
+        "postgresql://:@/?=&=%",
+        "",
+        ":",
+        "@",
+        "?",
+        "://",
+    };
+    for (auto const& url : urls) {
+        SCOPED_TRACE("URL '" + url + "'");
+        std::string redacted;
+        ASSERT_NO_THROW(redacted = sqlock::redact_url(url));
+        EXPECT_FALSE(contains(redacted, secret)) << redacted;
+        EXPECT_FALSE(contains(redacted, "S3 ")) << redacted;
+        try {
+            sqlock::store s(url, {.connect_timeout = 2s});
+            ADD_FAILURE() << "accepted";
+        } catch (std::exception const& e) {
+            EXPECT_FALSE(contains(e.what(), secret)) << describe(e);
+        }
+    }
+}
+
+TEST(RedactUrl, StoreErrorsShowTheRedactedUrl) {
+    std::string const port = std::to_string(closed_port());
+    std::string const url = "postgresql://app:p@ss@127.0.0.1:" + port + "/db?sslpassword=k3y";
+    try {
+        sqlock::store s(url, {.connect_timeout = 2s});
+        ADD_FAILURE() << "connected to a closed port";
+    } catch (sqlock::backend_unavailable const& e) {
+        EXPECT_TRUE(contains(e.what(), "postgresql://app:***@127.0.0.1:" + port + "/db?sslpassword=***")) << e.what();
+        EXPECT_FALSE(contains(e.what(), "ss@")) << e.what();
+        EXPECT_FALSE(contains(e.what(), "k3y")) << e.what();
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << describe(e);
+    }
+    try {
+        sqlock::store s("mysql://app:p@ss@127.0.0.1:" + port + "/db?password=k3y", {.connect_timeout = 2s});
+        ADD_FAILURE() << "accepted an unknown MySQL parameter";
+    } catch (sqlock::usage_error const& e) {
+        EXPECT_TRUE(contains(e.what(), "mysql://app:***@127.0.0.1:" + port + "/db?password=***")) << e.what();
+        EXPECT_FALSE(contains(e.what(), "k3y")) << e.what();
+    }
 }
 
 // ------------------------------------------------------------------ bad URLs and options (before any I/O)

@@ -27,7 +27,9 @@ struct store_options {
     bool create_schema = false;
 
     /// Prefix of every table sqlock uses: `<prefix>_locks`, `<prefix>_tokens`.
-    /// An identifier: [A-Za-z_][A-Za-z0-9_]*, at most 48 characters.
+    /// An identifier: [A-Za-z_][A-Za-z0-9_]*, at most 42 characters, so that every
+    /// table and index name made from it fits PostgreSQL's 63-byte limit (the
+    /// `usage_error` states the limit, which follows the longest name in schema/).
     std::string table_prefix = "sqlock";
 
     /// Bound on establishing one connection (PostgreSQL's minimum is 2 s).

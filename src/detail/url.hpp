@@ -25,7 +25,8 @@ struct url_parts {
 /// @throws usage_error naming what is wrong with the URL and the accepted forms.
 [[nodiscard]] url_parts parse_url(std::string_view url);
 
-/// The URL with the password replaced by "***".
+/// The URL with the userinfo password and the password=/sslpassword= values
+/// replaced by "***". Never throws; on malformed input it masks more, never less.
 [[nodiscard]] std::string redact_url(std::string_view url);
 
 }  // namespace sqlock::detail

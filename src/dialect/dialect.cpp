@@ -5,6 +5,8 @@
 
 #include <soci/soci.h>
 
+#include <algorithm>
+
 namespace sqlock::detail {
 
 std::unique_ptr<dialect> make_postgresql_dialect(std::string const& prefix, store_options const& options);
@@ -13,19 +15,57 @@ std::unique_ptr<dialect> make_sqlite_dialect(std::string const& prefix, store_op
 
 namespace {
 constexpr std::string_view default_prefix = "sqlock";
-constexpr std::size_t max_prefix = 48;  // leaves room for "_tokens" and index suffixes within 63 bytes
+// PostgreSQL silently truncates longer names (NAMEDATALEN - 1), so two could
+// collide; MariaDB allows 64, SQLite any length.
+constexpr std::size_t max_identifier = 63;
+// Names made in code rather than in schema/*.sql: the NOTIFY channel (dialect::channel()).
+constexpr std::string_view code_names[] = {"sqlock_released"};
 
 bool identifier_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
+
+// The longest name apply_prefix() renames, over every engine's embedded DDL, so
+// that a table, index or sequence added to schema/*.sql is covered unchanged.
+std::string_view longest_name() noexcept {
+    std::string_view longest;
+    for (auto name : code_names)
+        if (name.size() > longest.size()) longest = name;
+    for (auto e : {engine::postgresql, engine::mysql, engine::sqlite}) {
+        auto const ddl = embedded_schema(e);
+        for (std::size_t i = 0; i < ddl.size();) {
+            if (ddl.substr(i, 2) == "--") {
+                i = std::min(ddl.find('\n', i), ddl.size());
+                continue;
+            }
+            auto end = i;
+            while (end < ddl.size() && identifier_char(ddl[end])) ++end;
+            auto const word = ddl.substr(i, end - i);
+            if (word.starts_with(default_prefix) && word.size() > default_prefix.size() &&
+                word[default_prefix.size()] == '_' && word.size() > longest.size())
+                longest = word;
+            i = end == i ? i + 1 : end;
+        }
+    }
+    return longest;
+}
 }  // namespace
 
 void validate_table_prefix(std::string_view prefix) {
-    bool ok = !prefix.empty() && prefix.size() <= max_prefix && !(prefix[0] >= '0' && prefix[0] <= '9');
+    static std::string_view const longest = longest_name();
+    static std::size_t const max_prefix =
+        max_identifier - std::min(max_identifier, longest.size() - default_prefix.size());
+    bool ok = !prefix.empty() && !(prefix[0] >= '0' && prefix[0] <= '9');
     for (char c : prefix) ok = ok && identifier_char(c);
     if (!ok)
-        throw usage_error("sqlock: invalid table prefix '" + std::string(prefix) +
-                          "': use 1 to 48 characters from [A-Za-z0-9_], not starting with a digit");
+        throw usage_error("sqlock: invalid table prefix '" + std::string(prefix) + "': use 1 to " +
+                          std::to_string(max_prefix) + " characters from [A-Za-z0-9_], not starting with a digit");
+    if (prefix.size() > max_prefix)
+        throw usage_error("sqlock: table prefix '" + std::string(prefix) + "' is " + std::to_string(prefix.size()) +
+                          " characters long: use at most " + std::to_string(max_prefix) +
+                          ", so that every name made from it (the longest is '<prefix>" +
+                          std::string(longest.substr(default_prefix.size())) + "') fits in " +
+                          std::to_string(max_identifier) + " bytes, PostgreSQL's identifier limit");
 }
 
 std::string apply_prefix(std::string_view ddl, std::string_view prefix) {
