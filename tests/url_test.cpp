@@ -526,3 +526,19 @@ TEST(PgLogWatch, FindsErrorEntriesWrittenAfterItStarted) {
 }
 
 }  // namespace
+
+// A URL parameter name goes into the client library's connection string as is:
+// one that is not a plain option name could smuggle in other options.
+TEST(ParseUrl, ParameterNamesCannotInjectConnectionOptions) {
+    for (std::string url : {"postgresql://u@127.0.0.1:1/db?sslmode%20host=evil", "mysql://u@127.0.0.1:1/db?a%3Db=1",
+                            "postgresql://u@127.0.0.1:1/db?x'y=1"}) {
+        try {
+            sqlock::store s(url);
+            ADD_FAILURE() << url << ": opened";
+        } catch (sqlock::usage_error const& e) {
+            EXPECT_NE(std::string(e.what()).find("parameter"), std::string::npos) << e.what();
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << url << ": expected usage_error before any I/O, got " << e.what();
+        }
+    }
+}

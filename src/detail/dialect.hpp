@@ -269,6 +269,11 @@ protected:
 /// @throws usage_error naming the rule.
 void validate_table_prefix(std::string_view prefix);
 
+/// A URL query parameter name passed on to the client library's connection
+/// string: [A-Za-z0-9_]+ only, so a crafted name cannot add other options.
+/// @throws usage_error naming the parameter.
+void validate_param_name(std::string const& key);
+
 /// The embedded schema/<engine>.sql, tables named with the default prefix "sqlock".
 [[nodiscard]] std::string_view embedded_schema(sqlock::engine e) noexcept;
 

@@ -68,6 +68,14 @@ void validate_table_prefix(std::string_view prefix) {
                           std::to_string(max_identifier) + " bytes, PostgreSQL's identifier limit");
 }
 
+void validate_param_name(std::string const& key) {
+    bool ok = !key.empty();
+    for (char c : key) ok = ok && identifier_char(c);
+    if (!ok)
+        throw usage_error("sqlock: the database URL has a parameter named '" + key +
+                          "': parameter names are letters, digits and '_' (the client library's option names)");
+}
+
 std::string apply_prefix(std::string_view ddl, std::string_view prefix) {
     std::string const from = std::string(default_prefix) + "_";
     std::string const to = std::string(prefix) + "_";

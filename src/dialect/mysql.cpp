@@ -87,8 +87,10 @@ public:
         if (!url.password.empty()) c += " password=" + quote(url.password);
         auto charset = url.params.find("charset");
         c += " charset=" + quote(charset == url.params.end() ? "utf8mb4" : charset->second);
-        for (auto const& [key, value] : url.params)
+        for (auto const& [key, value] : url.params) {
+            validate_param_name(key);
             if (key != "charset") c += " " + key + "=" + quote(value);
+        }
         return c;
     }
 

@@ -144,7 +144,10 @@ public:
         if (url.port != 0) c += " port=" + std::to_string(url.port);
         if (!url.user.empty()) c += " user=" + quote(url.user);
         if (!url.password.empty()) c += " password=" + quote(url.password);
-        for (auto const& [key, value] : url.params) c += " " + key + "=" + quote(value);
+        for (auto const& [key, value] : url.params) {
+            validate_param_name(key);
+            c += " " + key + "=" + quote(value);
+        }
         return c;
     }
 
