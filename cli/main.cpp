@@ -75,7 +75,9 @@ int dispatch(int argc, char** argv) {
     run_cmd->footer(
         "COMMAND runs with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the fencing token) added to its environment "
         "while the lock is renewed every TTL/3; the lock is released when COMMAND exits. SIGINT, SIGTERM and SIGHUP "
-        "sent to sqlock are forwarded to COMMAND. If the lock is lost COMMAND gets SIGTERM, then SIGKILL after 5 s. "
+        "sent to sqlock are forwarded to every process of COMMAND. If the lock is lost (or its validity runs out "
+        "while a renewal hangs), COMMAND and all its processes get SIGTERM, then SIGKILL after 5 s, and so they do if "
+        "sqlock itself dies. "
         "On SQLite the file and its tables are created if missing.\n\n" +
         std::string(exit_codes_help));
 

@@ -6,7 +6,15 @@
 // turns SIGINT/SIGTERM/SIGHUP into a cancellation of the wait (a Ctrl-C never
 // leaves a half-written lock row behind); while COMMAND runs the main thread
 // poll()s the signalfd (child exit, signals to forward) and an eventfd that the
-// renewer thread writes when the lease is lost.
+// renewer thread writes when the lease is lost, and wakes up on its own when
+// the lease's validity runs out (a renewal that hangs reports nothing).
+//
+// Processes: sqlock -> guardian -> COMMAND -> COMMAND's own processes. sqlock
+// and the guardian are child subreapers, so every process of COMMAND's tree,
+// orphaned or in a session of its own, stays their descendant and is found by
+// walking /proc. sqlock signals that tree (forwarding, loss); the guardian is
+// there for when sqlock dies (SIGKILL, OOM): it sees the end of a pipe only
+// sqlock holds and takes the tree down, as nobody renews the lock any more.
 #include "cli.hpp"
 
 #include <sqlock/admin.hpp>
@@ -20,18 +28,23 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stop_token>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -45,8 +58,14 @@ constexpr auto kill_grace = std::chrono::seconds(5);
 class unique_fd {
 public:
     explicit unique_fd(int fd = -1) noexcept : fd_(fd) {}
-    unique_fd(unique_fd const&) = delete;
-    unique_fd& operator=(unique_fd const&) = delete;
+    unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    unique_fd& operator=(unique_fd&& other) noexcept {
+        if (this != &other) {
+            reset();
+            fd_ = std::exchange(other.fd_, -1);
+        }
+        return *this;
+    }
     ~unique_fd() { reset(); }
     int get() const noexcept { return fd_; }
     void reset() noexcept {
@@ -159,15 +178,200 @@ private:
 
 std::string command_text(std::vector<std::string> const& command) { return printable(command.front()); }
 
-struct child_process {
-    pid_t pid = -1;
-    int exec_errno = 0;  ///< set when COMMAND could not be started
+/// The processes descending from a root, read from /proc with system calls
+/// only (open, getdents64, read) into memory reserved beforehand: the guardian,
+/// a fork of a threaded process, must not allocate.
+class process_tree {
+public:
+    process_tree() {
+        entries_.reserve(capacity);
+        members_.reserve(capacity);
+    }
+
+    /// Sends `sig` to every live descendant of `root` except `spared`; returns
+    /// how many there were (zombies left out). A pid is signalled through a
+    /// pidfd taken after checking its parent, so a pid reused meanwhile by an
+    /// unrelated process is never signalled.
+    std::size_t signal(pid_t root, int sig, pid_t spared = 0) noexcept {
+        scan(root);
+        std::size_t n = 0;
+        for (pid_t pid : members_) {
+            if (pid == spared) continue;
+            int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+            if (fd < 0) {
+                if (errno == ENOSYS && ::kill(pid, sig) == 0) ++n;
+                continue;
+            }
+            entry now{};
+            if (read_stat(pid, now) && !now.zombie && (now.ppid == root || member(now.ppid)) &&
+                ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0) == 0)
+                ++n;
+            ::close(fd);
+        }
+        return n;
+    }
+
+private:
+    static constexpr std::size_t capacity = 1 << 16;
+    struct entry {
+        pid_t pid = 0;
+        pid_t ppid = 0;
+        bool zombie = false;
+    };
+
+    bool member(pid_t pid) const noexcept { return std::find(members_.begin(), members_.end(), pid) != members_.end(); }
+
+    /// members_ = the descendants of root (zombies included: the walk goes through them).
+    void scan(pid_t root) noexcept {
+        entries_.clear();
+        members_.clear();
+        int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0) return;
+        alignas(8) char buf[8192];
+        for (;;) {
+            long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+            if (n <= 0) break;
+            for (long off = 0; off < n;) {
+                struct linux_dirent64 {
+                    ino64_t d_ino;
+                    off64_t d_off;
+                    unsigned short d_reclen;
+                    unsigned char d_type;
+                    char d_name[1];
+                };
+                auto const* d = reinterpret_cast<linux_dirent64 const*>(buf + off);
+                off += d->d_reclen;
+                pid_t pid = 0;
+                char const* c = d->d_name;
+                for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+                entry e{};
+                if (*c != '\0' || pid <= 0 || pid == root || entries_.size() == capacity || !read_stat(pid, e)) continue;
+                entries_.push_back(e);
+            }
+        }
+        ::close(dir);
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (auto const& e : entries_) {
+                if ((e.ppid == root || member(e.ppid)) && !member(e.pid)) {
+                    members_.push_back(e.pid);
+                    grew = true;
+                }
+            }
+        }
+        std::erase_if(members_, [&](pid_t pid) {
+            return std::any_of(entries_.begin(), entries_.end(), [&](entry const& e) { return e.pid == pid && e.zombie; });
+        });
+    }
+
+    /// pid, state and parent from /proc/PID/stat ("pid (comm) S ppid ...", comm may hold anything).
+    static bool read_stat(pid_t pid, entry& e) noexcept {
+        char path[32] = "/proc/";
+        char digits[16];
+        int nd = 0;
+        for (pid_t v = pid; v > 0; v /= 10) digits[nd++] = static_cast<char>('0' + v % 10);
+        int len = 6;
+        while (nd > 0) path[len++] = digits[--nd];
+        for (char const* t = "/stat"; *t != '\0'; ++t) path[len++] = *t;
+        path[len] = '\0';
+        int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return false;
+        char buf[512];
+        ssize_t n = ::read(fd, buf, sizeof buf - 1);
+        ::close(fd);
+        if (n <= 0) return false;
+        char const* p = nullptr;
+        for (ssize_t i = n - 1; i >= 0 && p == nullptr; --i)
+            if (buf[i] == ')') p = buf + i;
+        if (p == nullptr || p + 4 >= buf + n) return false;
+        e.pid = pid;
+        e.zombie = p[2] == 'Z' || p[2] == 'X';
+        e.ppid = 0;
+        for (p += 4; p < buf + n && *p >= '0' && *p <= '9'; ++p) e.ppid = e.ppid * 10 + (*p - '0');
+        return true;
+    }
+
+    std::vector<entry> entries_;
+    std::vector<pid_t> members_;
 };
 
-/// fork + execvp COMMAND with `env`, an empty signal mask, and only the
-/// descriptors in `keep` (sorted) besides the error pipe.
+struct child_process {
+    pid_t guardian = -1;
+    pid_t pid = -1;      ///< COMMAND
+    int exec_errno = 0;  ///< set when COMMAND could not be started
+    unique_fd status;    ///< the guardian writes COMMAND's wait status here when COMMAND exits
+    unique_fd life;      ///< the guardian's sign that sqlock lives: closed only by sqlock's death
+};
+
+std::int64_t monotonic_ms() noexcept {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<std::int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+}
+
+/// The guardian, between sqlock and COMMAND: a subreaper that reaps COMMAND's
+/// orphans, reports COMMAND's exit status, and takes COMMAND's whole tree down
+/// (SIGTERM, SIGKILL after the grace) when sqlock dies. Runs in a fork of a
+/// threaded process: system calls only.
+[[noreturn]] void guard(int life, int status_out, process_tree& tree, auto start_command) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigaddset(&chld, SIGPIPE);  // a status write to a dead sqlock must not kill us
+    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+    sigdelset(&chld, SIGPIPE);
+    int sfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    pid_t const self = ::getpid();
+    pid_t const command = start_command();
+    [[maybe_unused]] auto w = ::write(status_out, &command, sizeof command);
+    if (command < 0) ::_exit(0);
+
+    auto reap = [&](bool& command_done, int& status) {
+        int st = 0;
+        pid_t p;
+        while ((p = ::waitpid(-1, &st, WNOHANG)) > 0) {
+            if (p == command) {
+                command_done = true;
+                status = st;
+            }
+        }
+        return p;  // 0: children left; -1 (ECHILD): none
+    };
+    bool command_done = false;
+    int status = 0;
+    for (;;) {
+        pollfd p[2] = {{life, POLLIN, 0}, {sfd, POLLIN, 0}};
+        ::poll(p, sfd >= 0 ? 2 : 1, sfd >= 0 ? -1 : 100);
+        signalfd_siginfo si;
+        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        }
+        reap(command_done, status);
+        if (p[0].revents != 0) break;  // sqlock is gone
+        if (command_done) {
+            w = ::write(status_out, &status, sizeof status);
+            ::_exit(0);
+        }
+    }
+
+    // Nobody renews the lock any more: nothing of COMMAND may go on.
+    auto const kill_at = monotonic_ms() + std::chrono::duration_cast<std::chrono::milliseconds>(kill_grace).count();
+    tree.signal(self, SIGTERM);
+    for (;;) {
+        if (reap(command_done, status) < 0) ::_exit(0);
+        bool const grace_over = monotonic_ms() >= kill_at;
+        if (grace_over) tree.signal(self, SIGKILL);
+        pollfd p{sfd, POLLIN, 0};
+        ::poll(&p, sfd >= 0 ? 1 : 0, grace_over ? 20 : 100);
+        signalfd_siginfo si;
+        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        }
+    }
+}
+
+/// Starts the guardian, which starts COMMAND (execvp) with `env`, an empty
+/// signal mask, and only the descriptors in `keep` (sorted) besides the error pipe.
 child_process spawn(std::vector<std::string> const& command, std::vector<std::string> const& env,
-                    std::vector<int> const& keep) {
+                    std::vector<int> const& keep, process_tree& tree) {
     std::vector<char*> argv;
     for (auto const& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -175,15 +379,21 @@ child_process spawn(std::vector<std::string> const& command, std::vector<std::st
     for (auto const& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
 
-    int err_pipe[2];
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) system_failure("pipe2");
-    unique_fd err_read(err_pipe[0]);
-    unique_fd err_write(err_pipe[1]);
+    auto make_pipe = [](unique_fd& r, unique_fd& w) {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) != 0) system_failure("pipe2");
+        r = unique_fd(fds[0]);
+        w = unique_fd(fds[1]);
+    };
+    unique_fd err_read, err_write, status_read, status_write, life_read, life_write;
+    make_pipe(err_read, err_write);
+    make_pipe(status_read, status_write);
+    make_pipe(life_read, life_write);
 
-    // Ranges [lo, hi] to close in the child: everything from 3 up except `keep`
+    // Ranges [lo, hi] to close in COMMAND: everything from 3 up except `keep`
     // and the error pipe's write end.
     std::vector<int> kept = keep;
-    kept.push_back(err_pipe[1]);
+    kept.push_back(err_write.get());
     std::sort(kept.begin(), kept.end());
     std::vector<std::pair<unsigned, unsigned>> close_ranges;
     unsigned next = 3;
@@ -199,40 +409,71 @@ child_process spawn(std::vector<std::string> const& command, std::vector<std::st
     sigemptyset(&none);
     std::fflush(nullptr);
 
-    pid_t const parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) system_failure("fork");
-    if (pid == 0) {
+    // sqlock is a subreaper too: once the guardian is gone (killed on a loss),
+    // what is left of the tree comes to sqlock rather than to init.
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) system_failure("prctl(PR_SET_CHILD_SUBREAPER)");
+    int const err_fd = err_write.get();
+    pid_t const guardian = ::fork();
+    if (guardian < 0) system_failure("fork");
+    if (guardian == 0) {
         // Only async-signal-safe calls from here on: the parent has threads.
-        // If sqlock dies (SIGKILL, OOM) nobody renews the lock any more: COMMAND
-        // gets SIGTERM rather than run on unprotected after the lease expires.
-        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (::getppid() != parent) ::_exit(128 + SIGTERM);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        for (auto [lo, hi] : close_ranges) {
-            if (::close_range(lo, hi, 0) != 0) {
-                for (unsigned fd = lo; fd <= hi && fd < 65536; ++fd) ::close(static_cast<int>(fd));
+        ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+        ::close(life_write.get());
+        ::close(status_read.get());
+        ::close(err_read.get());
+        guard(life_read.get(), status_write.get(), tree, [&]() -> pid_t {
+            pid_t const parent = ::getpid();
+            pid_t pid = ::fork();
+            if (pid < 0) {
+                int err = errno;
+                [[maybe_unused]] auto n = ::write(err_fd, &err, sizeof err);
+                return -1;
             }
-        }
-        ::execvpe(argv[0], argv.data(), envp.data());
-        int err = errno;
-        [[maybe_unused]] auto n = ::write(err_pipe[1], &err, sizeof err);
-        ::_exit(err == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute);
+            if (pid == 0) {
+                // Should the guardian be killed, COMMAND is not left unguarded.
+                ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (::getppid() != parent) ::_exit(128 + SIGTERM);
+                ::sigprocmask(SIG_SETMASK, &none, nullptr);
+                for (auto [lo, hi] : close_ranges) {
+                    if (::close_range(lo, hi, 0) != 0) {
+                        for (unsigned fd = lo; fd <= hi && fd < 65536; ++fd) ::close(static_cast<int>(fd));
+                    }
+                }
+                ::execvpe(argv[0], argv.data(), envp.data());
+                int err = errno;
+                [[maybe_unused]] auto n = ::write(err_fd, &err, sizeof err);
+                ::_exit(err == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute);
+            }
+            ::close(err_fd);
+            return pid;
+        });
     }
     err_write.reset();
-    child_process child{pid, 0};
+    status_write.reset();
+    life_read.reset();
+    child_process child;
+    child.guardian = guardian;
+    child.status = std::move(status_read);
+    child.life = std::move(life_write);
     int err = 0;
     ssize_t n;
     do {
         n = ::read(err_read.get(), &err, sizeof err);
     } while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof err)) {
-        child.exec_errno = err;
+    if (n == static_cast<ssize_t>(sizeof err)) child.exec_errno = err;
+    pid_t pid = -1;
+    do {
+        n = ::read(child.status.get(), &pid, sizeof pid);
+    } while (n < 0 && errno == EINTR);
+    if (child.exec_errno == 0 && (n != static_cast<ssize_t>(sizeof pid) || pid < 0)) child.exec_errno = ECHILD;
+    if (child.exec_errno != 0) {
         int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        while (::waitpid(guardian, &status, 0) < 0 && errno == EINTR) {
         }
-        child.pid = -1;
+        child.guardian = -1;
+        return child;
     }
+    child.pid = pid;
     return child;
 }
 
@@ -341,56 +582,83 @@ int run_command(run_args const& args) {
     }
     watcher.reset();
 
-    auto child = spawn(args.command, child_environment(*lease), inherited);
+    process_tree tree;
+    auto child = spawn(args.command, child_environment(*lease), inherited, tree);
     if (child.pid < 0) {
         lease->release();
         fail(child.exec_errno == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute,
              "cannot run '" + command_text(args.command) + "': " + errno_text(child.exec_errno));
     }
 
+    pid_t const self = ::getpid();
     bool lost = false;
-    bool killed = false;
+    bool guardian_done = false;
+    int guardian_status = 0;
     steady::time_point kill_at{};
-    int status = 0;
     for (;;) {
-        if (::waitpid(child.pid, &status, WNOHANG) == child.pid) break;
+        // Our children: the guardian, and after it what is left of COMMAND's tree.
+        pid_t reaped = 0;
+        int st = 0;
+        while ((reaped = ::waitpid(-1, &st, WNOHANG)) > 0) {
+            if (reaped == child.guardian) {
+                guardian_done = true;
+                guardian_status = st;
+            }
+        }
+        if (lost ? reaped < 0 : guardian_done) break;  // lost: until nothing of the tree is left
+
+        bool lost_now = false;
         int timeout_ms = -1;
-        if (lost && !killed) {
+        if (!lost) {
+            // Our own deadline: a renewal that hangs reports no loss.
+            auto left = std::chrono::ceil<std::chrono::milliseconds>(lease->remaining()).count();
+            if (left <= 0) lost_now = true;
+            timeout_ms = static_cast<int>(std::min<long long>(left, INT_MAX));
+        } else {
             auto left = std::chrono::ceil<std::chrono::milliseconds>(kill_at - steady::now()).count();
-            timeout_ms = static_cast<int>(std::max<long long>(0, left));
+            timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
         }
         pollfd p[2] = {{sigfd.get(), POLLIN, 0}, {loss->event.get(), POLLIN, 0}};
-        if (::poll(p, 2, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        if (!lost_now && ::poll(p, 2, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
         if (p[0].revents != 0) {
             signalfd_siginfo si{};
             while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGCHLD) continue;
-                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND,
-                // which shares our process group: forward only signals sent to us.
-                if (si.ssi_code != SI_KERNEL) ::kill(child.pid, static_cast<int>(si.ssi_signo));
+                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND's
+                // processes in our process group: forward only signals sent to us.
+                if (si.ssi_code != SI_KERNEL) tree.signal(self, static_cast<int>(si.ssi_signo), child.guardian);
             }
         }
-        bool lost_now = false;
         if (p[1].revents != 0) {
             std::uint64_t count = 0;
             [[maybe_unused]] auto n = ::read(loss->event.get(), &count, sizeof count);  // drain
-            lost_now = !lost;
+            lost_now = true;
         }
-        if (lost_now) {
+        if (!lost && (lost_now || lease->remaining() == steady::duration::zero())) {
             lost = true;
+            loss->report("its validity ran out before a renewal succeeded");  // kept only if nothing was reported
             kill_at = steady::now() + kill_grace;
-            ::kill(child.pid, SIGTERM);
+            tree.signal(self, SIGTERM, child.guardian);
             say("lost lock '" + printable(args.name) + "' (token " + std::to_string(lease->token()) +
                 ") while COMMAND was running: " + loss->reason() + "; sent SIGTERM to '" + command_text(args.command) +
-                "' (pid " + std::to_string(child.pid) + "), SIGKILL in 5 s; exit 76");
+                "' (pid " + std::to_string(child.pid) + ") and all its processes, SIGKILL in 5 s; exit 76");
         }
-        if (lost && !killed && steady::now() >= kill_at) {
-            ::kill(child.pid, SIGKILL);
-            killed = true;
-        }
+        if (lost && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
     }
-    if (lost) return exit_code::lost;
+    if (lost) {
+        // COMMAND's tree is gone. Nothing is left to release, and a lease whose
+        // renewal hangs would hang its own destruction (the renewer cannot be
+        // joined): leave without it.
+        std::fflush(nullptr);
+        std::_Exit(exit_code::lost);
+    }
 
+    int status = 0;
+    ssize_t n;
+    do {
+        n = ::read(child.status.get(), &status, sizeof status);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof status)) status = guardian_status;  // the guardian was killed
     int const code = exit_status_of(status);
     try {
         lease->release();

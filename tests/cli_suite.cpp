@@ -9,6 +9,7 @@
 // PostgreSQL and MariaDB come from SQLOCK_TEST_PG_URL / SQLOCK_TEST_MYSQL_URL
 // (scripts/test-servers.sh start); SQLite runs on a fresh file per test. Lock
 // names carry a random per-test prefix.
+#include "fault_proxy.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -17,11 +18,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -171,6 +177,15 @@ void expect_one_error_line(cli_result const& r) {
         EXPECT_EQ(r.err.find(internal), std::string::npos) << internal << " in " << r.describe();
 }
 
+/// Exactly one line of sqlock's own on stderr, which COMMAND shares: a shell
+/// whose child was signalled may add its own ("Terminated").
+void expect_one_line_of_ours(cli_result const& r) {
+    std::istringstream lines(r.err);
+    int ours = 0;
+    for (std::string line; std::getline(lines, line);) ours += line.rfind("sqlock: ", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(ours, 1) << r.describe();
+}
+
 /// A shell snippet for COMMAND: sh -c SCRIPT sh DIR, so scripts name files "$1/...".
 std::vector<std::string> sh(std::string const& script, fs::path const& dir) {
     return {"sh", "-c", script, "sh", dir.string()};
@@ -207,6 +222,42 @@ holder_env read_env(fs::path const& file) {
 }
 
 bool present(fs::path const& p) { return fs::exists(p); }
+
+/// The pid a COMMAND's process wrote into `file` (0 if none).
+pid_t read_pid(fs::path const& file) {
+    pid_t pid = 0;
+    std::ifstream(file) >> pid;
+    return pid;
+}
+
+/// `pid` exists and is not a zombie (a dead process nobody reaped yet).
+bool running(pid_t pid) {
+    if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+    std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    auto paren = stat.rfind(')');
+    return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+/// Shell text that starts `sh -c BODY sh "$1"` in the background; BODY first
+/// writes its own pid to "$1/<tag>.pid" (atomically).
+std::string background(std::string const& tag, std::string const& body) {
+    std::string script = "echo $$ > \"$1/" + tag + ".pid.tmp\"; mv \"$1/" + tag + ".pid.tmp\" \"$1/" + tag +
+                         ".pid\"; " + body;
+    std::string quoted = "'";
+    for (char c : script) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += "'";
+    return "sh -c " + quoted + " sh \"$1\" &";
+}
+
+/// Kills the processes whose pids were recorded, at scope exit (what a failed
+/// test leaves running).
+struct pid_files_killer {
+    std::vector<fs::path> files;
+    ~pid_files_killer() {
+        for (auto const& f : files)
+            if (pid_t pid = read_pid(f); pid > 0 && running(pid)) ::kill(pid, SIGKILL);
+    }
+};
 
 // ------------------------------------------------------------------ the per-engine fixture
 
@@ -470,10 +521,95 @@ TEST_P(Cli, LostLockKillsACommandThatIgnoresSigterm) {
     EXPECT_EQ(rel.code(), 0) << rel.describe();
     auto r = p->wait();
     EXPECT_EQ(r.code(), 76) << r.describe();
-    expect_one_error_line(r);
+    expect_one_line_of_ours(r);  // the whole tree got SIGTERM: sh may report its killed `sleep`
     EXPECT_NE(slurp(file("terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent first";
     ASSERT_GT(child, 0);
     EXPECT_NE(::kill(child, 0), 0) << "COMMAND (pid " << child << ") survived: SIGKILL was not sent";
+}
+
+TEST_P(Cli, LostLockStopsTheWholeProcessTree) {
+    // The wrapper pattern of docs/cli.md: COMMAND is a shell whose work runs in
+    // processes of its own. One of them shrugs SIGTERM off, one left COMMAND's
+    // process group and session and was orphaned (its parent exited).
+    std::string const name = n("lost-tree");
+    pid_files_killer cleanup{{file("stubborn.pid"), file("orphan.pid")}};
+    std::string const script =
+        background("stubborn", "trap 'echo TERM >> \"$1/stubborn.terms\"' TERM; " +
+                                   std::string("while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/stubborn.late\"")) +
+        " ( " + background("orphan", "exec setsid sh -c 'while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/orphan.late\"' sh \"$1\"") +
+        " ); touch \"$1/started\"; wait";
+    auto p = start(run(name, sh(script, dir()), {"--ttl", "1s"}));
+    ASSERT_TRUE(eventually([&] {
+        return (present(file("started")) && present(file("stubborn.pid")) && present(file("orphan.pid"))) ||
+               p->finished();
+    }, 30s));
+    ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
+    pid_t const stubborn = read_pid(file("stubborn.pid")), orphan = read_pid(file("orphan.pid"));
+    ASSERT_TRUE(running(stubborn) && running(orphan));
+
+    auto rel = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(rel.code(), 0) << rel.describe();
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    EXPECT_EQ(r.err.rfind("sqlock: lost lock", 0), 0u) << r.describe();
+    expect_one_line_of_ours(r);
+    EXPECT_NE(slurp(file("stubborn.terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent to the tree first";
+
+    // Killed and reaped before sqlock returned: no such process any more.
+    errno = 0;
+    EXPECT_TRUE(::kill(stubborn, 0) != 0 && errno == ESRCH) << "a process of COMMAND (pid " << stubborn
+                                                            << ") outlived the lost lock";
+    errno = 0;
+    EXPECT_TRUE(::kill(orphan, 0) != 0 && errno == ESRCH) << "an orphaned process of COMMAND (pid " << orphan
+                                                          << ", own session) outlived the lost lock";
+    // Whatever is left would now go on; nothing may.
+    std::ofstream(file("go")).put('\n');
+    EXPECT_FALSE(eventually([&] { return running(stubborn) || running(orphan); }, 200ms));
+    EXPECT_FALSE(present(file("stubborn.late")));
+    EXPECT_FALSE(present(file("orphan.late")));
+}
+
+TEST_P(Cli, WholeProcessTreeStopsWhenSqlockItselfDies) {
+    std::string const name = n("orphan-tree");
+    pid_files_killer cleanup{{file("gc.pid"), file("orphan.pid")}};
+    std::string const script =
+        background("gc", "while :; do sleep 0.02; done") + " ( " +
+        background("orphan", "exec setsid sh -c 'while :; do sleep 0.02; done'") +
+        " ); touch \"$1/started\"; wait";
+    auto p = start(run(name, sh(script, dir())));
+    ASSERT_TRUE(eventually([&] {
+        return (present(file("started")) && present(file("gc.pid")) && present(file("orphan.pid"))) || p->finished();
+    }, 30s));
+    ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
+    pid_t const gc = read_pid(file("gc.pid")), orphan = read_pid(file("orphan.pid"));
+    ASSERT_TRUE(running(gc) && running(orphan));
+
+    ::kill(p->pid(), SIGKILL);
+    auto r = p->wait();
+    EXPECT_TRUE(WIFSIGNALED(r.status)) << r.describe();
+    EXPECT_TRUE(eventually([&] { return !running(gc); }, 10s)) << "a process of COMMAND (pid " << gc
+                                                               << ") outlived sqlock";
+    EXPECT_TRUE(eventually([&] { return !running(orphan); }, 10s))
+        << "an orphaned process of COMMAND (pid " << orphan << ", own session) outlived sqlock";
+}
+
+TEST_P(Cli, ForwardedSignalsReachTheWholeProcessTree) {
+    // SIGTERM to sqlock (systemd's stop) reaches the work of a wrapper shell,
+    // not only the shell: the lock is not released while the work goes on.
+    std::string const name = n("forward-tree");
+    pid_files_killer cleanup{{file("gc.pid")}};
+    std::string const script =
+        background("gc", "trap 'touch \"$1/gc.term\"; exit 0' TERM; while :; do sleep 0.02; done") +
+        " touch \"$1/started\"; wait";
+    auto p = start(run(name, sh(script, dir())));
+    ASSERT_TRUE(eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); },
+                           30s));
+    ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
+    ::kill(p->pid(), SIGTERM);
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 128 + SIGTERM) << r.describe();
+    EXPECT_TRUE(eventually([&] { return present(file("gc.term")); }, 10s)) << "the wrapper's work never got SIGTERM";
+    EXPECT_FALSE(row(name).has_value());
 }
 
 // ------------------------------------------------------------------ list, release, schema
@@ -743,6 +879,123 @@ TEST_P(Cli, RowStrategyWaitHandsOver) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Cli, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+// ------------------------------------------------------------------ run: a renewal that hangs (servers only)
+
+/// A TCP relay to a database server that can be frozen: it then stops moving
+/// bytes but keeps every connection open, so a query sent through it waits for
+/// an answer that does not come (a stopped server, a black-holed network).
+class freezing_proxy {
+public:
+    explicit freezing_proxy(std::string const& url) {
+        auto [host_start, end] = host_port_span(url);
+        std::string hp = url.substr(host_start, end - host_start);
+        target_host_ = hp.substr(0, hp.rfind(':'));
+        target_port_ = hp.substr(hp.rfind(':') + 1);
+        listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0 || ::listen(listen_, 16) != 0)
+            throw std::runtime_error(std::string("freezing_proxy: ") + std::strerror(errno));
+        url_ = replace_host_port(url, "127.0.0.1", ntohs(a.sin_port));
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+    freezing_proxy(freezing_proxy const&) = delete;
+    freezing_proxy& operator=(freezing_proxy const&) = delete;
+    ~freezing_proxy() {
+        stopping_ = true;  // every thread polls with a timeout and sees it
+        acceptor_.join();
+        for (auto& t : relays_) t.join();
+        ::close(listen_);
+    }
+
+    std::string const& url() const { return url_; }
+    void freeze() { frozen_ = true; }
+
+private:
+    void accept_loop() {
+        while (!stopping_) {
+            pollfd p{listen_, POLLIN, 0};
+            if (::poll(&p, 1, 50) <= 0) continue;
+            int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) continue;
+            addrinfo hints{};
+            hints.ai_socktype = SOCK_STREAM;
+            addrinfo* res = nullptr;
+            int server = -1;
+            if (::getaddrinfo(target_host_.c_str(), target_port_.c_str(), &hints, &res) == 0) {
+                server = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (server >= 0 && ::connect(server, res->ai_addr, res->ai_addrlen) != 0) {
+                    ::close(server);
+                    server = -1;
+                }
+                ::freeaddrinfo(res);
+            }
+            if (server < 0) {
+                ::close(client);
+                continue;
+            }
+            relays_.emplace_back([this, client, server] { relay(client, server); });
+        }
+    }
+    void relay(int client, int server) {
+        char buf[16384];
+        for (bool open = true; open && !stopping_;) {
+            if (frozen_) {
+                std::this_thread::sleep_for(50ms);
+                continue;
+            }
+            pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(p, 2, 50) <= 0) continue;
+            for (int i = 0; i < 2 && open; ++i) {
+                if (p[i].revents == 0) continue;
+                ssize_t n = ::recv(p[i].fd, buf, sizeof buf, 0);
+                open = n > 0 && ::send(p[1 - i].fd, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL) == n;
+            }
+        }
+        ::close(client);
+        ::close(server);
+    }
+
+    std::string target_host_, target_port_, url_;
+    int listen_ = -1;
+    std::atomic<bool> stopping_{false}, frozen_{false};
+    std::thread acceptor_;
+    std::vector<std::thread> relays_;  // added by the acceptor only, joined after it
+};
+
+/// The per-engine Cli tests that need a server (no SQLite).
+class CliServer : public Cli {};
+
+TEST_P(CliServer, LeaseRunningOutStopsTheCommandWhileTheRenewalHangs) {
+    // The renewal never returns, so no loss is reported: run must still stop
+    // COMMAND when the lease's own validity runs out, and exit 76.
+    std::string const name = n("renewal-hangs");
+    freezing_proxy proxy(url_);
+    pid_files_killer cleanup{{file("cmd.pid")}};
+    auto p = start(run_args({"--db", proxy.url(), "--name", name, "--ttl", "2s"},
+                            sh("echo $$ > \"$1/cmd.pid.tmp\"; mv \"$1/cmd.pid.tmp\" \"$1/cmd.pid\"; "
+                               "while :; do sleep 0.02; done",
+                               dir())));
+    ASSERT_TRUE(eventually([&] { return present(file("cmd.pid")) || p->finished(); }, 30s));
+    ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
+    pid_t const command = read_pid(file("cmd.pid"));
+    ASSERT_TRUE(running(command));
+
+    proxy.freeze();
+    auto r = p->wait(30s);  // a 2 s lease: anything near this limit is a hang
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    expect_one_error_line(r);
+    EXPECT_NE(r.err.find("lost"), std::string::npos) << r.err;
+    errno = 0;
+    EXPECT_TRUE(::kill(command, 0) != 0 && errno == ESRCH) << "COMMAND (pid " << command << ") outlived the lease";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CliServer, ::testing::Values(engine::postgresql, engine::mysql),
                          engine_param_name{});
 
 // ------------------------------------------------------------------ no server needed
