@@ -115,6 +115,15 @@ protected:
         return count_rows_with_prefix(*raw_, name_prefix, tables_);
     }
     bool exists(std::string const& name) { return count_rows_named(*raw_, name, tables_) == 1; }
+    std::string tokens() const { return tables_ + "_tokens"; }
+    /// Counters in the tokens table whose name starts with `name_prefix`.
+    long long count_counters(std::string const& name_prefix) {
+        long long n = 0;
+        *raw_ << "SELECT COUNT(*) FROM " + tokens() + " WHERE substr(name, 1, " + std::to_string(name_prefix.size()) +
+                     ") = :p",
+            soci::into(n), soci::use(name_prefix);
+        return n;
+    }
 
     /// The earliest expires_at among the rows named `<name_prefix>...`, as a db_time.
     sqlock::db_time oldest(std::string const& name_prefix) {
@@ -384,6 +393,27 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     EXPECT_EQ(R.options().grace, 2s);
     EXPECT_EQ(R.options().batch_size, 7u);
     EXPECT_FALSE(R.options().max_age);
+}
+
+// ============================================================ fencing-token counters
+
+TEST_P(Reaper, PurgesTokenCountersOfNamesNobodyAsksForAgain) {
+    // One counter per distinct name (refund:<order>): the table must not keep them forever.
+    auto L = make_locker({.ttl = 30s, .auto_renew = false});
+    int const names = 40;
+    for (int i = 0; i < names; ++i) {
+        auto l = L.try_acquire("refund:" + std::to_string(i));
+        ASSERT_TRUE(l);
+        l->release();
+    }
+    EXPECT_EQ(count_counters("refund:"), names);
+
+    reaper R(*db_, {.grace = 0ms, .token_horizon = 0ms});
+    std::uint64_t purged = 0;
+    // The database clock must pass the horizon: poll, bounded.
+    EXPECT_TRUE(eventually([&] { return (purged += R.reap_once().tokens_purged) >= names; }));
+    EXPECT_EQ(purged, static_cast<std::uint64_t>(names));
+    EXPECT_EQ(count_counters("refund:"), 0) << "the counters of released names are still in " << tables_ << "_tokens";
 }
 
 // ============================================================ stopping

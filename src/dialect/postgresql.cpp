@@ -102,7 +102,7 @@ class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
         acquire_sql_ =
-            "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
+            "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
             " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.name, t.token)"
             " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, created_at, expires_at)"
             " SELECT t.name, :owner, t.token, 1, statement_timestamp(),"
