@@ -112,6 +112,8 @@ public:
                                 {"purged", r.purged},
                                 {"live_purged", r.live_purged},
                                 {"batches", r.batches},
+                                {"tokens_purged", r.tokens_purged},
+                                {"token_batches", r.token_batches},
                                 {"oldest_expiry", nullptr},
                                 {"duration_ms", static_cast<double>(r.duration.count()) / 1000.0},
                                 {"complete", r.complete},
@@ -129,6 +131,10 @@ public:
                            ms_text(r.duration) + " ms";
         if (r.live_purged > 0)
             line += "; " + std::to_string(r.live_purged) + " of them live, by max-age";
+        if (r.token_batches > 0)
+            line += std::string("; ") + (r.dry_run ? "would purge " : "purged ") +
+                    (r.dry_run && !r.complete ? "at least " : "") + std::to_string(r.tokens_purged) +
+                    " token counters in " + std::to_string(r.token_batches) + " batches";
         if (r.stopped) line += "; stopped before the table was clean";
         if (r.dry_run) line += " [dry run: nothing deleted]";
         std::cout << line << std::endl;
@@ -360,7 +366,8 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
 int parse(int argc, char** argv, settings& s, logger& out) {
     CLI::App app{"Purges expired lock rows from sqlock's lock table (<prefix>_locks).\n"
                  "Each batch is one conditional DELETE on the database's clock: a row renewed a moment\n"
-                 "before is never deleted. Fencing-token counters are never deleted. Several reapers on one\n"
+                 "before is never deleted. Then fencing-token counters older than --token-horizon, after\n"
+                 "raising the table's floor above them, so tokens keep increasing. Several reapers on one\n"
                  "database are safe. Exit codes: 0 fine, 64 usage, 69 a database unreachable, 70 a database\n"
                  "refused the statement, 78 the lock tables are missing.",
                  "sqlock-reaper"};
@@ -381,6 +388,11 @@ int parse(int argc, char** argv, settings& s, logger& out) {
     app.add_option("--max-age", max_age_text,
                    "Also purge rows created longer ago than this, even live ones (their holders lose "
                    "their leases; off by default)")
+        ->type_name("DUR");
+    std::string token_horizon_text = "24h";
+    app.add_option("--token-horizon", token_horizon_text,
+                   "Purge fencing-token counters whose token is older than this (default 24h; 'off' never "
+                   "purges them, for while older sqlock clients still use the database)")
         ->type_name("DUR");
     std::string row_lock_warning_text = "15m";
     app.add_option("--row-lock-warning", row_lock_warning_text,
@@ -409,6 +421,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
             using sqlock::tools::parse_duration;
             s.reap.grace = parse_duration(grace_text);
             s.reap.batch_size = batch;
+            if (token_horizon_text == "off")
+                s.reap.token_horizon.reset();
+            else
+                s.reap.token_horizon = parse_duration(token_horizon_text);
             if (!max_age_text.empty()) s.reap.max_age = parse_duration(max_age_text);
             if (auto w = parse_duration(row_lock_warning_text); w > 0ms)
                 s.reap.row_lock_warning = w;
@@ -478,6 +494,10 @@ int main(int argc, char** argv) {
     out.note("started", "reaping " + std::to_string(targets.size()) + " database" +
                             (targets.size() == 1 ? "" : "s") + " every " +
                             sqlock::tools::format_duration(*s.interval) +
+                            (s.reap.token_horizon ? "; token counters older than " +
+                                                        sqlock::tools::format_duration(*s.reap.token_horizon) +
+                                                        " are purged"
+                                                  : "; token counters are kept") +
                             (s.reap.max_age ? "; max-age " + sqlock::tools::format_duration(*s.reap.max_age) +
                                                   " purges LIVE rows older than that"
                                             : ""));

@@ -18,12 +18,20 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
     KEY sqlock_locks_expires_at_idx (expires_at)
 ) ENGINE = InnoDB;
 
--- The fencing-token counter per name. Never deleted by release or the reaper,
--- so tokens keep increasing across releases, takeovers and restarts.
+-- The fencing-token counter per name, never deleted by release. The reaper
+-- purges counters older than its token horizon after raising the floor, the
+-- row named '' (never a lock name), to their highest token; a new counter
+-- starts above the floor and at the database's clock (microseconds since the
+-- Unix epoch), so tokens keep increasing across releases, takeovers, purges
+-- and restarts.
 CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  VARBINARY(255) NOT NULL PRIMARY KEY,
-    token BIGINT         NOT NULL
+    token BIGINT         NOT NULL,
+    KEY sqlock_tokens_token_idx (token)
 ) ENGINE = InnoDB;
+-- (A table created by an older sqlock lacks the index, which only speeds up the
+-- reaper's counter purge: ALTER TABLE sqlock_tokens ADD KEY sqlock_tokens_token_idx
+-- (token). Not done here: MySQL 8 has no CREATE INDEX IF NOT EXISTS.)
 
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.

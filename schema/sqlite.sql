@@ -20,13 +20,19 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
 -- Lets the reaper find expired rows without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_at);
 
--- The fencing-token counter per name. Never deleted by release or the reaper,
--- so tokens keep increasing across releases, takeovers and restarts (a rowid
--- would be reused after the largest row is deleted).
+-- The fencing-token counter per name, never deleted by release. The reaper
+-- purges counters older than its token horizon after raising the floor, the
+-- row named '' (never a lock name), to their highest token; a new counter
+-- starts above the floor and at the database's clock (microseconds since the
+-- Unix epoch), so tokens keep increasing across releases, takeovers, purges
+-- and restarts.
 CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
     token BIGINT  NOT NULL
 );
+
+-- Lets the reaper find old counters without a scan.
+CREATE INDEX IF NOT EXISTS sqlock_tokens_token_idx ON sqlock_tokens (token);
 
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.

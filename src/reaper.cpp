@@ -32,6 +32,11 @@ void check(reaper_options const& o) {
     if (o.row_lock_warning && (*o.row_lock_warning < 1s || *o.row_lock_warning > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper row_lock_warning " + ms_text(*o.row_lock_warning) +
                           " is out of range: use 1 s .. 3650 days, or leave it unset to skip the check");
+    // 0 is allowed (tests); docs/operations.md says why production wants hours.
+    // Past 10 years it is a unit slip: unset it to never purge.
+    if (o.token_horizon && (*o.token_horizon < 0ms || *o.token_horizon > std::chrono::days(3650)))
+        throw usage_error("sqlock: reaper token_horizon " + ms_text(*o.token_horizon) +
+                          " is out of range: use 0 .. 3650 days, or leave it unset to never purge token counters");
     // A lower bound: max_age = 0 would purge every live row, almost always a unit slip.
     if (o.max_age && (*o.max_age < 1s || *o.max_age > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper max_age " + ms_text(*o.max_age) +
@@ -81,6 +86,29 @@ reap_result reaper::reap_once(std::stop_token stop) {
         }
         // Counting does not change the table: a second batch would count the same rows.
         if (options_.dry_run) break;
+    }
+    if (options_.token_horizon && !r.stopped) {
+        bool const rows_complete = r.complete;
+        r.complete = false;
+        auto const horizon_us = duration_cast<microseconds>(*options_.token_horizon).count();
+        for (;;) {
+            if (stop.stop_requested()) {
+                r.stopped = true;
+                break;
+            }
+            auto b = store_->run("purging token counters", [&](soci::session& s) {
+                return d.purge_tokens(s, horizon_us, batch, options_.dry_run);
+            });
+            ++r.token_batches;
+            r.tokens_purged += static_cast<std::uint64_t>(b.counters);
+            if (b.picked < batch) {
+                r.complete = rows_complete;
+                break;
+            }
+            // A dry batch counts the same counters again; a batch that deleted
+            // none (all drawn from meanwhile) would repeat itself.
+            if (options_.dry_run || b.counters == 0) break;
+        }
     }
     r.duration = duration_cast<microseconds>(std::chrono::steady_clock::now() - started);
 

@@ -115,6 +115,17 @@ protected:
         return count_rows_with_prefix(*raw_, name_prefix, tables_);
     }
     bool exists(std::string const& name) { return count_rows_named(*raw_, name, tables_) == 1; }
+    std::string tokens() const { return tables_ + "_tokens"; }
+    /// The floor of the tokens table (its row named ''), if any.
+    std::optional<long long> floor_token() { return read_counter(*raw_, "", tables_); }
+    /// Counters in the tokens table whose name starts with `name_prefix`.
+    long long count_counters(std::string const& name_prefix) {
+        long long n = 0;
+        *raw_ << "SELECT COUNT(*) FROM " + tokens() + " WHERE substr(name, 1, " + std::to_string(name_prefix.size()) +
+                     ") = :p",
+            soci::into(n), soci::use(name_prefix);
+        return n;
+    }
 
     /// The earliest expires_at among the rows named `<name_prefix>...`, as a db_time.
     sqlock::db_time oldest(std::string const& name_prefix) {
@@ -376,14 +387,152 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     bad({.max_age = 0ms});
     bad({.max_age = 999ms});
     bad({.max_age = std::chrono::days(3651)});
+    bad({.token_horizon = -1ms});
+    bad({.token_horizon = std::chrono::days(3651)});
     EXPECT_EQ(count(), 3);
 
     EXPECT_NO_THROW(sqlock::validate({.grace = 0ms, .batch_size = 1, .max_age = 1s}));
     EXPECT_NO_THROW(sqlock::validate({.grace = std::chrono::days(7), .batch_size = 100000}));
+    EXPECT_NO_THROW(sqlock::validate({.token_horizon = 0ms}));
+    EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::chrono::days(3650)}));
+    EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::nullopt}));
     reaper R(*db_, {.grace = 2s, .batch_size = 7});
     EXPECT_EQ(R.options().grace, 2s);
     EXPECT_EQ(R.options().batch_size, 7u);
     EXPECT_FALSE(R.options().max_age);
+    EXPECT_EQ(R.options().token_horizon, std::chrono::milliseconds(std::chrono::hours(24)));
+}
+
+// ============================================================ fencing-token counters
+
+TEST_P(Reaper, PurgesTokenCountersOfNamesNobodyAsksForAgain) {
+    // One counter per distinct name (refund:<order>): the table must not keep them forever.
+    auto L = make_locker({.ttl = 30s, .auto_renew = false});
+    int const names = 40;
+    for (int i = 0; i < names; ++i) {
+        auto l = L.try_acquire("refund:" + std::to_string(i));
+        ASSERT_TRUE(l);
+        l->release();
+    }
+    EXPECT_EQ(count_counters("refund:"), names);
+
+    reaper R(*db_, {.grace = 0ms, .token_horizon = 0ms});
+    std::uint64_t purged = 0;
+    // The database clock must pass the horizon: poll, bounded.
+    EXPECT_TRUE(eventually([&] { return (purged += R.reap_once().tokens_purged) >= names; }));
+    EXPECT_EQ(purged, static_cast<std::uint64_t>(names));
+    EXPECT_EQ(count_counters("refund:"), 0) << "the counters of released names are still in " << tables_ << "_tokens";
+}
+
+TEST_P(Reaper, TokensKeepIncreasingAcrossAPurgedCounter) {
+    auto L = make_locker({.ttl = 30s, .auto_renew = false});
+    std::string const name = "account:7";
+    std::vector<std::int64_t> seen;
+    for (int i = 0; i < 5; ++i) {
+        auto l = L.try_acquire(name);
+        ASSERT_TRUE(l);
+        if (!seen.empty()) {
+            EXPECT_GT(l->token(), seen.back()) << "tokens of one name must increase";
+        }
+        seen.push_back(l->token());
+        l->release();
+    }
+    reaper R(*db_, {.token_horizon = 0ms});
+    ASSERT_TRUE(eventually([&] {
+        (void)R.reap_once();
+        return count_counters(name) == 0;
+    })) << "the counter was never purged";
+    ASSERT_TRUE(floor_token());
+    EXPECT_GE(*floor_token(), seen.back()) << "the floor is below a purged counter";
+
+    auto again = L.try_acquire(name);
+    ASSERT_TRUE(again);
+    EXPECT_GT(again->token(), *std::max_element(seen.begin(), seen.end()))
+        << "a name whose counter was purged repeated a token";
+}
+
+TEST_P(Reaper, TakeoverAfterAPurgedCounterGetsAGreaterToken) {
+    // A live lock row outlives its counter (purged by the horizon); the holder
+    // dies, the row expires and is taken over: the new holder's token is greater.
+    auto L = make_locker({.ttl = 30s, .auto_renew = false});
+    std::string const name = "report:nightly";
+    auto held = L.try_acquire(name);
+    ASSERT_TRUE(held);
+    auto const token = held->token();
+    reaper R(*db_, {.token_horizon = 0ms});
+    ASSERT_TRUE(eventually([&] {
+        (void)R.reap_once();
+        return count_counters(name) == 0;
+    }));
+    EXPECT_TRUE(exists(name)) << "a live lock row was purged";
+    auto other = make_locker({.ttl = 30s});
+    EXPECT_FALSE(other.try_acquire(name)) << "a live lock was granted twice";  // draws a counter again
+    ASSERT_TRUE(eventually([&] {
+        (void)R.reap_once();
+        return count_counters(name) == 0;
+    }));
+    backdate_row(*raw_, e_, name, tables_);  // the holder is gone: its row expired an hour ago
+    auto taken = other.try_acquire(name);
+    ASSERT_TRUE(taken);
+    EXPECT_GT(taken->token(), token);
+    EXPECT_THROW(held->renew(), sqlock::lease_lost);
+}
+
+TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
+    // Counters an older sqlock left behind start at 1: any horizon purges them.
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 900), ('legacy:c', 40)";
+    auto r = reaper(*db_, {.token_horizon = 1h}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 3u);
+    EXPECT_EQ(r.token_batches, 1u);
+    EXPECT_EQ(count_counters("legacy:"), 0);
+    ASSERT_TRUE(floor_token());
+    EXPECT_EQ(*floor_token(), 900);
+
+    // A lower batch later does not lower the floor; the floor row itself is never a candidate.
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:d', 7)";
+    r = reaper(*db_, {.token_horizon = 0ms}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 1u);
+    EXPECT_EQ(*floor_token(), 900);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(reaper(*db_, {.token_horizon = 0ms}).reap_once().tokens_purged, 0u);
+    ASSERT_TRUE(floor_token()) << "the floor row was purged";
+    EXPECT_EQ(*floor_token(), 900);
+
+    // A new counter starts above the floor and at the database's clock.
+    auto const before = db_now_us(*raw_, e_);
+    auto l = make_locker().try_acquire("legacy:a");
+    ASSERT_TRUE(l);
+    EXPECT_GT(l->token(), 900);
+    EXPECT_GE(l->token(), before - 1000000) << "a new counter does not start at the database's clock";
+
+    // Batches: the highest token of every batch raises the floor.
+    std::string sql = "INSERT INTO " + tokens() + " (name, token) VALUES ";
+    for (int i = 0; i < 25; ++i) sql += std::string(i ? "," : "") + "('old:" + std::to_string(i) + "', " + std::to_string(1000 + i) + ")";
+    *raw_ << sql;
+    r = reaper(*db_, {.batch_size = 10, .token_horizon = 1h}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 25u);
+    EXPECT_EQ(r.token_batches, 3u);
+    EXPECT_TRUE(r.complete);
+    EXPECT_EQ(*floor_token(), 1024);
+    EXPECT_EQ(count_counters("legacy:a"), 1) << "a counter younger than the horizon was purged";
+}
+
+TEST_P(Reaper, TokenPurgeDryRunDeletesNothingAndNoHorizonKeepsAll) {
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 6), ('legacy:c', 7)";
+    auto r = reaper(*db_, {.token_horizon = 1h, .dry_run = true}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 3u);
+    EXPECT_TRUE(r.complete);
+    EXPECT_EQ(count_counters("legacy:"), 3);
+    EXPECT_FALSE(floor_token()) << "a dry run raised the floor";
+
+    r = reaper(*db_, {.batch_size = 2, .token_horizon = 1h, .dry_run = true}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 2u);
+    EXPECT_FALSE(r.complete) << "a full dry batch says there may be more";
+    EXPECT_EQ(count_counters("legacy:"), 3);
+
+    r = reaper(*db_, {.token_horizon = std::nullopt}).reap_once();
+    EXPECT_EQ(r.tokens_purged, 0u);
+    EXPECT_EQ(r.token_batches, 0u);
+    EXPECT_EQ(count_counters("legacy:"), 3);
 }
 
 // ============================================================ stopping
@@ -690,6 +839,38 @@ TEST_P(ReaperCli, OncePurgesAndLogsOneLinePerPass) {
     EXPECT_EQ(m[2], "1200");
     EXPECT_EQ(m[3], "3");
     EXPECT_EQ(count_prefix("recent/"), 3);
+}
+
+TEST_P(ReaperCli, TokenHorizonPurgesCountersAndSaysSo) {
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 6), ('legacy:c', 7)";
+    auto L = make_locker();
+    ASSERT_TRUE(L.try_acquire("fresh"));  // a counter at the database's clock: younger than 1h
+
+    ASSERT_EQ(run(with_db({"--token-horizon", "1h", "--dry-run"})), 0) << diag();
+    EXPECT_NE(last_->out().find("would purge 3 token counters"), std::string::npos) << diag();
+    EXPECT_EQ(count_counters("legacy:"), 3);
+
+    ASSERT_EQ(run(with_db({"--token-horizon", "1h"})), 0) << diag();
+    auto lines = last_->out_lines();
+    ASSERT_EQ(lines.size(), 1u) << diag();
+    EXPECT_TRUE(std::regex_match(lines[0], plain_line)) << lines[0];
+    EXPECT_NE(lines[0].find("; purged 3 token counters in 1 batches"), std::string::npos) << lines[0];
+    EXPECT_EQ(count_counters("legacy:"), 0);
+    EXPECT_EQ(count_counters("fresh"), 1);
+
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:d', 8)";
+    ASSERT_EQ(run(with_db({"--token-horizon", "off", "--json"})), 0) << diag();
+    auto j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_EQ(j["tokens_purged"], 0);
+    EXPECT_EQ(j["token_batches"], 0);
+    EXPECT_EQ(count_counters("legacy:"), 1);
+    ASSERT_EQ(run(with_db({"--token-horizon", "0", "--json"})), 0) << diag();
+    j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_GE(j["tokens_purged"], 1);
+    EXPECT_EQ(count_counters("legacy:"), 0);
+
+    EXPECT_EQ(run(with_db({"--token-horizon", "-1s"})), 64) << diag();
+    EXPECT_EQ(run(with_db({"--token-horizon", "3651d"})), 64) << diag();
 }
 
 TEST_P(ReaperCli, JsonLinesCarryTheSameFields) {

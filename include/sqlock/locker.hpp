@@ -30,11 +30,15 @@ class locker_impl;
 class locker {
 public:
     /// Take the lock if it is free (or its holder's lease has expired by the
-    /// database's clock); otherwise return empty at once.
+    /// database's clock); otherwise return empty at once. A lock already held
+    /// is busy whoever asks — this thread and this owner included: reentrancy
+    /// is `lease::reenter()`.
     /// @throws usage_error, backend_unavailable, backend_error, schema_missing,
-    ///         in_doubt (connection broke mid-statement and clean-up failed),
-    ///         timeout (row_locker only: every pooled connection is pinned by a
-    ///         held row lock; the message names the pool)
+    ///         in_doubt (the connection broke, or gave no answer within
+    ///         `io_timeout`, mid-statement, and reconnecting, the clean-up of
+    ///         this attempt's row or the retry failed too: never retry blindly),
+    ///         timeout (every pooled connection stayed busy — e.g. pinned by
+    ///         held row locks; the message names the pool)
     [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
 
     /// Take the lock, waiting up to `wait`. `wait == 0` tries once.

@@ -44,9 +44,22 @@ struct reaper_options {
     /// Every pass that purges such live rows reports it through `on_warning`.
     std::optional<std::chrono::milliseconds> max_age;
 
+    /// Fencing-token counters (`<prefix>_tokens`, one per name ever locked by
+    /// the table lock, and by the row lock on SQLite) whose token is below the
+    /// database's now in microseconds minus this are purged, after the table's
+    /// floor (its row named '') is raised to their highest token: a name whose
+    /// counter was purged starts again above the floor and at the database's
+    /// clock, so its tokens keep increasing. Range 0 .. 3650 days. Empty: never
+    /// purge counters (while clients of sqlock older than this version still
+    /// acquire on the database: they would start a purged name again at 1).
+    /// @warning the horizon must be longer than any one acquire statement can
+    /// take (at most the store's `lock_wait_timeout` plus stalls) and than any
+    /// forward step of the database clock; see docs/operations.md. 0 is for tests.
+    std::optional<std::chrono::milliseconds> token_horizon = std::chrono::hours(24);
+
     /// Count instead of deleting. A dry pass looks at one batch only (the
-    /// `batch_size` rows that the next pass would delete first): see
-    /// `reap_result::complete`.
+    /// `batch_size` rows that the next pass would delete first, and one batch of
+    /// counters): see `reap_result::complete`.
     bool dry_run = false;
 
     /// Row locks (`row_locker`) are released by their transactions, never by
@@ -70,13 +83,18 @@ struct reap_result {
     std::uint64_t live_purged = 0;
     /// Statements run (a pass over a clean table runs one).
     std::uint64_t batches = 0;
+    /// Fencing-token counters deleted by `reaper_options::token_horizon` (in a
+    /// dry run: that would be deleted). Always 0 without a horizon.
+    std::uint64_t tokens_purged = 0;
+    /// Batches (statements or transactions) of the counter purge; 0 without a horizon.
+    std::uint64_t token_batches = 0;
     /// The earliest `expires_at` among the purged rows (database clock);
     /// empty when nothing was purged. How far behind the reaper is.
     std::optional<db_time> oldest_expiry;
     /// How long the pass took (this host's steady clock).
     std::chrono::microseconds duration{0};
-    /// True when the pass ended on a batch smaller than `batch_size`: at that
-    /// moment no more rows were due. False when it was stopped through its
+    /// True when the pass ended on a batch smaller than `batch_size`, for the
+    /// lock rows and for the counters: at that moment no more were due. False when it was stopped through its
     /// `std::stop_token`, and for a dry run that filled its one batch (there
     /// may be more).
     bool complete = false;
@@ -108,8 +126,13 @@ void validate(reaper_options const& options);
 ///
 /// The reaper takes no lock of its own: two reapers on one database (two hosts,
 /// or a cron job and a daemon) are safe; each row is deleted and counted by
-/// exactly one of them. Fencing-token counters (`<prefix>_tokens`) are never
-/// deleted, so tokens keep increasing after a row is purged.
+/// exactly one of them.
+///
+/// Then it purges fencing-token counters (`<prefix>_tokens`) older than
+/// `reaper_options::token_horizon`, batch by batch; each batch raises the table's
+/// floor to the highest token it deletes, atomically with the delete, and a
+/// counter created later starts above the floor and at the database's clock, so
+/// tokens keep increasing after a counter is purged.
 ///
 /// Thread safety: `reap_once` may be called from several threads at once (each
 /// call borrows its own pooled connection for each batch); the options are
@@ -121,7 +144,7 @@ public:
     explicit reaper(store const& db, reaper_options options = {});
 
     /// One pass: delete batches of due rows until a batch comes back smaller
-    /// than `batch_size`.
+    /// than `batch_size`, then batches of due counters the same way.
     /// @throws backend_unavailable the database could not be reached (batches
     ///         deleted before that stay deleted)
     /// @throws schema_missing      the lock table is missing

@@ -61,6 +61,12 @@ struct reap_batch {
     std::int64_t live_purged = 0;                // of them, rows purged by max_age that had not expired
 };
 
+/// What one batch of the token-counter purge did.
+struct token_purge_batch {
+    std::int64_t counters = 0;  // deleted (or, dry, that would be)
+    std::int64_t picked = 0;    // candidates looked at: a batch with picked < batch was the last
+};
+
 /// How a failed statement should be handled.
 enum class failure {
     transient,   // deadlock, serialization failure, SQLITE_BUSY: retry inside the library
@@ -162,6 +168,14 @@ public:
     [[nodiscard]] virtual reap_batch reap(soci::session& s, std::int64_t grace_us,
                                           std::optional<std::int64_t> max_age_us, int batch, bool dry_run) const;
 
+    /// One batch of the fencing-counter purge: delete (or, dry, count) at most
+    /// `batch` counters of the tokens table whose token is below the database's
+    /// now in microseconds minus `horizon_us`, never the floor row (name ''),
+    /// after raising the floor to at least the highest token deleted, in the
+    /// same statement or transaction. See first_token_sql().
+    [[nodiscard]] virtual token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
+                                                         bool dry_run) const;
+
     /// Every row of the lock table (held or expired-but-not-reaped), by name.
     [[nodiscard]] std::vector<lock_listing> list_locks(soci::session& s) const;
 
@@ -249,6 +263,17 @@ protected:
     [[nodiscard]] virtual std::string skip_locked_sql() const { return ""; }
     /// A timestamp column as bigint microseconds since the Unix epoch.
     [[nodiscard]] virtual std::string epoch_us_sql(std::string const& column) const = 0;
+    /// The larger of two integer expressions.
+    [[nodiscard]] virtual std::string greatest_sql(std::string const& a, std::string const& b) const {
+        return "GREATEST(" + a + ", " + b + ")";
+    }
+    /// The first token of a counter created for a name that has none: above the
+    /// floor (the tokens row named '', raised by every purge) and at least the
+    /// database's now in microseconds (which covers an acquire that read the
+    /// floor just before a purge committed). Existing counters add 1.
+    [[nodiscard]] std::string first_token_sql() const;
+    /// Counters the purge may delete: not the floor, token below now - `:horizon` µs.
+    [[nodiscard]] std::string purgeable_tokens_sql() const;
 
     store_options options_;
     std::string prefix_;

@@ -214,6 +214,36 @@ reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<
     return r;
 }
 
+std::string dialect::first_token_sql() const {
+    return greatest_sql("COALESCE((SELECT f.token FROM " + tokens_ + " f WHERE f.name = ''), 0) + 1",
+                        epoch_us_sql(now_sql()));
+}
+
+std::string dialect::purgeable_tokens_sql() const {
+    return "name <> '' AND token < " + epoch_us_sql(now_sql()) + " - :horizon";
+}
+
+token_purge_batch dialect::purge_tokens(soci::session& s, std::int64_t horizon_us, int batch, bool dry_run) const {
+    // Baseline (PostgreSQL): one statement. The floor is raised to the highest
+    // token actually deleted (RETURNING gives the rows as deleted), in the same
+    // transaction as the DELETE, so nobody sees a counter gone and the floor low.
+    long long horizon = horizon_us, limit = batch, picked = 0, deleted = 0;
+    std::string const cond = purgeable_tokens_sql();
+    std::string const pick = "SELECT name FROM " + tokens_ + " WHERE " + cond + " ORDER BY token LIMIT :lim" +
+                             skip_locked_sql();
+    if (dry_run) {
+        s << "SELECT COUNT(*) FROM " + tokens_ + " WHERE name IN (" + pick + ")", soci::use(horizon, "horizon"),
+            soci::use(limit, "lim"), soci::into(picked);
+        return {picked, picked};
+    }
+    s << "WITH d AS (DELETE FROM " + tokens_ + " WHERE name IN (" + pick + ") AND " + cond + " RETURNING token),"
+         " f AS (INSERT INTO " + tokens_ + " AS t (name, token) SELECT '', MAX(token) FROM d HAVING COUNT(*) > 0"
+         " ON CONFLICT (name) DO UPDATE SET token = GREATEST(t.token, excluded.token))"
+         " SELECT COUNT(*) FROM d",
+        soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(deleted);
+    return {deleted, deleted};
+}
+
 std::optional<std::int64_t> dialect::fence(soci::session& s, std::string const& resource, std::int64_t token) const {
     // Equal tokens pass: one holder may write several times. The upsert locks
     // the resource's row until the caller's transaction ends.

@@ -35,9 +35,12 @@ class mysql_dialect final : public dialect {
 public:
     mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
         // LAST_INSERT_ID(expr) remembers the drawn token for the next statement on
-        // this connection, on both the insert and the update path.
-        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, LAST_INSERT_ID(1))"
-                     " ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+        // this connection, on both the insert and the update path (the update's
+        // call runs last).
+        // INSERT ... SELECT: MySQL refuses a subquery on the insert target inside
+        // VALUES. Under READ COMMITTED the floor is read without a lock.
+        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) SELECT :name, LAST_INSERT_ID(" + first_token_sql() +
+                     ") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
         // Assignments run left to right and see earlier ones, so expires_at, which
         // every condition reads, is assigned last.
         auto expired = std::string("expires_at < NOW(6)");
@@ -196,6 +199,36 @@ public:
         r.live_purged = std::min(live, rows);
         if (oldest_ind == soci::i_ok && rows > 0) r.oldest_expiry_us = oldest;
         return r;
+    }
+
+    // No DELETE ... RETURNING: measure the batch, raise the floor to its highest
+    // token, then delete the batch's counters whose token (read again under the
+    // DELETE's row lock) is still at most that, in one READ COMMITTED
+    // transaction. A counter drawn from in between is kept for a later pass.
+    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
+                                   bool dry_run) const override {
+        long long horizon = horizon_us, limit = batch, picked = 0, highest = 0;
+        soci::indicator highest_ind = soci::i_null;
+        std::string const cond = purgeable_tokens_sql();
+        soci::transaction tx(s);
+        s << "SELECT COUNT(*), MAX(token) FROM (SELECT token FROM " + tokens_ + " WHERE " + cond +
+                 " ORDER BY token LIMIT :lim) AS picked",
+            soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(picked),
+            soci::into(highest, highest_ind);
+        long long deleted = 0;
+        if (!dry_run && picked > 0 && highest_ind == soci::i_ok) {
+            s << "INSERT INTO " + tokens_ + " (name, token) VALUES ('', :highest)"
+                 " ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))",
+                soci::use(highest, "highest");
+            soci::statement st = (s.prepare << "DELETE FROM " + tokens_ + " WHERE " + cond +
+                                                   " AND token <= :highest ORDER BY token LIMIT :lim",
+                                  soci::use(horizon, "horizon"), soci::use(highest, "highest"),
+                                  soci::use(limit, "lim"));
+            st.execute(true);
+            deleted = st.get_affected_rows();
+        }
+        tx.commit();
+        return {dry_run ? picked : deleted, picked};
     }
 
     std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,

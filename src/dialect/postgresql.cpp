@@ -102,7 +102,7 @@ class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
         acquire_sql_ =
-            "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
+            "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
             " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.name, t.token)"
             " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
             " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
@@ -111,7 +111,7 @@ public:
             " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
             " WHERE l.expires_at < statement_timestamp()"
             " RETURNING l.token, " + epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
-        draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, 1)"
+        draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
                     " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.token";
         // The NOTIFY is sent at COMMIT, in the same round trip as the DELETE.
         release_sql_ = "WITH d AS (DELETE FROM " + locks_ +

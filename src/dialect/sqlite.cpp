@@ -27,7 +27,7 @@ class sqlite_dialect final : public dialect {
 public:
     sqlite_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
         auto const now = std::string(now_us);
-        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, 1)"
+        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, " + first_token_sql() + ")"
                      " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
         lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, attempt, created_at, expires_at)"
                     " VALUES (:name, :owner, :token, 1, :attempt, " + now + ", " + now + " + :ttl)"
@@ -137,6 +137,42 @@ public:
     }
 
 
+    // No DELETE inside a WITH: measure the batch, raise the floor to its highest
+    // token, delete it, all in one write transaction (nobody writes in between).
+    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
+                                   bool dry_run) const override {
+        long long horizon = horizon_us, limit = batch, picked = 0, highest = 0;
+        soci::indicator highest_ind = soci::i_null;
+        std::string const pick =
+            "SELECT name FROM " + tokens_ + " WHERE " + purgeable_tokens_sql() + " ORDER BY token LIMIT :lim";
+        s << "BEGIN IMMEDIATE";
+        try {
+            s << "SELECT COUNT(*), MAX(token) FROM " + tokens_ + " WHERE name IN (" + pick + ")",
+                soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(picked),
+                soci::into(highest, highest_ind);
+            long long deleted = 0;
+            if (!dry_run && picked > 0 && highest_ind == soci::i_ok) {
+                s << "INSERT INTO " + tokens_ + " (name, token) VALUES ('', :highest)"
+                     " ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token)",
+                    soci::use(highest, "highest");
+                soci::statement st = (s.prepare << "DELETE FROM " + tokens_ + " WHERE name IN (" + pick +
+                                                       ") AND token <= :highest",
+                                      soci::use(horizon, "horizon"), soci::use(limit, "lim"),
+                                      soci::use(highest, "highest"));
+                st.execute(true);
+                deleted = st.get_affected_rows();
+            }
+            s << (dry_run ? "ROLLBACK" : "COMMIT");
+            return {dry_run ? picked : deleted, picked};
+        } catch (...) {
+            try {
+                s << "ROLLBACK";
+            } catch (...) {  // no transaction left to roll back
+            }
+            throw;
+        }
+    }
+
     std::vector<std::string> required_tables() const override {
         return {locks_, tokens_, fences_, prefix_ + "_rows"};  // no sequences in SQLite
     }
@@ -235,6 +271,9 @@ protected:
     std::string now_sql() const override { return std::string(now_us); }
     std::string plus_ttl_sql(std::string const& timestamp) const override { return timestamp + " + :ttl"; }
     std::string epoch_us_sql(std::string const& column) const override { return column; }
+    std::string greatest_sql(std::string const& a, std::string const& b) const override {
+        return "max(" + a + ", " + b + ")";
+    }
     std::string minus_sql(std::string const& timestamp, std::string const& param) const override {
         return "(" + timestamp + " - :" + param + ")";
     }
