@@ -79,19 +79,6 @@ std::string one_line(std::string_view message) {
     return out;
 }
 
-/// The URL with its password masked (user:***@host), for messages about a
-/// database that could not even be opened.
-std::string redact(std::string_view url) {
-    auto scheme = url.find("://");
-    if (scheme == std::string_view::npos) return std::string(url);
-    auto at = url.find('@', scheme + 3);
-    auto slash = url.find('/', scheme + 3);
-    if (at == std::string_view::npos || (slash != std::string_view::npos && slash < at)) return std::string(url);
-    auto colon = url.find(':', scheme + 3);
-    if (colon == std::string_view::npos || colon > at) return std::string(url);
-    return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
-}
-
 std::string ms_text(std::chrono::microseconds d) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(d.count()) / 1000.0);
@@ -462,7 +449,7 @@ int main(int argc, char** argv) {
     if (int code = parse(argc, argv, s, out); code >= 0) return code;
 
     std::vector<target> targets;
-    for (auto const& url : s.urls) targets.push_back(target{url, redact(url)});
+    for (auto const& url : s.urls) targets.push_back(target{url, sqlock::redact_url(url)});
 
     // Open every database first, so a bad URL anywhere is reported before anything is deleted.
     int code = ex_ok;
