@@ -73,8 +73,10 @@ void lease_row::release_hold() {
     std::unique_lock lock(io_);
     if (state_.load() == st_released) return;
     auto const deadline = valid_until();
-    if (state_.load() == st_lost || clock::now() >= deadline) {
-        bool const ran_out = state_.load() != st_lost;
+    // Past the safe deadline the lease ran out, whether or not the deadline
+    // thread has already marked it lost: say so rather than "taken over".
+    bool const ran_out = clock::now() >= deadline;
+    if (state_.load() == st_lost || ran_out) {
         try {
             (void)db_delete();  // polite: free the row at once if it is somehow still ours
         } catch (...) {

@@ -1,0 +1,513 @@
+// sqlock tests — regressions for the safety faults of issue 9, each reproduced
+// for real on the test servers: Engines/Safety.<Test>/<engine> (PostgreSQL and
+// MariaDB), Engines/SafetyEveryEngine.<Test>/<engine> (SQLite too, where the
+// fault has nothing to do with a server) and Engines/SafetyMariaDB.<Test>/mysql
+// (a fault of MariaDB's acquire only).
+//
+// Several tests end server sessions (pg_terminate_backend, pg_cancel_backend,
+// KILL CONNECTION, KILL QUERY). They end only sessions of this test's own
+// stores, so they are safe on a server shared with other tests: on PostgreSQL
+// such a store connects with an application_name of its own (URL parameters
+// reach libpq after sqlock's default, so the test's wins); on MariaDB with a
+// user of its own, created for the test over the server's socket as root
+// (SQLOCK_TEST_MYSQL_SOCKET) and dropped afterwards.
+//
+// Every wait is a bounded poll, and nothing asserts how fast something
+// happened beyond "it returned, well before an absurd bound".
+#include "test_env.hpp"
+#include "test_process.hpp"
+#include "fault_proxy.hpp"
+
+#include <sqlock/admin.hpp>
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef SQLOCK_SAFETY_WORKER
+#error "SQLOCK_SAFETY_WORKER (path of sqlock_safety_worker) must be defined by the build"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+using sqlock::lease;
+using sqlock::locker;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+/// What a call ended with, for the record a test checks: "returned" or the
+/// exception's type and message.
+template <class F>
+std::string outcome_of(F&& f) {
+    try {
+        f();
+        return "returned";
+    } catch (std::exception const& e) {
+        return describe(e);
+    }
+}
+
+/// The engine_fixture on a PostgreSQL or MariaDB server, with stores whose
+/// server sessions the test can find and end without touching anyone else's.
+class Safety : public engine_fixture {
+protected:
+    void TearDown() override {
+        if (e_ != engine::mysql || users_.empty()) return;
+        try {
+            auto root = mysql_root();
+            if (!root) return;
+            for (auto const& u : users_) {
+                // Sessions first: DROP USER leaves a connected user's sessions running.
+                end_sessions_quietly(u);
+                *root << "DROP USER IF EXISTS '" + u + "'@'127.0.0.1', '" + u + "'@'localhost'";
+            }
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "could not drop the test's MariaDB users: " << describe(e);
+        }
+    }
+
+    /// A URL of this test's database whose sessions carry `marker()`'s mark:
+    /// PostgreSQL, application_name; MariaDB, a user of their own.
+    std::string tagged_url(std::string const& marker) {
+        if (e_ == engine::postgresql)
+            return url_ + (url_.find('?') == std::string::npos ? "?" : "&") + "application_name=" + marker;
+        auto root = mysql_root();
+        if (!root) return url_;
+        std::string const password = random_hex(16);
+        std::string const db = parse_server_url(url_).db;
+        *root << "CREATE USER '" + marker + "'@'127.0.0.1' IDENTIFIED BY '" + password + "', '" + marker +
+                     "'@'localhost' IDENTIFIED BY '" + password + "'";
+        users_.push_back(marker);
+        *root << "GRANT ALL ON `" + db + "`.* TO '" + marker + "'@'127.0.0.1', '" + marker + "'@'localhost'";
+        return with_password(url_, marker, password);
+    }
+
+    /// A fresh marker for tagged_url (a valid application_name and MariaDB user name).
+    static std::string new_marker() { return "sqlt_" + random_hex(12); }
+
+    /// The server sessions carrying `marker`.
+    std::vector<long long> sessions_of(std::string const& marker) {
+        std::vector<long long> ids;
+        if (e_ == engine::postgresql) {
+            soci::rowset<int> rs = (raw_->prepare << "SELECT pid FROM pg_stat_activity WHERE application_name = :a",
+                                    soci::use(marker));
+            for (int pid : rs) ids.push_back(pid);
+        } else {
+            soci::rowset<long long> rs =
+                (raw_->prepare << "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE USER = :u",
+                 soci::use(marker));
+            for (long long id : rs) ids.push_back(id);
+        }
+        return ids;
+    }
+
+    /// The session carrying `marker` that has a transaction open (a row-lock
+    /// holder; the test's stores have one at most), if any.
+    std::optional<long long> session_in_transaction(std::string const& marker) {
+        long long id = 0;
+        if (e_ == engine::postgresql) {
+            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
+                     " AND xact_start IS NOT NULL",
+                soci::into(id), soci::use(marker);
+        } else {
+            *raw_ << "SELECT CAST(p.ID AS SIGNED) FROM information_schema.PROCESSLIST p"
+                     " JOIN information_schema.innodb_trx t ON t.trx_mysql_thread_id = p.ID WHERE p.USER = :u",
+                soci::into(id), soci::use(marker);
+        }
+        if (!raw_->got_data()) return std::nullopt;
+        return id;
+    }
+
+    /// End every session carrying `marker` from the server side and wait until
+    /// the server shows none. Returns how many were ended (the test asserts > 0).
+    std::size_t end_sessions(std::string const& marker) {
+        auto ids = sessions_of(marker);
+        for (long long id : ids) {
+            try {
+                if (e_ == engine::postgresql) {
+                    int pid = static_cast<int>(id);
+                    *raw_ << "SELECT pg_terminate_backend(:p)", soci::use(pid);
+                } else {
+                    *raw_ << "KILL CONNECTION " + std::to_string(id);
+                }
+            } catch (soci::soci_error const&) {  // gone already
+            }
+        }
+        EXPECT_TRUE(eventually([&] { return sessions_of(marker).empty(); }, 10s))
+            << "the server still shows sessions of " << marker << " 10 s after ending them";
+        return ids.size();
+    }
+
+    void end_sessions_quietly(std::string const& marker) {
+        try {
+            for (long long id : sessions_of(marker)) *raw_ << "KILL CONNECTION " + std::to_string(id);
+        } catch (std::exception const&) {
+        }
+    }
+
+    /// Cancel the statement `id` is running (none if it is idle).
+    void cancel_statement(soci::session& s, long long id) {
+        if (e_ == engine::postgresql) {
+            int pid = static_cast<int>(id);
+            s << "SELECT pg_cancel_backend(:p)", soci::use(pid);
+        } else {
+            s << "KILL QUERY " + std::to_string(id);
+        }
+    }
+
+    /// MariaDB as root over the server's socket (to create and drop users).
+    std::unique_ptr<soci::session> mysql_root() {
+        std::string sock;
+        require_env("SQLOCK_TEST_MYSQL_SOCKET", sock);
+        if (should_stop()) return nullptr;
+        return std::make_unique<soci::session>(*soci::factory_mysql(),
+                                               "unix_socket=" + mysql_quote_param(sock) + " user='root' dbname=" +
+                                                   mysql_quote_param(parse_server_url(url_).db));
+    }
+
+    std::vector<std::string> users_;  // MariaDB users made by tagged_url
+};
+
+// ============================================================ #2: clean-up after a broken connection
+
+// Two stores whose lockers share an explicit owner (two replicas of one
+// service configured alike). A holds the name. B's idle pooled connection is
+// ended by the server, so B's acquire breaks and reconnects; the clean-up that
+// makes its retry safe must delete only what B's own broken attempt may have
+// written, not "the owner's row" — that is A's. B must find the lock busy,
+// A's row must be untouched, and A still renews.
+TEST_P(Safety, CleanUpAfterABrokenConnectionSparesAnotherHoldersRow) {
+    std::string const name = n("shared-owner");
+    std::string const owner = "sqlt-owner-" + random_hex(8);
+    locker A = sqlock::table_locker(*db_, {.ttl = 60s, .owner = owner, .auto_renew = false});
+    auto a = A.try_acquire(name);
+    ASSERT_TRUE(a.has_value()) << "A could not take a free lock";
+
+    std::string const marker = new_marker();
+    std::string const url_b = tagged_url(marker);
+    if (should_stop()) return;
+    sqlock::store sb(url_b, {.pool_size = 1});
+    locker B = sqlock::table_locker(sb, {.ttl = 60s, .owner = owner, .auto_renew = false});
+    {
+        auto warm = B.try_acquire(n("warm-up"));  // B's pooled connection is open and has been used
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    ASSERT_GT(end_sessions(marker), 0u) << "B's store has no session on the server";
+
+    std::optional<lease> b;
+    std::string const what = outcome_of([&] { b = B.try_acquire(name); });
+    EXPECT_EQ(what, "returned") << "B's acquire after its connection was ended must reconnect and report busy";
+    EXPECT_FALSE(b.has_value()) << "B acquired '" << name << "' (token " << (b ? b->token() : 0)
+                                << ") while A held it (token " << a->token() << "): both hold the lock";
+
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value()) << "A's row of '" << name << "' is gone: B's clean-up deleted it";
+    EXPECT_EQ(r->owner, owner);
+    EXPECT_EQ(r->token, a->token()) << "the row of '" << name << "' is not A's any more";
+    EXPECT_EQ(outcome_of([&] { a->renew(); }), "returned") << "A can no longer renew its lease";
+    EXPECT_TRUE(a->held()) << to_string(a->state());
+}
+
+// ============================================================ #5: an error on the holding transaction
+
+// A row lock lives in the transaction its connection holds open. When a
+// statement on that transaction fails (here: its keep-alive is cancelled from
+// another session), the lease must be reported lost, the transaction ended,
+// and the row free for the next client at once — not "in doubt" with the row
+// held by an aborted (PostgreSQL) or still-open (MariaDB) transaction.
+//
+// A keep-alive is short, so the test renews in a loop on one thread and
+// cancels in a loop on another until a renewal fails (bounded: 20 s).
+TEST_P(Safety, ErrorOnTheHoldingTransactionMeansLost) {
+    std::string const name = n("cancelled-keepalive");
+    std::string const marker = new_marker();
+    std::string const url_h = tagged_url(marker);
+    if (should_stop()) return;
+    sqlock::store sh(url_h, {.pool_size = 1});
+    locker H = sqlock::row_locker(sh, {.ttl = 60s, .auto_renew = false});
+    auto held = H.try_acquire(name);
+    ASSERT_TRUE(held.has_value()) << "could not take a free row lock";
+    std::optional<long long> holder;
+    ASSERT_TRUE(eventually([&] { return (holder = session_in_transaction(marker)).has_value(); }, 10s))
+        << "the server shows no open transaction of the holder's store";
+
+    auto killer = raw_session(e_, url_);
+    std::atomic<bool> done{false};
+    std::atomic<long> cancels{0};
+    std::string cancel_error;
+    std::thread canceller([&] {
+        try {
+            while (!done.load()) {
+                cancel_statement(*killer, *holder);
+                ++cancels;
+            }
+        } catch (std::exception const& e) {
+            cancel_error = describe(e);
+        }
+    });
+    long renewals = 0;
+    std::optional<std::string> failure;  // what the failed renewal threw
+    auto const limit = steady_clock::now() + 20s;
+    while (!failure && steady_clock::now() < limit && cancel_error.empty()) {
+        try {
+            held->renew();
+            ++renewals;
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+    }
+    done = true;
+    canceller.join();
+    ASSERT_TRUE(cancel_error.empty()) << "cancelling the holder's statement failed: " << cancel_error;
+    ASSERT_TRUE(failure.has_value()) << "no renewal failed in 20 s: " << renewals << " renewals, " << cancels.load()
+                                     << " cancels (the cancel never met a keep-alive in flight)";
+
+    EXPECT_NE(failure->find("lease_lost"), std::string::npos)
+        << "the failed renewal must report the lease lost; it threw " << *failure;
+    EXPECT_EQ(held->state(), sqlock::lease_state::lost) << "after the renewal threw " << *failure;
+    EXPECT_FALSE(held->held());
+
+    locker other = sqlock::row_locker(*db_, {.ttl = 10s});
+    std::optional<lease> next;
+    std::string const what = outcome_of([&] { next = other.try_acquire(name); });
+    EXPECT_TRUE(next.has_value()) << "another client could not take the row lock at once after the holder's "
+                                     "transaction failed (" << what << "): the failed holder still blocks it";
+}
+
+// ============================================================ #7: unknown outcomes
+
+// (a) A release whose connection broke reconnects and finds no row of its
+// own: that is a success only if the row is nobody else's. Here an operator
+// force-released A's lock and B took it meanwhile: A's release must say the
+// lease was lost, not that it released.
+TEST_P(Safety, ReleaseAfterReconnectFindsTheLockTakenOver) {
+    std::string const name = n("taken-over");
+    std::string const marker = new_marker();
+    std::string const url_a = tagged_url(marker);
+    if (should_stop()) return;
+    sqlock::store sa(url_a, {.pool_size = 1});
+    locker A = sqlock::table_locker(sa, {.ttl = 60s, .auto_renew = false});
+    auto a = A.try_acquire(name);
+    ASSERT_TRUE(a.has_value());
+
+    auto forced = sqlock::force_release(*db_, name);
+    ASSERT_TRUE(forced.has_value()) << "force_release found no row of '" << name << "'";
+    locker B = sqlock::table_locker(*db_, {.ttl = 60s, .auto_renew = false});
+    auto b = B.try_acquire(name);
+    ASSERT_TRUE(b.has_value()) << "B could not take the force-released lock";
+    ASSERT_GT(end_sessions(marker), 0u) << "A's store has no session on the server";
+
+    std::string const what = outcome_of([&] { a->release(); });
+    EXPECT_NE(what.find("lease_lost"), std::string::npos)
+        << "A's release after a reconnect, with the lock held by B, must throw sqlock::lease_lost; it: " << what;
+    auto r = row(name);
+    ASSERT_TRUE(r.has_value()) << "B's row is gone";
+    EXPECT_EQ(r->token, b->token()) << "B's row changed";
+    EXPECT_EQ(r->owner, b->owner());
+}
+
+// (b) A connection that breaks during an acquire, and cannot be reopened to
+// clean up, leaves the outcome unknown: the acquire may have written its row.
+// That is in_doubt, not "the database is unavailable" (which invites a blind
+// retry). The store goes through a proxy that closes every connection and
+// refuses new ones.
+TEST_P(Safety, FailedReconnectDuringAcquireIsInDoubt) {
+    auto proxy = fault_proxy::for_url(url_);
+    sqlock::store sp(proxy->proxied_url(url_),
+                     {.pool_size = 1, .connect_timeout = 2s, .lock_wait_timeout = 2s, .io_timeout = 1s});
+    locker L = sqlock::table_locker(sp, {.ttl = 30s, .auto_renew = false});
+    {
+        auto warm = L.try_acquire(n("warm-up"));  // the pooled connection is open and has been used
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    proxy->block();
+
+    auto const start = steady_clock::now();
+    std::string const what = outcome_of([&] { (void)L.try_acquire(n("cut-off")); });
+    auto const took = steady_clock::now() - start;
+    EXPECT_NE(what.find("in_doubt"), std::string::npos)
+        << "an acquire whose connection broke and could not be reopened must throw sqlock::in_doubt; it: " << what;
+    // Coarse: connect_timeout 2 s and io_timeout 1 s; a minute means a hang.
+    EXPECT_LT(took, 60s) << "the acquire hung";
+    EXPECT_GT(proxy->refused(), 0u) << "the store never tried to reconnect";
+}
+
+/// As Safety, on every engine: the faults that need no server.
+class SafetyEveryEngine : public engine_fixture {};
+
+// (c) A release after the lease's safe validity ran out cannot know whether
+// another owner held the lock meanwhile: it must say the lease had run out,
+// not report a clean release.
+TEST_P(SafetyEveryEngine, ReleaseAfterTheSafeDeadlineSaysItRanOut) {
+    locker L = sqlock::table_locker(*db_, {.ttl = 200ms, .auto_renew = false});
+    auto l = L.try_acquire(n("ran-out"));
+    ASSERT_TRUE(l.has_value());
+    // Spin (yielding), not sleep: release as soon as the validity is gone, before or
+    // after the locker's deadline thread notices; both must give the same answer.
+    auto const limit = steady_clock::now() + 10s;
+    while (l->remaining() != steady_clock::duration::zero() && steady_clock::now() < limit) std::this_thread::yield();
+    ASSERT_EQ(l->remaining(), steady_clock::duration::zero()) << "remaining() never reached zero";
+    std::string what;
+    try {
+        l->release();
+        what = "returned";
+    } catch (sqlock::lease_lost const& e) {
+        what = e.what();
+        EXPECT_NE(what.find("run out"), std::string::npos) << "lease_lost must say the lease had run out: " << what;
+    } catch (std::exception const& e) {
+        what = describe(e);
+        ADD_FAILURE() << "expected sqlock::lease_lost, got " << what;
+    }
+    EXPECT_NE(what, "returned") << "release() after the safe deadline reported success";
+    EXPECT_EQ(l->state(), sqlock::lease_state::lost);
+}
+
+// ============================================================ #8: a paused acquire (MariaDB)
+
+/// The MariaDB instance only: its acquire is several statements in one transaction.
+class SafetyMariaDB : public Safety {};
+
+/// /proc/PID/stat's state letter ('T' once stopped), or 0 when it cannot be read.
+char process_state(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
+    return stat[paren + 2];
+}
+
+/// A child process, SIGKILLed and reaped on destruction.
+class child_process {
+public:
+    explicit child_process(pid_t pid) : pid_(pid) {}
+    child_process(child_process const&) = delete;
+    child_process& operator=(child_process const&) = delete;
+    ~child_process() {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+    }
+    pid_t pid() const { return pid_; }
+
+private:
+    pid_t pid_;
+};
+
+// A client that stops between the statements of an acquire (a GC pause,
+// SIGSTOP, a debugger) holds the name's token row lock in an open
+// transaction. The server must end that session after a short bound
+// (idle_transaction_timeout = lock_wait_timeout), not wait_timeout (8 hours):
+// another client's acquire of the name then succeeds. The holder stops itself
+// at the failpoint between the token bump and the lock insert.
+TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
+    std::string const name = n("paused");
+    std::string const lock_wait_ms = "2000";
+    fs::path const dir = fs::temp_directory_path() / ("sqlt-safety-" + random_hex(8));
+    fs::create_directories(dir);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
+    env.emplace_back("SQLOCK_FAILPOINTS=mysql.acquire.after_token=stop");
+    spawn_file_actions actions;
+    actions.capture_to_files(dir / "out", dir / "err");
+    child_process worker(spawn_process({SQLOCK_SAFETY_WORKER, url_, name, lock_wait_ms}, env, actions.get()));
+
+    bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
+    ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"
+                         << process_state(worker.pid()) << "'; stdout: " << slurp(dir / "out")
+                         << "; stderr: " << slurp(dir / "err") << ")";
+
+    sqlock::store s(url_, {.pool_size = 2, .lock_wait_timeout = 2s});
+    locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    std::optional<lease> got;
+    std::string const what = outcome_of([&] { got.emplace(L.acquire(name, 30s)); });
+    EXPECT_TRUE(got.has_value()) << "the acquire of '" << name << "' behind a paused acquire failed: " << what;
+    EXPECT_EQ(process_state(worker.pid()), 'T') << "the worker was not paused all along";
+    fs::remove_all(dir);
+}
+
+// ============================================================ #9: renewals and a pinned pool
+
+// Every pooled connection is pinned by a held row lock. A table lease of the
+// same store must still be renewed (renewals have connections of their own),
+// and a waiting acquire must give up at its own deadline, not wait pool_wait
+// for a connection.
+TEST_P(Safety, RenewalsAndWaitsSurviveAPinnedPool) {
+    sqlock::store s(url_, {.pool_size = 2, .pool_wait = 60s});
+    locker T = sqlock::table_locker(s, {.ttl = 1500ms});
+    lease t = T.acquire(n("renewed"), 10s);
+    locker R = sqlock::row_locker(s, {.ttl = 60s});
+    lease pin1 = R.acquire(n("pin-1"), 10s);
+    lease pin2 = R.acquire(n("pin-2"), 10s);
+
+    auto const base = T.stats().renewed;
+    bool const renewed = eventually([&] { return T.stats().renewed >= base + 3 || t.lost(); }, 30s);
+    EXPECT_TRUE(renewed && !t.lost()) << "renewals while the pool was pinned: " << T.stats().renewed - base
+                                      << ", lease " << to_string(t.state());
+    EXPECT_EQ(T.stats().lost, 0u);
+    EXPECT_TRUE(t.held()) << to_string(t.state());
+
+    auto const start = steady_clock::now();
+    std::string what;
+    try {
+        (void)T.acquire(n("second"), 1s);
+        what = "returned";
+        ADD_FAILURE() << "an acquire got a connection from a pool pinned by row locks";
+    } catch (sqlock::timeout const& e) {
+        what = e.what();
+        EXPECT_NE(what.find("pooled connections"), std::string::npos) << "the timeout must name the pool: " << what;
+    } catch (std::exception const& e) {
+        what = describe(e);
+        ADD_FAILURE() << "expected sqlock::timeout naming the pool, got " << what;
+    }
+    // Coarse: the acquire waits 1 s and pool_wait is 60 s; half a minute can only
+    // mean it waited for pool_wait.
+    EXPECT_LT(steady_clock::now() - start, 30s) << "the waiting acquire waited for the pool past its deadline";
+    EXPECT_TRUE(pin1.held() && pin2.held());
+}
+
+// ============================================================ #11: a stale pooled connection
+
+// The server ended the row locker's idle pooled connection (restart, idle
+// limit, an operator): the next acquire must reopen it once, as the table lock
+// does, instead of failing.
+TEST_P(Safety, RowLockerRetriesAStaleConnection) {
+    std::string const marker = new_marker();
+    std::string const url_r = tagged_url(marker);
+    if (should_stop()) return;
+    sqlock::store sr(url_r, {.pool_size = 1});
+    locker R = sqlock::row_locker(sr, {.ttl = 30s});
+    {
+        auto first = R.try_acquire(n("first"));
+        ASSERT_TRUE(first.has_value());
+        first->release();
+    }
+    ASSERT_GT(end_sessions(marker), 0u) << "the row locker's store has no session on the server";
+
+    std::optional<lease> l;
+    std::string const what = outcome_of([&] { l = R.try_acquire(n("after-kill")); });
+    EXPECT_EQ(what, "returned") << "the row locker did not reopen its stale connection";
+    EXPECT_TRUE(l.has_value()) << "a free row lock was reported busy";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Safety, ::testing::Values(engine::postgresql, engine::mysql), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, SafetyEveryEngine,
+                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, SafetyMariaDB, ::testing::Values(engine::mysql), engine_param_name{});
+
+}  // namespace

@@ -1,0 +1,44 @@
+// sqlock tests — the holder process of Engines/SafetyMariaDB.PausedAcquireDoesNotBlockTheName.
+//
+//   sqlock_safety_worker URL LOCK_NAME LOCK_WAIT_MS
+//
+// Opens a store on URL (lock_wait_timeout LOCK_WAIT_MS) and tries once to take
+// LOCK_NAME with a table locker. The test starts it with the failpoint
+// SQLOCK_FAILPOINTS=mysql.acquire.after_token=stop, so it stops itself inside
+// the acquire, after the token bump and before the lock row is written. If it
+// ever goes on: prints "acquired TOKEN" or "busy" and exits 0; on an error, a
+// message on stderr and exit 2.
+#include "worker_common.hpp"
+
+#include <sqlock/sqlock.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+
+using namespace sqlock_test;
+
+int main(int argc, char** argv) {
+    using namespace std::chrono_literals;
+    if (argc != 4) {
+        std::cerr << "usage: " << argv[0] << " URL LOCK_NAME LOCK_WAIT_MS\n";
+        return 2;
+    }
+    std::string const url = argv[1];
+    std::string const name = argv[2];
+    auto const lock_wait = std::chrono::milliseconds(std::atol(argv[3]));
+    try {
+        sqlock::store db{url, {.pool_size = 1, .lock_wait_timeout = lock_wait}};
+        sqlock::locker locks = sqlock::table_locker(db, {.ttl = 30s});
+        if (auto l = locks.try_acquire(name)) {
+            std::cout << "acquired " << l->token() << std::endl;
+        } else {
+            std::cout << "busy" << std::endl;
+        }
+    } catch (std::exception const& e) {
+        return report_failure("sqlock_safety_worker", e);
+    }
+    return 0;
+}
