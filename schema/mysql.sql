@@ -53,3 +53,9 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     created_at DATETIME(6)    NOT NULL
 ) ENGINE = InnoDB;
 
+-- Majority mode (majority_locker): the highest majority token settled for a
+-- name with this database as one of the members. Only ever raised.
+CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
+    name  VARBINARY(255) NOT NULL PRIMARY KEY,
+    token BIGINT         NOT NULL
+) ENGINE = InnoDB;

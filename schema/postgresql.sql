@@ -52,3 +52,9 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     created_at timestamptz NOT NULL
 );
 
+-- Majority mode (majority_locker): the highest majority token settled for a
+-- name with this database as one of the members. Only ever raised.
+CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
+    name  text   COLLATE "C" NOT NULL PRIMARY KEY,
+    token bigint NOT NULL
+);

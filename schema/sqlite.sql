@@ -51,3 +51,10 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     locked_at  BIGINT,
     created_at BIGINT  NOT NULL
 );
+
+-- Majority mode (majority_locker): the highest majority token settled for a
+-- name with this database as one of the members. Only ever raised.
+CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
+    name  TEXT    NOT NULL PRIMARY KEY,
+    token BIGINT  NOT NULL
+);

@@ -147,7 +147,7 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     }
     expires_us_.store(r->expires_us);
     ttl_ms_.store(ttl.count());
-    valid_until_.store(locker_impl::valid_until(sent, ttl).time_since_epoch().count());
+    valid_until_.store(locker_->validity_end(sent, ttl).time_since_epoch().count());
     int expected = st_in_doubt;
     state_.compare_exchange_strong(expected, st_held);
     lock.unlock();

@@ -57,8 +57,10 @@ private:
             return op(conn_->session());
         } catch (soci::soci_error const&) {
             guard.disarm();
+            // Close the connection rather than trust a ROLLBACK on it: the server
+            // then ends the transaction (and its row lock) whatever state it is in.
             try {
-                store_->dialect().end_row_lock(conn_->session(), false);
+                conn_->session().close();
             } catch (...) {
             }
             conn_->mark_broken();  // reopened clean on its next use
@@ -214,6 +216,9 @@ protected:
     std::uint64_t release_generation(std::string const&) override { return 0; }
     void wait_for_release(std::string const&, std::uint64_t, clock::time_point, std::stop_token const&) override {}
     void announce_release(std::string const& name) noexcept override { store_->announce(name); }
+
+public:
+    store_impl* member_store() noexcept override { return store_.get(); }
 
 private:
     std::shared_ptr<store_impl> store_;

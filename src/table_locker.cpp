@@ -133,6 +133,9 @@ protected:
 
     void announce_release(std::string const& name) noexcept override { store_->announce(name); }
 
+public:
+    store_impl* member_store() noexcept override { return store_.get(); }
+
 private:
     std::shared_ptr<store_impl> store_;
 };

@@ -65,6 +65,9 @@ public:
     /// Internal: built by the factories below.
     explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
 
+    /// Internal: the shared implementation (majority mode composes lockers).
+    [[nodiscard]] std::shared_ptr<detail::locker_impl> const& impl() const noexcept { return impl_; }
+
 private:
     std::shared_ptr<detail::locker_impl> impl_;
 };

@@ -6,6 +6,7 @@
 #include <sqlock/fence.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/locker.hpp>
+#include <sqlock/majority.hpp>
 #include <sqlock/options.hpp>
 #include <sqlock/reaper.hpp>
 #include <sqlock/stats.hpp>

@@ -204,6 +204,13 @@ public:
                                                         std::function<std::int64_t()> const& draw,
                                                         bool& missing) const = 0;
 
+    /// Majority mode's durable counter of `name` in `<prefix>_majority_tokens` (0 when none).
+    [[nodiscard]] virtual std::int64_t majority_read(soci::session& s, std::string const& name) const;
+
+    /// Set that counter to `token` if it is below it, in one atomic statement
+    /// (autocommit); true when this call set it (it was strictly below).
+    [[nodiscard]] virtual bool majority_write(soci::session& s, std::string const& name, std::int64_t token) const;
+
     /// Draw the next fencing token of `name` from the token counter, in autocommit
     /// (a durable commit), on a connection of its own.
     [[nodiscard]] virtual std::int64_t draw_token(soci::session& s, std::string const& name) const = 0;
@@ -247,6 +254,7 @@ public:
     [[nodiscard]] std::string const& tokens_table() const noexcept { return tokens_; }
 
     [[nodiscard]] std::string const& fences_table() const noexcept { return fences_; }
+    [[nodiscard]] std::string majority_table() const { return prefix_ + "_majority_tokens"; }
 
 protected:
     /// SQL that tells whether a table exists; binds `:t`, returns one integer.

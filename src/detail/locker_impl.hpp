@@ -53,6 +53,20 @@ public:
     [[nodiscard]] locker_options const& options() const noexcept { return options_; }
     [[nodiscard]] locker_stats stats() const noexcept;
 
+    /// One attempt of the strategy's acquire whose row nobody renews but its
+    /// caller (a majority locker renews its members' rows itself). Null when busy.
+    [[nodiscard]] std::shared_ptr<lease_row> acquire_unwatched(std::string const& name, attempt const& bounds) {
+        return acquire_row(name, owner_for_this_thread(), bounds);
+    }
+
+    /// The store a table or row locker works on; null for composite lockers.
+    [[nodiscard]] virtual class store_impl* member_store() noexcept { return nullptr; }
+
+    /// The end of the local validity of a renewal sent at `sent` with `ttl`.
+    [[nodiscard]] virtual clock::time_point validity_end(clock::time_point sent, std::chrono::milliseconds ttl) const noexcept {
+        return valid_until(sent, ttl);
+    }
+
     // Called by lease rows.
     void on_released(lease_row const& row, bool last) noexcept;  // last: wake waiters
     void on_reentered(lease_row const& row) noexcept;

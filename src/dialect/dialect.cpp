@@ -103,7 +103,7 @@ dialect::dialect(std::string const& table_prefix, store_options const& options)
 std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
 
 std::vector<std::string> dialect::required_tables() const {
-    return {locks_, tokens_, fences_, prefix_ + "_rows"};
+    return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table()};
 }
 
 std::string dialect::missing_table(soci::session& s) const {
@@ -320,6 +320,23 @@ std::optional<lock_listing> dialect::find_lock(soci::session& s, std::string con
 }
 
 std::optional<std::string> dialect::relaxed_durability(soci::session&) const { return std::nullopt; }
+
+std::int64_t dialect::majority_read(soci::session& s, std::string const& name) const {
+    long long token = 0;
+    s << "SELECT token FROM " + majority_table() + " WHERE name = :name", soci::use(name, "name"), soci::into(token);
+    return s.got_data() ? token : 0;
+}
+
+bool dialect::majority_write(soci::session& s, std::string const& name, std::int64_t token) const {
+    // A max-register: only ever raised, and "won" only by the call that raised
+    // it to this value, so two clients settling the same token cannot both win
+    // on one member.
+    long long tok = token, stored = 0;
+    s << "INSERT INTO " + majority_table() + " AS m (name, token) VALUES (:name, :token)"
+         " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token RETURNING token",
+        soci::use(name, "name"), soci::use(tok, "token"), soci::into(stored);
+    return s.got_data();
+}
 
 int dialect::socket_of(soci::session&) const { return -1; }
 

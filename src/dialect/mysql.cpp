@@ -140,6 +140,18 @@ public:
         return token;
     }
 
+    // No RETURNING with ON DUPLICATE KEY: make sure the row exists, then raise
+    // it in one conditional UPDATE; it changed a row only for the call that won.
+    bool majority_write(soci::session& s, std::string const& name, std::int64_t token) const override {
+        long long tok = token;
+        s << "INSERT IGNORE INTO " + majority_table() + " (name, token) VALUES (:name, 0)", soci::use(name, "name");
+        soci::statement st = (s.prepare << "UPDATE " + majority_table() +
+                                               " SET token = :token WHERE name = :name AND token < :below",
+                              soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"));
+        st.execute(true);
+        return st.get_affected_rows() > 0;
+    }
+
     std::optional<std::string> relaxed_durability(soci::session& s) const override {
         long long flush = 1;
         s << "SELECT @@global.innodb_flush_log_at_trx_commit", soci::into(flush);

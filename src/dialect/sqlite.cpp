@@ -174,7 +174,7 @@ public:
     }
 
     std::vector<std::string> required_tables() const override {
-        return {locks_, tokens_, fences_, prefix_ + "_rows"};  // no sequences in SQLite
+        return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table()};
     }
 
     void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it

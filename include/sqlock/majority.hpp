@@ -1,0 +1,77 @@
+// sqlock — majority mode: one lock over N independent databases.
+#pragma once
+
+#include <sqlock/locker.hpp>
+#include <sqlock/stats.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sqlock {
+
+/// How a majority locker takes and holds locks. The lease length is the
+/// members' TTL (the smallest, if they differ); everything else is here.
+struct majority_options {
+    /// Bound on one member's answer in each round (acquire, token rounds,
+    /// renewal, release). Empty: ttl / 10. A member that does not answer in
+    /// time counts as refusing; its late answer is cleaned up (or, while the
+    /// lease lives, kept as one more member that holds it).
+    std::optional<std::chrono::milliseconds> member_timeout;
+
+    /// Clock-rate drift margin subtracted from the validity. Empty: ttl / 100 + 2 ms
+    /// (the Redlock specification's).
+    std::optional<std::chrono::milliseconds> drift;
+
+    /// Owner id reported by the majority lease (each member writes its own
+    /// locker's owner into its row). Empty: "host/pid/instance/thread".
+    std::string owner;
+
+    /// Pause between rounds of a waiting `acquire`: capped exponential with
+    /// full jitter, as for the other lockers.
+    std::chrono::milliseconds backoff_min = std::chrono::milliseconds(20);
+    std::chrono::milliseconds backoff_max = std::chrono::milliseconds(500);
+
+    /// Renew on every member at about ttl/3 while the lease lives; the lease
+    /// stays held only while a majority renews within its validity.
+    bool auto_renew = true;
+
+    /// As `locker_options::on_lost` and `on_event`.
+    std::function<void(std::string_view name, std::int64_t token)> on_lost;
+    std::function<void(lease_event const&)> on_event;
+};
+
+/// A lock held on a majority of N independent lockers (Redlock's scheme over
+/// SQL databases). The result is a `locker` like any other, with the same
+/// `lease` type: `try_acquire`, `acquire`, `reenter`, renewal, `stop_token`.
+///
+/// Acquire: on the steady clock from before the first request, ask all N
+/// members in parallel (each bounded by `member_timeout`); granted when at
+/// least N/2+1 grant it and a fencing token is settled (below) while time is
+/// left; the lease's validity is ttl − elapsed − drift. Otherwise every member
+/// is released — those that timed out too, since their insert may have landed —
+/// and the attempt is busy. The quorum comes from the configured N, never from
+/// the members that happen to answer.
+///
+/// Fencing: each grant's token is strictly greater than every earlier majority
+/// token of the name, whatever members fail in between: two rounds over the
+/// granting members' `<prefix>_majority_tokens` counters — read a majority,
+/// then write max + 1 where it is still the largest, on a majority — and any
+/// two majorities share a member. See docs/majority.md.
+///
+/// Members may mix engines and strategies (table or row lockers); each must be
+/// a different database. N ≥ 3 is recommended; N = 1 or 2 work but tolerate no
+/// failure (N = 2 needs both).
+///
+/// @throws usage_error when `members` is empty, holds the same database twice
+///         (same URL and table prefix) or a majority locker, or an option is
+///         out of range. No I/O is done.
+///
+/// Thread safety: as any locker.
+[[nodiscard]] locker majority_locker(std::vector<locker> members, majority_options options = {});
+
+}  // namespace sqlock
