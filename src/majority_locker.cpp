@@ -350,22 +350,14 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     };
     if (granted.size() < quorum_) {
         give_all_back();
-        bool const any_failed = std::any_of(answers.begin(), answers.end(), [](auto const& a) {
-            return !a || a->what == answer::kind::failed;
-        });
-        bool const busy_majority = static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](auto const& a) {
-                                       return a && a->what == answer::kind::busy;
-                                   })) > members_.size() - quorum_;
-        if (busy_majority || !any_failed) return nullptr;  // held elsewhere: busy
-        // Not granted because members failed, not because it is held: still
-        // "not acquired", but say why when nothing at all answered.
-        if (granted.empty() && std::none_of(answers.begin(), answers.end(), [](auto const& a) {
-                return a && a->what == answer::kind::busy;
-            }))
-            throw backend_unavailable("sqlock: majority lock '" + name + "' could not reach a majority of its " +
-                                      std::to_string(members_.size()) + " members (" + summary(answers, members_) +
-                                      "); retry later");
-        return nullptr;
+        // Busy when some member says the lock is held there; when no member
+        // says so and too few could be reached, say that instead.
+        if (std::any_of(answers.begin(), answers.end(), [](auto const& a) { return a && a->what == answer::kind::busy; }))
+            return nullptr;
+        throw backend_unavailable("sqlock: majority lock '" + name + "' reached only " + std::to_string(granted.size()) +
+                                  " of its " + std::to_string(members_.size()) + " members, fewer than the " +
+                                  std::to_string(quorum_) + " it needs (" + summary(answers, members_) +
+                                  "); nothing is held: retry later");
     }
 
     std::string why;
