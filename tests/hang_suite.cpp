@@ -358,6 +358,64 @@ TEST_P(Hang, TryAcquireOnASilentServerIsBounded) {
     for (auto const& r : record) std::cout << "[ record   ] " << r << "\n";
 }
 
+// PostgreSQL's LISTEN connection (started by the first waiting acquire) is a
+// connection too: if the server goes silent while it subscribes, closing the
+// store must still return. Each relayed chunk is held 300 ms; once the server
+// shows the LISTEN (pg_stat_activity), its answer is still held in the proxy,
+// and the proxy stalls.
+TEST_P(Hang, StoreClosesWhileItsListenerSubscribesOnASilentServer) {
+    if (e_ != engine::postgresql) GTEST_SKIP() << "the LISTEN connection is PostgreSQL's";
+    std::string const tables = "sqlh_" + random_hex(10);  // own channel: <tables>_released
+    struct drop_tables {
+        engine e;
+        std::string url, tables;
+        ~drop_tables() {
+            try {
+                auto s = raw_session(e, url);
+                for (auto const* t : {"_locks", "_tokens", "_fences", "_rows"}) *s << "DROP TABLE IF EXISTS " + tables + t;
+            } catch (std::exception const& x) {
+                ADD_FAILURE() << "could not drop the test tables " << tables << "_*: " << describe(x);
+            }
+        }
+    } cleanup{e_, url_, tables};
+    auto proxy = fault_proxy::for_url(url_);
+    auto o = stall_options();
+    o.connect_timeout = 20s;  // the listener's handshake goes through the latency
+    o.table_prefix = tables;
+    std::optional<sqlock::store> db;
+    db.emplace(proxy->proxied_url(url_), o);
+    std::optional<locker> L;
+    L.emplace(sqlock::table_locker(*db, {.ttl = 10s}));
+    struct cut_on_exit {
+        fault_proxy& p;
+        ~cut_on_exit() { p.block(); }
+    } guard{*proxy};
+    proxy->delay(300ms);
+    {
+        lease l = L->acquire(n("listen"), 0ms);  // a waiting acquire: starts the listener
+        l.release();
+    }
+    std::string const listen = "LISTEN \"" + tables + "_released\"";
+    bool const seen = eventually(
+        [&] {
+            long long k = 0;
+            *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE query = :q", soci::into(k), soci::use(listen);
+            return k > 0;
+        },
+        30s);
+    ASSERT_TRUE(seen) << "the server never showed the listener's " << listen;
+    proxy->stall();  // the answer to LISTEN is held for good
+
+    watched_call teardown([&] {
+        L.reset();
+        db.reset();
+    });
+    bool const returned = teardown.finished_within(30s);
+    EXPECT_TRUE(returned) << "destroying the store did not return within 30 s: its LISTEN connection waits for "
+                             "an answer from a silent server";
+    if (!returned) proxy->block();
+}
+
 // ============================================================ #11a a late renewal reply
 
 // The renewal is sent shortly before the safe deadline through a proxy that
