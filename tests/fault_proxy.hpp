@@ -251,12 +251,14 @@ private:
     }
 
     // While stalled: wait, reading nothing, until resumed; false when the link
-    // was cut meanwhile (block(), the destructor: its sockets hang up).
+    // was cut meanwhile (block(), the destructor shut both of its sockets down).
+    // A peer that hangs up is not noticed: a silent network does not say so.
     bool wait_while_stalled(int const (&ends)[2]) {
+        auto constexpr gone = POLLHUP | POLLERR | POLLNVAL;
         while (stalled_.load()) {
             pollfd fds[2] = {{ends[0], 0, 0}, {ends[1], 0, 0}};  // only POLLHUP/POLLERR are reported
             if (::poll(fds, 2, 20) < 0 && errno != EINTR) return false;
-            if (((fds[0].revents | fds[1].revents) & (POLLHUP | POLLERR | POLLNVAL)) != 0) return false;
+            if ((fds[0].revents & gone) != 0 && (fds[1].revents & gone) != 0) return false;
         }
         return true;
     }
