@@ -14,6 +14,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <thread>
 
 namespace sqlock::detail {
@@ -33,9 +36,11 @@ std::string quote(std::string const& value) {
 // connection. An eventfd wakes its poll() for a prompt shutdown.
 class pg_listener final : public release_listener {
 public:
-    pg_listener(std::string conninfo, std::string channel, std::function<void(std::string_view)> on_notify)
+    pg_listener(std::string conninfo, std::string channel, std::chrono::milliseconds io_timeout,
+                std::function<void(std::string_view)> on_notify)
         : conninfo_(std::move(conninfo)),
           listen_sql_("LISTEN \"" + channel + "\""),
+          io_timeout_(io_timeout),
           on_notify_(std::move(on_notify)),
           wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
           thread_([this](std::stop_token stop) { run(stop); }) {}
@@ -54,10 +59,7 @@ private:
         while (!stop.stop_requested()) {
             PGconn* conn = PQconnectdb(conninfo_.c_str());
             if (PQstatus(conn) == CONNECTION_OK) {
-                PGresult* r = PQexec(conn, listen_sql_.c_str());
-                bool listening = PQresultStatus(r) == PGRES_COMMAND_OK;
-                PQclear(r);
-                if (listening) {
+                if (subscribe(conn, stop)) {
                     retry = std::chrono::milliseconds(100);
                     on_notify_("");  // anything released while we were away is unknown
                     pump(conn, stop);
@@ -68,6 +70,27 @@ private:
             sleep_unless_woken(retry);
             retry = std::min(retry * 2, std::chrono::milliseconds(5000));
         }
+    }
+
+    // LISTEN, waiting for its answer at most io_timeout and never past a stop: a
+    // blocking PQexec on a silent server would keep the store from closing.
+    bool subscribe(PGconn* conn, std::stop_token const& stop) {
+        if (PQsendQuery(conn, listen_sql_.c_str()) == 0) return false;
+        auto const deadline = std::chrono::steady_clock::now() + io_timeout_;
+        while (PQisBusy(conn) != 0) {
+            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            if (stop.stop_requested() || left <= std::chrono::milliseconds::zero()) return false;
+            pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_, POLLIN, 0}};
+            if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1000))) < 0 && errno != EINTR) return false;
+            if (fds[1].revents != 0) return false;
+            if (fds[0].revents != 0 && PQconsumeInput(conn) == 0) return false;
+        }
+        bool listening = true;
+        while (PGresult* r = PQgetResult(conn)) {
+            listening = listening && PQresultStatus(r) == PGRES_COMMAND_OK;
+            PQclear(r);
+        }
+        return listening;
     }
 
     // Deliver notifications until the connection drops or we are stopped.
@@ -93,6 +116,7 @@ private:
 
     std::string conninfo_;
     std::string listen_sql_;
+    std::chrono::milliseconds io_timeout_;
     std::function<void(std::string_view)> on_notify_;
     int wake_;
     std::jthread thread_;
@@ -222,7 +246,7 @@ public:
 
     std::unique_ptr<release_listener> listen(std::string const& connect_string,
                                              std::function<void(std::string_view)> on_notify) const override {
-        return std::make_unique<pg_listener>(connect_string, channel(), std::move(on_notify));
+        return std::make_unique<pg_listener>(connect_string, channel(), options_.io_timeout, std::move(on_notify));
     }
 
     // Services starting together would race on CREATE ... IF NOT EXISTS and log
