@@ -312,7 +312,7 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
 
 void store_impl::raise_overrun(std::string_view what) const {
     throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
-                              " got no answer within its deadline (io_timeout " +
+                              " got no answer in time (its bound: the lease's safe deadline, or io_timeout " +
                               std::to_string(options_.io_timeout.count()) +
                               " ms beyond the engine's own wait): the connection was closed; retry later");
 }
