@@ -257,7 +257,9 @@ TEST_P(Safety, ErrorOnTheHoldingTransactionMeansLost) {
                 ++cancels;
             }
         } catch (std::exception const& e) {
-            cancel_error = describe(e);
+            // The holder's session may already be gone: after a failed keep-alive
+            // the library closes that connection (MariaDB: "Unknown thread id").
+            if (std::string(e.what()).find("Unknown thread id") == std::string::npos) cancel_error = describe(e);
         }
     });
     long renewals = 0;
