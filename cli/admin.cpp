@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 namespace sqlock::cli {
 
@@ -21,15 +22,13 @@ std::size_t display_width(std::string_view s) {
         std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
-void print_table(std::vector<sqlock::lock_info> const& locks) {
-    using row = std::array<std::string, 6>;
-    std::vector<row> rows{{"NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING"}};
-    for (auto const& l : locks)
-        rows.push_back({printable(l.name), printable(l.owner), std::to_string(l.token), iso_utc(l.created_at),
-                        iso_utc(l.expires_at), human_remaining(l.remaining)});
-    std::array<std::size_t, 6> width{};
-    for (auto const& r : rows)
+/// Rows of cells in aligned columns, two spaces apart (the first row is the header).
+void print_columns(std::vector<std::vector<std::string>> const& rows) {
+    std::vector<std::size_t> width;
+    for (auto const& r : rows) {
+        if (width.size() < r.size()) width.resize(r.size());
         for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], display_width(r[c]));
+    }
     std::string out;
     for (auto const& r : rows) {
         for (std::size_t c = 0; c < r.size(); ++c) {
@@ -41,25 +40,170 @@ void print_table(std::vector<sqlock::lock_info> const& locks) {
     std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
+/// A lease as table cells; `member` first when given.
+std::vector<std::string> cells(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
+    std::vector<std::string> r;
+    if (member) r.push_back(*member);
+    for (auto&& c : {printable(l.name), printable(l.owner), std::to_string(l.token), iso_utc(l.created_at),
+                     iso_utc(l.expires_at), human_remaining(l.remaining)})
+        r.push_back(c);
+    return r;
+}
+
+void print_table(std::vector<sqlock::lock_info> const& locks) {
+    std::vector<std::vector<std::string>> rows{{"NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING"}};
+    for (auto const& l : locks) rows.push_back(cells(l));
+    print_columns(rows);
+}
+
+std::string json_line(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
+    nlohmann::ordered_json j;
+    if (member) j["member"] = *member;
+    j["name"] = l.name;
+    j["owner"] = l.owner;
+    j["token"] = l.token;
+    j["created_at"] = iso_utc(l.created_at);
+    j["expires_at"] = iso_utc(l.expires_at);
+    j["remaining_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining).count();
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 void print_json_lines(std::vector<sqlock::lock_info> const& locks) {
     std::string out;
-    for (auto const& l : locks) {
-        nlohmann::ordered_json j;
-        j["name"] = l.name;
-        j["owner"] = l.owner;
-        j["token"] = l.token;
-        j["created_at"] = iso_utc(l.created_at);
-        j["expires_at"] = iso_utc(l.expires_at);
-        j["remaining_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining).count();
-        out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        out += '\n';
-    }
+    for (auto const& l : locks) out += json_line(l);
     std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void print(std::string const& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+std::string plural(std::size_t n, std::string const& one, std::string const& many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+/// The members that did not answer, for one line: "URL: why; URL: why".
+std::string failures_text(std::vector<member> const& members, std::vector<std::optional<member_failure>> const& failures) {
+    std::string out;
+    for (std::size_t i = 0; i < members.size(); ++i)
+        if (failures[i]) out += (out.empty() ? "" : "; ") + redacted_url(members[i].url) + ": " + failures[i]->message;
+    return out;
+}
+
+/// list over several --db: every member's leases, then which members answered.
+int list_members(list_args const& args) {
+    reject_duplicate_databases(args.dbs);
+    auto members = open_members(args.dbs, false);
+    std::size_t const n = members.size();
+    std::vector<std::vector<sqlock::lock_info>> locks(n);
+    std::vector<std::optional<member_failure>> failures(n);
+    for_each_in_parallel(n, [&](std::size_t i) {
+        if (!members[i].store) {
+            failures[i] = members[i].failure;
+            return;
+        }
+        try {
+            locks[i] = sqlock::list_locks(*members[i].store);
+            // Expired rows nobody took over or reaped yet are free: not held, not listed.
+            std::erase_if(locks[i], [](sqlock::lock_info const& l) { return l.remaining.count() <= 0; });
+        } catch (...) {
+            failures[i] = failure_of_current_exception(members[i].url);
+        }
+    });
+
+    // By name, then in --db order: a majority lock's rows come together.
+    struct entry {
+        std::size_t member;
+        sqlock::lock_info const* lock;
+    };
+    std::vector<entry> all;
+    for (std::size_t i = 0; i < n; ++i)
+        for (auto const& l : locks[i]) all.push_back({i, &l});
+    std::stable_sort(all.begin(), all.end(), [](entry const& a, entry const& b) { return a.lock->name < b.lock->name; });
+
+    std::size_t answered = 0;
+    int code = exit_code::ok;
+    for (auto const& f : failures) {
+        if (f) code = worst_code(code, f->code);
+        else ++answered;
+    }
+    if (args.json) {
+        std::string out;
+        for (auto const& e : all) out += json_line(*e.lock, redacted_url(members[e.member].url));
+        print(out);
+    } else {
+        std::vector<std::vector<std::string>> rows{
+            {"MEMBER", "NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING"}};
+        for (auto const& e : all) rows.push_back(cells(*e.lock, redacted_url(members[e.member].url)));
+        print_columns(rows);
+        print("\n");
+        std::vector<std::vector<std::string>> status{{"MEMBER", "ANSWERED"}};
+        for (std::size_t i = 0; i < n; ++i)
+            status.push_back({redacted_url(members[i].url),
+                              failures[i] ? "no: " + failures[i]->message
+                                          : "yes, " + plural(locks[i].size(), "lease", "leases")});
+        print_columns(status);
+    }
+    std::fflush(stdout);
+    if (code != exit_code::ok)
+        fail(code, std::to_string(n - answered) + " of " + std::to_string(n) + " databases did not answer (" +
+                       failures_text(members, failures) + "): their leases are not listed");
+    return exit_code::ok;
+}
+
+/// release --force over several --db: on every member, and what each said.
+int release_members(release_args const& args) {
+    reject_duplicate_databases(args.dbs);
+    auto members = open_members(args.dbs, false);
+    std::size_t const n = members.size();
+    std::vector<std::optional<sqlock::lock_info>> released(n);
+    std::vector<std::optional<member_failure>> failures(n);
+    for_each_in_parallel(n, [&](std::size_t i) {
+        if (!members[i].store) {
+            failures[i] = members[i].failure;
+            return;
+        }
+        try {
+            released[i] = sqlock::force_release(*members[i].store, args.name);
+        } catch (...) {
+            failures[i] = failure_of_current_exception(members[i].url);
+        }
+    });
+    std::string out;
+    std::size_t count = 0;
+    int code = exit_code::ok;
+    for (std::size_t i = 0; i < n; ++i) {
+        out += redacted_url(members[i].url) + ": ";
+        if (failures[i]) {
+            code = worst_code(code, failures[i]->code);
+            out += "did not answer (" + failures[i]->message + ")\n";
+        } else if (auto const& row = released[i]) {
+            ++count;
+            out += "released lock '" + printable(row->name) + "' held by " + printable(row->owner) + " (token " +
+                   std::to_string(row->token) + ", taken " + iso_utc(row->created_at) + ", " +
+                   (row->remaining.count() > 0 ? "expiring in " + human_remaining(row->remaining)
+                                               : std::string("already expired")) +
+                   ")\n";
+        } else {
+            out += "no lock named '" + printable(args.name) + "'\n";
+        }
+    }
+    print(out);
+    std::fflush(stdout);
+    std::size_t const failed = static_cast<std::size_t>(std::count_if(failures.begin(), failures.end(), [](auto const& f) { return f.has_value(); }));
+    if (code != exit_code::ok)
+        fail(code, "lock '" + printable(args.name) + "' released on " + std::to_string(count) + " of " +
+                       std::to_string(n) + " databases; " + std::to_string(failed) + " did not answer (" +
+                       failures_text(members, failures) +
+                       "): release it there when it is back, or let its row expire by its TTL");
+    if (count == 0)
+        fail(exit_code::not_found, "no lock named '" + printable(args.name) + "' in any of the " + std::to_string(n) +
+                                       " databases: nothing released");
+    return exit_code::ok;
 }
 
 }  // namespace
 
 int list_command(list_args const& args) {
+    if (args.dbs.size() > 1) return list_members(args);
     auto db = resolve_database(args.dbs);
     auto store = open_existing(db);
     auto locks = sqlock::list_locks(store);
@@ -77,6 +221,7 @@ int release_command(release_args const& args) {
     if (!args.force)
         fail(exit_code::usage, "release deletes the lock whoever holds it, so it needs --force: sqlock release --name " +
                                    printable(args.name) + " --force");
+    if (args.dbs.size() > 1) return release_members(args);
     auto db = resolve_database(args.dbs);
     auto store = open_existing(db);
     auto row = sqlock::force_release(store, args.name);

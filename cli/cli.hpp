@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,7 @@ struct run_args {
     std::string ttl = "30s";
     std::string wait = "0";
     std::string strategy = "table";
+    std::string member_timeout;  ///< majority mode; empty: ttl / 10
     int conflict_exit_code = exit_code::conflict;
     std::vector<std::string> command;
 };
@@ -119,12 +121,51 @@ int schema_command(schema_args const& args);
 
 /// Opens the store of `db` for list and release: never creates a SQLite file
 /// or tables (exit 78 when they are missing).
-[[nodiscard]] sqlock::store open_existing(database const& db);
+[[nodiscard]] sqlock::store open_existing(database const& db,
+                                         std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
 
 /// The exit_error (78) for missing lock tables in the database at `url`.
 [[nodiscard]] exit_error schema_missing_error(std::string_view url);
 
 /// The URL with its password masked, for messages.
 [[nodiscard]] std::string redacted_url(std::string_view url);
+
+// ---- several --db: the members of a majority ----------------------------------
+
+/// Why a member did not answer: the exit code it would have given alone (69
+/// unreachable, 78 tables missing, 64 bad URL, 70 a bug) and the message
+/// without the "sqlock: " prefix.
+struct member_failure {
+    int code = exit_code::unavailable;
+    std::string message;
+};
+
+/// One --db of several, and what opening it gave: a store or a failure.
+struct member {
+    std::string url;  ///< as given
+    std::optional<sqlock::store> store;
+    std::optional<member_failure> failure;
+};
+
+/// Runs fn(0) .. fn(n-1) each on a thread of its own and waits for all: a
+/// member that is slow to answer costs its own bound, never the sum.
+void for_each_in_parallel(std::size_t n, std::function<void(std::size_t)> const& fn);
+
+/// Exits 64 when two --db name the same database (the same URL, a scheme alias
+/// or the same SQLite file by another path).
+void reject_duplicate_databases(std::vector<std::string> const& urls);
+
+/// Opens a store per URL, side by side. `for_run`: as `run` opens one database
+/// (an SQLite member gets its file and tables); else as `open_existing`.
+/// A member that cannot be opened gets a failure, not an exception; a bad URL
+/// exits 64. `connect_timeout`: the stores' (see store_options).
+[[nodiscard]] std::vector<member> open_members(std::vector<std::string> const& urls, bool for_run,
+                                               std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
+
+/// The failure the exception being handled stands for (call inside a catch).
+[[nodiscard]] member_failure failure_of_current_exception(std::string const& url);
+
+/// The more serious of two exit codes of members: 70, then 78, then 69, then 0.
+[[nodiscard]] int worst_code(int a, int b);
 
 }  // namespace sqlock::cli

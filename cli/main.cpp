@@ -1,9 +1,11 @@
 // sqlock — run a command under a lock kept in a SQL database; list and break locks; print the schema.
 //
 //   sqlock run     [--db URL]... --name NAME [--ttl DUR] [--wait DUR] [--strategy table|row]
-//                  [--conflict-exit-code N] -- COMMAND [ARG]...
-//   sqlock list    [--db URL] [--json]
-//   sqlock release [--db URL] --name NAME --force
+//                  [--member-timeout DUR] [--conflict-exit-code N] -- COMMAND [ARG]...
+//   sqlock list    [--db URL]... [--json]
+//   sqlock release [--db URL]... --name NAME --force
+//
+// Several --db: majority mode over independent databases (sqlock::majority_locker).
 //   sqlock schema  [--db URL] [--engine postgresql|mysql|sqlite] [--apply]
 //
 // Exit codes and behaviour: docs/cli.md.
@@ -28,9 +30,15 @@ constexpr char const* db_help =
     "database URL: postgresql://user:pass@host:port/db, mysql://user:pass@host:port/db, sqlite:path.db "
     "or sqlite:///abs/path.db (default: $SQLOCK_DB, else sqlite:sqlock.db in the current directory)";
 
+constexpr char const* dbs_help =
+    "database URL: postgresql://user:pass@host:port/db, mysql://user:pass@host:port/db, sqlite:path.db "
+    "or sqlite:///abs/path.db (default: $SQLOCK_DB, else sqlite:sqlock.db in the current directory); "
+    "repeat it for the members of a majority (each a different database)";
+
 constexpr char const* exit_codes_help =
     "Exit codes: COMMAND's own (128+N when killed by signal N); 75 lock busy (--conflict-exit-code); "
-    "76 lock lost while COMMAND ran; 64 usage; 69 database unreachable or misconfigured; "
+    "76 lock lost while COMMAND ran; 64 usage; 69 database unreachable or misconfigured (several --db: too "
+    "few reachable for a majority; list/release: a database did not answer); "
     "78 lock tables missing; 126/127 COMMAND not executable / not found.";
 
 int dispatch(int argc, char** argv) {
@@ -56,7 +64,7 @@ int dispatch(int argc, char** argv) {
     run_args run;
     auto* run_cmd = app.add_subcommand(
         "run", "Run COMMAND while holding the lock NAME: sqlock run --name NAME [OPTIONS] -- COMMAND [ARG]...");
-    run_cmd->add_option("--db", run.dbs, db_help)->type_name("URL");
+    run_cmd->add_option("--db", run.dbs, dbs_help)->type_name("URL");
     run_cmd->add_option("--name", run.name, "lock name (1..255 bytes of UTF-8)")->required();
     run_cmd->add_option("--ttl", run.ttl, "lease length, renewed at a third of it (250ms, 30s, 5m, 1h)")
         ->type_name("DUR")
@@ -67,6 +75,9 @@ int dispatch(int argc, char** argv) {
     run_cmd->add_option("--strategy", run.strategy, "table (a lock row) or row (SELECT ... FOR UPDATE)")
         ->check(CLI::IsMember({"table", "row"}))
         ->capture_default_str();
+    run_cmd->add_option("--member-timeout", run.member_timeout,
+                        "several --db: how long each database may take to answer in each round (default: TTL/10)")
+        ->type_name("DUR");
     run_cmd->add_option("--conflict-exit-code", run.conflict_exit_code, "exit code when the lock is busy")
         ->check(CLI::Range(0, 255))
         ->type_name("N")
@@ -78,21 +89,33 @@ int dispatch(int argc, char** argv) {
         "sent to sqlock are forwarded to every process of COMMAND. If the lock is lost (or its validity runs out "
         "while a renewal hangs), COMMAND and all its processes get SIGTERM, then SIGKILL after 5 s, and so they do if "
         "sqlock itself dies. "
-        "On SQLite the file and its tables are created if missing.\n\n" +
+        "On SQLite the file and its tables are created if missing.\n\n"
+        "Majority mode: with several --db (3 or 5 recommended, each a different database; engines may be mixed) "
+        "the lock is held while a majority of them (N/2+1) grant and renew it, asked in parallel, each bounded "
+        "by --member-timeout; SQLOCK_TOKEN is the majority's fencing token. With an odd number of databases one "
+        "may be unreachable when sqlock starts (it says so on stderr); with an even number none may. "
+        "See docs/cli.md.\n\n" +
         std::string(exit_codes_help));
 
     list_args list;
     auto* list_cmd = app.add_subcommand(
         "list", "Print the held leases (name, owner, token, created_at, expires_at, remaining), times in UTC");
-    list_cmd->add_option("--db", list.dbs, db_help)->type_name("URL");
-    list_cmd->add_flag("--json", list.json, "JSON lines, one lease per line, with remaining_ms");
+    list_cmd->add_option("--db", list.dbs, dbs_help)->type_name("URL");
+    list_cmd->add_flag("--json", list.json, "JSON lines, one lease per line, with remaining_ms (and member)");
+    list_cmd->footer(
+        "With several --db, each database's leases with a MEMBER column, then which databases answered; exit 0 "
+        "when all answered, 69 (78: tables missing) when some did not, after printing what the others said.");
 
     release_args release;
     auto* release_cmd =
         app.add_subcommand("release", "Delete the lock NAME whoever holds it (an operator's tool) and say whose it was");
-    release_cmd->add_option("--db", release.dbs, db_help)->type_name("URL");
+    release_cmd->add_option("--db", release.dbs, dbs_help)->type_name("URL");
     release_cmd->add_option("--name", release.name, "lock name")->required();
     release_cmd->add_flag("--force", release.force, "required: the holder may still be running");
+    release_cmd->footer(
+        "With several --db, releases NAME on each database and says, per database, released / not held / did not "
+        "answer. Exit 0 when every database answered and one or more released it; 1 when every database answered "
+        "and none held it; 69 (78: tables missing) when some did not answer.");
 
     schema_args schema;
     auto* schema_cmd =
@@ -128,8 +151,7 @@ int dispatch(int argc, char** argv) {
     }
     if (separator)
         fail(exit_code::usage, "unexpected `--`: only `sqlock run` takes a command");
-    for (auto const* dbs : {&list.dbs, &release.dbs, &schema.dbs})
-        if (dbs->size() > 1) fail(exit_code::usage, "give one --db (only run will take several, for majority mode)");
+    if (schema.dbs.size() > 1) fail(exit_code::usage, "schema takes one --db: run it once per database");
     if (list_cmd->parsed()) return list_command(list);
     if (release_cmd->parsed()) return release_command(release);
     if (schema_cmd->parsed()) return schema_command(schema);

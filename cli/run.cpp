@@ -20,6 +20,7 @@
 #include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>
 #include <sqlock/locker.hpp>
+#include <sqlock/majority.hpp>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -36,11 +37,13 @@
 #include <atomic>
 #include <climits>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <stop_token>
 #include <thread>
@@ -499,28 +502,118 @@ int exit_status_of(int status) {
 
 /// On a terminal, says who holds the lock (cron and scripts get no output: a
 /// busy lock is the normal outcome on every host but one).
-void explain_conflict(sqlock::store const& store, std::string const& name, std::chrono::milliseconds wait) {
+void explain_conflict(std::vector<sqlock::store const*> const& stores, std::string const& name,
+                      std::chrono::milliseconds wait) {
     if (::isatty(STDERR_FILENO) == 0) return;
+    std::vector<std::string> holders(stores.size());
+    for_each_in_parallel(stores.size(), [&](std::size_t i) {
+        try {
+            for (auto const& l : sqlock::list_locks(*stores[i]))
+                if (l.name == name && l.remaining.count() > 0)
+                    holders[i] = printable(l.owner) + " (token " + std::to_string(l.token) + ", " +
+                                 human_remaining(l.remaining) + " left" +
+                                 (stores.size() > 1 ? " on " + stores[i]->url() : std::string()) + ")";
+        } catch (...) {  // only an explanation
+        }
+    });
     std::string holder = "another owner";
-    try {
-        for (auto const& l : sqlock::list_locks(store))
-            if (l.name == name && l.remaining.count() > 0)
-                holder = printable(l.owner) + " (token " + std::to_string(l.token) + ", " +
-                         human_remaining(l.remaining) + " left)";
-    } catch (...) {  // only an explanation
-    }
+    for (auto const& h : holders)
+        if (!h.empty()) {
+            holder = h;
+            break;
+        }
     say("lock '" + printable(name) + "' is held by " + holder +
         (wait.count() > 0 ? " and was not released within --wait" : std::string()) + "; COMMAND not started");
+}
+
+/// An owner id for every member's row and the majority lease alike, so that
+/// `sqlock list` shows the one SQLOCK_OWNER on each member:
+/// host/pid/instance/thread, as the library makes them.
+std::string majority_owner() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "unknown-host");
+    std::random_device rd;
+    char id[17];
+    std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+    return std::string(host) + "/" + std::to_string(::getpid()) + "/" + id + "/" + std::to_string(::gettid());
+}
+
+/// The majority locker over the members of several --db, or an exit_error.
+/// Each member that cannot be opened is said on stderr. The library's quorum
+/// counts the lockers it is given, so one it cannot be given (a database down
+/// when sqlock starts: a store connects when it opens) may be left out only
+/// while the quorum of the rest is still a majority of all --db: N/2+1 of N.
+sqlock::locker majority_of(std::vector<member> const& members, run_args const& args, std::chrono::milliseconds ttl,
+                           sqlock::majority_options options) {
+    std::size_t const n = members.size();
+    std::size_t const quorum = n / 2 + 1;
+    std::vector<member const*> opened, failed;
+    int code = exit_code::ok;
+    for (auto const& m : members) {
+        if (m.store) {
+            opened.push_back(&m);
+        } else {
+            failed.push_back(&m);
+            code = worst_code(code, m.failure->code);
+        }
+    }
+    std::string failures;
+    for (auto const* m : failed)
+        failures += (failures.empty() ? "" : "; ") + redacted_url(m->url) + ": " + m->failure->message;
+    // Tables missing or a bug is for someone to fix, not a member being down.
+    if (code != exit_code::ok && code != exit_code::unavailable)
+        fail(code, "majority lock '" + printable(args.name) + "' not taken: " + failures);
+    if (opened.size() / 2 + 1 < quorum)
+        fail(exit_code::unavailable,
+             "majority lock '" + printable(args.name) + "' not taken: " + std::to_string(failed.size()) + " of " +
+                 std::to_string(n) + " databases cannot be reached (" + failures + "); " +
+                 (n % 2 == 1 ? "with " + std::to_string(n) + " databases one may be down when sqlock starts"
+                             : "with an even number of databases (" + std::to_string(n) +
+                                   ") every one must be reachable when sqlock starts") +
+                 "; COMMAND not started");
+    for (auto const* m : failed)
+        say("majority member " + redacted_url(m->url) + " cannot be reached (" + m->failure->message + "); going on with " +
+            std::to_string(opened.size()) + " of " + std::to_string(n) + " databases, " + std::to_string(quorum) +
+            " of which must grant the lock");
+
+    sqlock::locker_options const member_options{
+        .ttl = ttl,
+        .owner = options.owner,
+        .auto_renew = false,  // the majority renews its members' rows itself
+    };
+    std::vector<sqlock::locker> lockers;
+    for (auto const* m : opened)
+        lockers.push_back(args.strategy == "row" ? sqlock::row_locker(*m->store, member_options)
+                                                 : sqlock::table_locker(*m->store, member_options));
+    return sqlock::majority_locker(std::move(lockers), std::move(options));
 }
 
 }  // namespace
 
 int run_command(run_args const& args) {
-    if (args.dbs.size() > 1) fail(exit_code::usage, "majority mode is not available yet: give one --db");
     if (args.command.empty())
         fail(exit_code::usage, "run needs a command after `--`: sqlock run --name NAME -- COMMAND [ARG]...");
     auto ttl = parse_duration("--ttl", args.ttl);
     auto wait = parse_duration("--wait", args.wait);
+    bool const majority = args.dbs.size() > 1;
+    std::optional<std::chrono::milliseconds> member_timeout;
+    if (!args.member_timeout.empty()) {
+        if (!majority)
+            fail(exit_code::usage, "--member-timeout is for majority mode: give it with several --db");
+        member_timeout = parse_duration("--member-timeout", args.member_timeout);
+    }
+    if (majority) {
+        reject_duplicate_databases(args.dbs);
+        // An SQLite row lock is a write transaction on the whole file: while it is
+        // held, the majority's token counter in that file cannot be written, so the
+        // member would cost a --member-timeout on every acquire and never count.
+        for (auto const& url : args.dbs)
+            if (args.strategy == "row" && engine_of_url(url) == sqlock::engine::sqlite)
+                fail(exit_code::usage, "--strategy row cannot have an SQLite member in majority mode (" +
+                                           redacted_url(url) +
+                                           "): its row lock locks the whole file, the majority's token counter "
+                                           "with it; use --strategy table, or server databases only");
+    }
     auto db = resolve_database(args.dbs);
 
     auto inherited = open_descriptors();
@@ -533,26 +626,44 @@ int run_command(run_args const& args) {
 
     std::optional<signal_watcher> watcher(std::in_place, sigfd.get());
 
-    // The embedded SQLite file works out of the box: run creates it and its
-    // tables. On a server the schema is the operator's: missing tables are exit 78.
-    bool const sqlite = engine_of_url(db.url) == sqlock::engine::sqlite;
-    std::optional<sqlock::store> store;
-    try {
-        store.emplace(open_store(db.url, {.pool_size = 4, .create_schema = sqlite}));
-    } catch (sqlock::schema_missing const&) {
-        throw schema_missing_error(db.url);
-    }
-
-    sqlock::locker_options options{
-        .ttl = ttl,
-        .auto_renew = true,
-        // on_event, not on_lost: it carries the reason, and runs right after on_lost on the same thread.
-        .on_event =
-            [loss](sqlock::lease_event const& e) {
-                if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
-            },
+    // on_event, not on_lost: it carries the reason, and runs right after on_lost on the same thread.
+    auto on_event = [loss](sqlock::lease_event const& e) {
+        if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
     };
-    auto locks = args.strategy == "row" ? sqlock::row_locker(*store, options) : sqlock::table_locker(*store, options);
+    std::optional<sqlock::store> store;
+    std::vector<member> members;
+    std::vector<sqlock::store const*> stores;  // to say who holds a busy lock
+    std::optional<sqlock::locker> locker;
+    if (!majority) {
+        // The embedded SQLite file works out of the box: run creates it and its
+        // tables. On a server the schema is the operator's: missing tables are exit 78.
+        bool const sqlite = engine_of_url(db.url) == sqlock::engine::sqlite;
+        try {
+            store.emplace(open_store(db.url, {.pool_size = 4, .create_schema = sqlite}));
+        } catch (sqlock::schema_missing const&) {
+            throw schema_missing_error(db.url);
+        }
+        stores.push_back(&*store);
+        sqlock::locker_options options{.ttl = ttl, .auto_renew = true, .on_event = on_event};
+        locker.emplace(args.strategy == "row" ? sqlock::row_locker(*store, options)
+                                              : sqlock::table_locker(*store, options));
+    } else {
+        // A member that cannot connect in the time it would have to answer
+        // counts as down: it costs its member timeout at start, not the default
+        // 5 s (PostgreSQL's connect timeout is 2 s at least).
+        auto const answer_within = member_timeout.value_or(ttl / 10);
+        members = open_members(args.dbs, true,
+                               std::clamp<std::chrono::milliseconds>(answer_within, std::chrono::seconds(2),
+                                                                     std::chrono::seconds(5)));
+        for (auto const& m : members)
+            if (m.store) stores.push_back(&*m.store);
+        locker.emplace(majority_of(members, args, ttl,
+                                   {.member_timeout = member_timeout,
+                                    .owner = majority_owner(),
+                                    .auto_renew = true,
+                                    .on_event = on_event}));
+    }
+    auto& locks = *locker;
 
     auto interrupted = [&](int sig) {
         return exit_error{128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) +
@@ -573,7 +684,7 @@ int run_command(run_args const& args) {
     }
     watcher->stop();
     if (!lease) {
-        explain_conflict(*store, args.name, wait);
+        explain_conflict(stores, args.name, wait);
         fail(args.conflict_exit_code, "");
     }
     if (int sig = watcher->signal(); sig != 0) {

@@ -193,7 +193,7 @@ sqlock::store open_store(std::string const& url, sqlock::store_options options) 
     }
 }
 
-sqlock::store open_existing(database const& db) {
+sqlock::store open_existing(database const& db, std::chrono::milliseconds connect_timeout) {
     if (auto file = sqlite_file_of_url(db.url)) {
         std::error_code ec;
         if (!file->empty() && !std::filesystem::exists(*file, ec) && !ec)
@@ -202,7 +202,7 @@ sqlock::store open_existing(database const& db) {
                                         "--apply` creates it");
     }
     try {
-        return open_store(db.url, {});
+        return open_store(db.url, {.connect_timeout = connect_timeout});
     } catch (sqlock::schema_missing const&) {
         throw schema_missing_error(db.url);
     }

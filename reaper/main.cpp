@@ -3,6 +3,8 @@
 //
 // Exit codes (sysexits.h): 0 fine, 64 usage, 69 a database unreachable,
 // 70 a database refused the statement, 78 the lock tables are missing.
+// Several --db (e.g. the members of a majority) are reaped independently: one
+// that fails is reported and does not stop the others.
 #include "duration.hpp"  // tools/
 
 #include <sqlock/sqlock.hpp>
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -249,6 +252,7 @@ struct target {
     std::optional<sqlock::reaper> reaper;
     milliseconds backoff{0};
     steady::time_point due = steady::time_point::min();
+    bool tables_missing = false;  // the last pass found no lock tables (78)
 };
 
 /// Runs `body`; maps what it throws to an exit code (0 when it returned).
@@ -288,9 +292,10 @@ void open(target& t, settings const& s, logger& out) {
     t.shown = t.db->url();
 }
 
-/// One pass over `t`; returns an exit code.
+/// One pass over `t`; returns an exit code. `retry_in(code)`: when the daemon
+/// tries again after a failure with that code (logged with the error), if it does.
 int reap(target& t, settings const& s, logger& out, std::stop_token const& stop,
-         std::optional<milliseconds> retry_in = std::nullopt) {
+         std::function<std::optional<milliseconds>(int)> const& retry_in = {}) {
     std::string message;
     int code = guarded(
         [&] {
@@ -298,10 +303,7 @@ int reap(target& t, settings const& s, logger& out, std::stop_token const& stop,
             out.pass(t.shown, t.reaper->reap_once(stop));
         },
         message);
-    if (code != ex_ok) {
-        bool retried = retry_in && code != ex_config && code != ex_usage;
-        out.error(t.shown, message, code, retried ? retry_in : std::nullopt);
-    }
+    if (code != ex_ok) out.error(t.shown, message, code, retry_in ? retry_in(code) : std::nullopt);
     return code;
 }
 
@@ -322,22 +324,33 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
     milliseconds const interval = *s.interval;
     milliseconds const first_backoff = std::min<milliseconds>(interval, 1s);
     milliseconds const max_backoff = 60s;
+    // One database without its tables needs an operator: exit, and systemd shows it.
+    // Among several (the members of a majority), it must not stop the others from
+    // being reaped: it is reported and tried again every max_backoff, and the
+    // daemon exits only when no database has its tables.
+    bool const several = targets.size() > 1;
     while (!stop.stop_requested()) {
         auto now = steady::now();
         for (auto& t : targets) {
             if (stop.stop_requested()) break;
             if (t.due > now) continue;
             auto next_backoff = t.backoff == 0ms ? first_backoff : std::min(t.backoff * 2, max_backoff);
-            int code = reap(t, s, out, stop, next_backoff);
-            if (code == ex_config || code == ex_usage) return code;  // needs an operator: systemd shows it
+            int code = reap(t, s, out, stop, [&](int c) -> std::optional<milliseconds> {
+                if (c == ex_usage || (c == ex_config && !several)) return std::nullopt;
+                return c == ex_config ? max_backoff : next_backoff;
+            });
+            if (code == ex_usage || (code == ex_config && !several)) return code;
+            t.tables_missing = code == ex_config;
             if (code == ex_ok) {
                 t.backoff = 0ms;
                 t.due = steady::now() + interval;
             } else {
-                t.backoff = next_backoff;
-                t.due = steady::now() + next_backoff;
+                t.backoff = code == ex_config ? max_backoff : next_backoff;
+                t.due = steady::now() + t.backoff;
             }
         }
+        if (std::all_of(targets.begin(), targets.end(), [](target const& t) { return t.tables_missing; }))
+            return ex_config;
         auto next = std::min_element(targets.begin(), targets.end(),
                                      [](target const& a, target const& b) { return a.due < b.due; })
                         ->due;
@@ -355,8 +368,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
                  "Each batch is one conditional DELETE on the database's clock: a row renewed a moment\n"
                  "before is never deleted. Then fencing-token counters older than --token-horizon, after\n"
                  "raising the table's floor above them, so tokens keep increasing. Several reapers on one\n"
-                 "database are safe. Exit codes: 0 fine, 64 usage, 69 a database unreachable, 70 a database\n"
-                 "refused the statement, 78 the lock tables are missing.",
+                 "database are safe. Several --db (e.g. the members of a majority) are reaped independently:\n"
+                 "one that fails is reported and the others are still reaped. Exit codes: 0 fine, 64 usage,\n"
+                 "69 a database unreachable, 70 a database refused the statement, 78 the lock tables are missing\n"
+                 "(with several databases: the most serious met).",
                  "sqlock-reaper"};
     app.set_version_flag("--version", SQLOCK_VERSION);
     bool once = false;
@@ -463,11 +478,11 @@ int main(int argc, char** argv) {
         if (c == ex_ok) continue;
         t.db.reset();
         t.reaper.reset();
-        if (c == ex_config || !s.interval) {
+        if (!s.interval || (c == ex_config && targets.size() == 1)) {
             out.error(t.shown, message, c);
             code = worst(code, c);
         }
-        // The daemon reports the unreachable ones on its first pass, with the retry.
+        // The daemon reports the others on its first pass, with the retry.
     }
     if (code == ex_config && s.interval) return code;  // --once still reaps the others
 

@@ -1,5 +1,6 @@
 // sqlock tests — the `sqlock` command (issue 5), as real processes on every
-// engine: Engines/Cli.<Test>/<engine>, plus CliBasics.<Test> (no server).
+// engine: Engines/Cli.<Test>/<engine>, CliMajority.<Test> (several --db: PostgreSQL, MariaDB
+// and an SQLite file as the members of a majority), plus CliBasics.<Test> (no server).
 //
 // Every test runs the built binary (SQLOCK_CLI) with posix_spawn, stdout and
 // stderr captured to files, and asserts exit codes, output and what COMMAND
@@ -35,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -821,7 +823,8 @@ TEST_P(Cli, UsageErrorsExit64AndStartNothing) {
         run_args({"--db", url_, "--name", name, "--ttl", "5ms"}, cmd),                 // library: ttl range
         run_args({"--db", url_, "--name", name, "--ttl", "30"}, cmd),                  // no unit
         run_args({"--db", url_, "--name", name, "--wait", "soon"}, cmd),               // not a duration
-        run_args({"--db", url_, "--db", url_, "--name", name}, cmd),                   // majority mode
+        run_args({"--db", url_, "--db", url_, "--name", name}, cmd),                   // the same database twice
+        run_args({"--db", url_, "--name", name, "--member-timeout", "1s"}, cmd),       // majority only
         run_args({"--db", url_, "--name", name, "--strategy", "queue"}, cmd),          // unknown strategy
         run_args({"--db", url_, "--name", name, "--conflict-exit-code", "256"}, cmd),  // out of range
         run_args({"--db", url_, "--name", name, "--bogus"}, cmd),                      // unknown option
@@ -847,8 +850,7 @@ TEST_P(Cli, UsageErrorsExit64AndStartNothing) {
     }
     EXPECT_FALSE(present(file("ran"))) << "a usage error started COMMAND";
     auto majority = cli(run_args({"--db", url_, "--db", url_, "--name", name}, cmd));
-    EXPECT_NE(majority.err.find("majority mode is not available yet: give one --db"), std::string::npos)
-        << majority.err;
+    EXPECT_NE(majority.err.find("is given twice"), std::string::npos) << majority.err;
     EXPECT_FALSE(row(name).has_value());
 }
 
@@ -999,6 +1001,357 @@ TEST_P(CliServer, LeaseRunningOutStopsTheCommandWhileTheRenewalHangs) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, CliServer, ::testing::Values(engine::postgresql, engine::mysql),
                          engine_param_name{});
+
+// ------------------------------------------------------------------ several --db: majority mode
+
+/// Three members, one per engine: the PostgreSQL and MariaDB test servers and
+/// an SQLite file of the test's own (require_env: skipped when a server is not
+/// configured, failing under CI). An unreachable member is a closed port.
+class CliMajority : public ::testing::Test {
+protected:
+    void SetUp() override {
+        require_env("SQLOCK_TEST_PG_URL", pg_);
+        if (should_stop()) return;
+        require_env("SQLOCK_TEST_MYSQL_URL", my_);
+        if (should_stop()) return;
+        sqlite_ = sqlite_url(files_.path() / "member.db");
+        for (auto const& url : {pg_, my_}) sqlock::store(url, {.create_schema = true});
+        prefix_ = random_prefix();
+        raw_.push_back(raw_session(engine::postgresql, pg_));
+        raw_.push_back(raw_session(engine::mysql, my_));
+    }
+
+    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
+    fs::path const& dir() const { return files_.path(); }
+    fs::path file(std::string const& leaf) const { return files_.path() / leaf; }
+
+    /// PostgreSQL, MariaDB, SQLite.
+    std::vector<std::string> members() const { return {pg_, my_, sqlite_}; }
+    static std::string down_pg() { return "postgresql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x"; }
+    static std::string down_my() { return "mysql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x"; }
+
+    static std::vector<std::string> with_dbs(std::vector<std::string> args, std::vector<std::string> const& urls) {
+        for (auto const& u : urls) args.insert(args.end(), {"--db", u});
+        return args;
+    }
+    /// `sqlock run --db A --db B ... --name NAME <flags> -- COMMAND`
+    std::vector<std::string> run(std::string const& name, std::vector<std::string> const& command,
+                                 std::vector<std::string> flags = {}, std::optional<std::vector<std::string>> urls = {}) {
+        auto args = with_dbs({}, urls.value_or(members()));
+        args.insert(args.end(), {"--name", name});
+        args.insert(args.end(), flags.begin(), flags.end());
+        return run_args(std::move(args), command);
+    }
+
+    std::unique_ptr<cli_process> start(std::vector<std::string> args) {
+        return std::make_unique<cli_process>(std::move(args), dir());
+    }
+    cli_result cli(std::vector<std::string> args) { return cli_process(std::move(args), dir()).wait(); }
+
+    std::unique_ptr<cli_process> start_holder(std::string const& name, std::string const& tag,
+                                              std::vector<std::string> flags = {}) {
+        auto p = start(run(name, sh(holder_script(tag), dir()), std::move(flags)));
+        bool started = eventually([&] { return present(file(tag + ".started")) || p->finished(); }, 30s);
+        EXPECT_TRUE(started && present(file(tag + ".started"))) << "holder " << tag << " did not start COMMAND: "
+                                                               << p->wait(1s).describe();
+        return p;
+    }
+    cli_result finish_holder(cli_process& p, std::string const& tag) {
+        std::ofstream(file(tag + ".go")).put('\n');
+        return p.wait();
+    }
+
+    /// The lock row of `name` on each member, in members() order.
+    std::vector<std::optional<lock_row>> rows(std::string const& name) {
+        auto sqlite = raw_session(engine::sqlite, sqlite_);
+        return {read_row(*raw_[0], engine::postgresql, name), read_row(*raw_[1], engine::mysql, name),
+                read_row(*sqlite, engine::sqlite, name)};
+    }
+    std::size_t held_on(std::string const& name) {
+        std::size_t k = 0;
+        for (auto const& r : rows(name)) k += r && r->live() ? 1 : 0;
+        return k;
+    }
+
+    temp_dir files_;
+    std::string pg_, my_, sqlite_, prefix_;
+    std::vector<std::unique_ptr<soci::session>> raw_;
+};
+
+TEST_F(CliMajority, RunHoldsTheLockOnEveryMemberAndGivesTheMajorityToken) {
+    std::string const name = n("majority");
+    auto p = start_holder(name, "a");
+    auto env = read_env(file("a.env"));
+    EXPECT_EQ(env.name, name);
+    EXPECT_GT(env.token, 0);
+    // One owner on every member's row: the one COMMAND sees.
+    for (auto const& r : rows(name)) {
+        ASSERT_TRUE(r.has_value()) << "a member has no row while COMMAND runs";
+        EXPECT_EQ(r->owner, env.owner);
+    }
+    auto r = finish_holder(*p, "a");
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(r.out + r.err, "") << "nothing of sqlock's own on success";
+    EXPECT_EQ(held_on(name), 0u) << "rows left after COMMAND exited";
+
+    // The next majority token of the name is greater.
+    auto b = cli(run(name, sh("printf '%s\\n' \"$SQLOCK_TOKEN\" > \"$1/b.token\"", dir())));
+    EXPECT_EQ(b.code(), 0) << b.describe();
+    long long token_b = 0;
+    std::ifstream(file("b.token")) >> token_b;
+    EXPECT_GT(token_b, env.token);
+}
+
+TEST_F(CliMajority, SecondRunOnTheSameMembersExits75WhileTheFirstHolds) {
+    std::string const name = n("busy");
+    auto holder = start_holder(name, "h");
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir())));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    EXPECT_EQ(r.out + r.err, "") << "a busy lock is silent when stderr is not a terminal: " << r.describe();
+    // The members in another order are the same majority.
+    auto reordered = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--conflict-exit-code", "9"},
+                             std::vector<std::string>{sqlite_, pg_, my_}));
+    EXPECT_EQ(reordered.code(), 9) << reordered.describe();
+    // A --wait that runs out is busy too.
+    auto waited = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--wait", "300ms"}));
+    EXPECT_EQ(waited.code(), 75) << waited.describe();
+    EXPECT_FALSE(present(file("ran")));
+    EXPECT_EQ(held_on(name), 3u) << "the losers' attempts disturbed the holder's rows";
+    auto done = finish_holder(*holder, "h");
+    EXPECT_EQ(done.code(), 0) << done.describe();
+}
+
+TEST_F(CliMajority, RowStrategyAppliesToEveryMember) {
+    // The two servers (N = 2: both must grant); an SQLite member is refused with
+    // row locks, which lock its whole file, the majority's token counter with it.
+    std::string const name = n("row");
+    std::vector<std::string> const servers{pg_, my_};
+    auto holder = start(run(name, sh(holder_script("h"), dir()), {"--strategy", "row"}, servers));
+    ASSERT_TRUE(eventually([&] { return present(file("h.started")) || holder->finished(); }, 30s));
+    ASSERT_TRUE(present(file("h.started"))) << holder->wait(1s).describe();
+    EXPECT_GT(read_env(file("h.env")).token, 0);
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--strategy", "row"}, servers));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    auto done = finish_holder(*holder, "h");
+    EXPECT_EQ(done.code(), 0) << done.describe();
+    auto again = cli(run(name, {"sh", "-c", "exit 5"}, {"--strategy", "row"}, servers));
+    EXPECT_EQ(again.code(), 5) << again.describe();
+
+    auto with_sqlite = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--strategy", "row"}));
+    EXPECT_EQ(with_sqlite.code(), 64) << with_sqlite.describe();
+    expect_one_error_line(with_sqlite);
+    EXPECT_NE(with_sqlite.err.find("--strategy table"), std::string::npos) << with_sqlite.err;
+    EXPECT_FALSE(present(file("ran")));
+}
+
+TEST_F(CliMajority, OneMemberUnreachableStillRunsTheCommand) {
+    std::string const name = n("one-down");
+    auto const down = down_my();
+    std::vector<std::string> const urls{pg_, down, sqlite_};
+    auto p = start(run(name, sh(holder_script("h"), dir()), {}, urls));
+    ASSERT_TRUE(eventually([&] { return present(file("h.started")) || p->finished(); }, 30s));
+    ASSERT_TRUE(present(file("h.started"))) << p->wait(1s).describe();
+    auto r1 = rows(name);
+    EXPECT_TRUE(r1[0] && r1[0]->live()) << "no row on PostgreSQL";
+    EXPECT_TRUE(r1[2] && r1[2]->live()) << "no row on SQLite";
+    EXPECT_FALSE(r1[1].has_value()) << "a row on MariaDB, which was not a member";
+    // While it holds, the same majority is busy for anyone else.
+    auto busy = cli(run(name, {"true"}, {}, urls));
+    EXPECT_EQ(busy.code(), 75) << busy.describe();
+
+    auto r = finish_holder(*p, "h");
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    expect_one_line_of_ours(r);
+    EXPECT_NE(r.err.find("cannot be reached"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("u:***@127.0.0.1"), std::string::npos) << "the member is not named: " << r.err;
+    EXPECT_EQ(r.err.find("secret"), std::string::npos) << "password shown: " << r.err;
+    EXPECT_EQ(held_on(name), 0u);
+}
+
+TEST_F(CliMajority, TwoMembersUnreachableDoNotRunTheCommand) {
+    std::string const name = n("two-down");
+    for (auto const& urls : std::vector<std::vector<std::string>>{
+             {pg_, down_my(), down_pg()},          // 1 of 3
+             {down_pg(), down_my(), sqlite_},      // 1 of 3, another mix
+             {pg_, my_, sqlite_, down_pg()}}) {    // 3 of 4: an even N needs every member at start
+        auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {}, urls));
+        EXPECT_EQ(r.code(), 69) << r.describe();
+        expect_one_error_line(r);
+        EXPECT_NE(r.err.find("COMMAND not started"), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("secret"), std::string::npos) << "password shown: " << r.err;
+        EXPECT_EQ(r.out, "");
+    }
+    EXPECT_FALSE(present(file("ran")));
+    EXPECT_EQ(held_on(name), 0u) << "a row was left behind";
+}
+
+TEST_F(CliMajority, ListShowsTheLockOnEachMemberAndNamesTheUnreachableOne) {
+    std::string const name = n("listed");
+    auto p = start_holder(name, "h", {"--ttl", "1h"});
+    auto env = read_env(file("h.env"));
+    auto shown = [](std::string const& url) { return sqlock::redact_url(url); };
+
+    auto table = cli(with_dbs({"list"}, members()));
+    EXPECT_EQ(table.code(), 0) << table.describe();
+    EXPECT_EQ(table.err, "");
+    std::istringstream lines(table.out);
+    std::string header, line;
+    std::getline(lines, header);
+    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
+              "MEMBER NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
+    std::size_t name_col = header.find("NAME"), owner_col = header.find("OWNER");
+    std::map<std::string, int> ours;  // member -> rows of ours
+    std::vector<std::string> status;
+    bool in_status = false;
+    while (std::getline(lines, line)) {
+        if (line.empty()) {
+            in_status = true;
+            continue;
+        }
+        if (in_status) {
+            status.push_back(line);
+            continue;
+        }
+        if (line.compare(name_col, name.size() + 1, name + " ") != 0) continue;
+        EXPECT_EQ(line.substr(owner_col, env.owner.size()), env.owner) << "columns are not aligned:\n" << table.out;
+        ++ours[line.substr(0, line.find(' '))];
+    }
+    EXPECT_EQ(ours, (std::map<std::string, int>{{shown(pg_), 1}, {shown(my_), 1}, {shown(sqlite_), 1}})) << table.out;
+    ASSERT_EQ(status.size(), 4u) << table.out;
+    EXPECT_EQ(std::regex_replace(status[0], std::regex(" +"), " "), "MEMBER ANSWERED");
+    for (std::size_t i = 1; i < status.size(); ++i)
+        EXPECT_TRUE(std::regex_search(status[i], std::regex(" yes, \\d+ leases?$"))) << status[i];
+
+    auto json = cli(with_dbs({"list", "--json"}, members()));
+    EXPECT_EQ(json.code(), 0) << json.describe();
+    std::istringstream jl(json.out);
+    std::map<std::string, int> json_ours;
+    while (std::getline(jl, line)) {
+        auto j = nlohmann::ordered_json::parse(line);
+        ASSERT_TRUE(j.is_object()) << line;
+        EXPECT_EQ(j.begin().key(), "member") << line;
+        if (j.at("name") != name) continue;
+        EXPECT_EQ(j.at("owner"), env.owner);
+        ++json_ours[j.at("member").get<std::string>()];
+    }
+    EXPECT_EQ(json_ours, ours) << json.out;
+
+    // One member down: the others' leases, the member named, exit 69.
+    auto const down = down_pg();
+    auto partial = cli(with_dbs({"list"}, {pg_, down, sqlite_}));
+    EXPECT_EQ(partial.code(), 69) << partial.describe();
+    expect_one_error_line(partial);
+    EXPECT_NE(partial.err.find(shown(down)), std::string::npos) << partial.err;
+    bool down_said = false;
+    std::set<std::string> listed_on;
+    std::istringstream partial_lines(partial.out);
+    while (std::getline(partial_lines, line)) {
+        auto first = line.substr(0, line.find(' '));
+        auto rest = line.substr(std::min(line.size(), line.find_first_not_of(' ', first.size())));
+        if (rest.rfind(name + " ", 0) == 0) listed_on.insert(first);
+        down_said = down_said || (first == shown(down) && rest.rfind("no: ", 0) == 0);
+    }
+    EXPECT_EQ(listed_on, (std::set<std::string>{shown(pg_), shown(sqlite_)})) << partial.out;
+    EXPECT_TRUE(down_said) << "the members' status does not say the unreachable one did not answer:\n" << partial.out;
+    EXPECT_EQ(partial.out.find("secret"), std::string::npos) << "password shown: " << partial.out;
+    EXPECT_EQ(partial.err.find("secret"), std::string::npos) << "password shown: " << partial.err;
+    auto partial_json = cli(with_dbs({"list", "--json"}, {pg_, down, sqlite_}));
+    EXPECT_EQ(partial_json.code(), 69) << partial_json.describe();
+    std::istringstream pj(partial_json.out);
+    int listed = 0;
+    while (std::getline(pj, line)) listed += nlohmann::json::parse(line).at("name") == name ? 1 : 0;
+    EXPECT_EQ(listed, 2) << partial_json.out;
+
+    auto done = finish_holder(*p, "h");
+    EXPECT_EQ(done.code(), 0) << done.describe();
+}
+
+TEST_F(CliMajority, ReleaseForceReleasesOnEveryMemberAndSaysWhatEachSaid) {
+    std::string const name = n("released");
+    auto p = start_holder(name, "h", {"--ttl", "1h"});
+    auto env = read_env(file("h.env"));
+
+    // A member down: released on the others, named, exit 69.
+    auto const down = down_my();
+    auto partial = cli(with_dbs({"release", "--name", name, "--force"}, {pg_, down, sqlite_}));
+    EXPECT_EQ(partial.code(), 69) << partial.describe();
+    expect_one_error_line(partial);
+    EXPECT_NE(partial.err.find(sqlock::redact_url(down)), std::string::npos) << partial.err;
+    EXPECT_NE(partial.out.find(sqlock::redact_url(pg_) + ": released lock '" + name + "' held by " + env.owner),
+              std::string::npos)
+        << partial.out;
+    EXPECT_NE(partial.out.find(sqlock::redact_url(down) + ": did not answer"), std::string::npos) << partial.out;
+    auto after = rows(name);
+    EXPECT_FALSE(after[0].has_value());
+    EXPECT_TRUE(after[1].has_value()) << "MariaDB was not given, its row must stay";
+    EXPECT_FALSE(after[2].has_value());
+
+    // Every member: released where held, "no lock" elsewhere, exit 0.
+    auto all = cli(with_dbs({"release", "--name", name, "--force"}, members()));
+    EXPECT_EQ(all.code(), 0) << all.describe();
+    EXPECT_EQ(all.err, "");
+    EXPECT_NE(all.out.find(sqlock::redact_url(my_) + ": released lock '" + name + "'"), std::string::npos) << all.out;
+    EXPECT_NE(all.out.find(sqlock::redact_url(pg_) + ": no lock named '" + name + "'"), std::string::npos) << all.out;
+    EXPECT_NE(all.out.find(sqlock::redact_url(sqlite_) + ": no lock named '" + name + "'"), std::string::npos) << all.out;
+    EXPECT_EQ(held_on(name), 0u);
+
+    // Nothing held anywhere: exit 1.
+    auto none = cli(with_dbs({"release", "--name", name, "--force"}, members()));
+    EXPECT_EQ(none.code(), 1) << none.describe();
+    expect_one_error_line(none);
+    EXPECT_NE(none.err.find("no lock named"), std::string::npos) << none.err;
+
+    auto holder = finish_holder(*p, "h");
+    EXPECT_EQ(holder.code(), 76) << "the holder's lock was broken: " << holder.describe();
+}
+
+TEST_F(CliMajority, LosingTheMajorityStopsTheCommandAndExits76) {
+    std::string const name = n("lost");
+    // One member's row broken alone costs nothing: the majority renews, and the
+    // member is taken again in a later round.
+    auto p = start_holder(name, "h", {"--ttl", "2s"});
+    auto sqlite = raw_session(engine::sqlite, sqlite_);
+    delete_row(*sqlite, name);
+    EXPECT_TRUE(eventually([&] { return held_on(name) == 3; }, 30s)) << "the SQLite member was not taken again";
+    EXPECT_FALSE(p->finished());
+
+    // Broken on every member: lost.
+    auto rel = cli(with_dbs({"release", "--name", name, "--force"}, members()));
+    EXPECT_EQ(rel.code(), 0) << rel.describe();
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    EXPECT_FALSE(present(file("h.done"))) << "COMMAND ran to its end";
+    expect_one_line_of_ours(r);
+    EXPECT_NE(r.err.find("lost lock"), std::string::npos) << r.err;
+}
+
+TEST_F(CliMajority, TheSameDatabaseTwiceExits64) {
+    std::string const name = n("twice");
+    auto cmd = sh("touch \"$1/ran\"", dir());
+    auto other_spelling = "sqlite:" + (dir() / "." / "member.db").string();
+    auto pg_alias = "postgres" + pg_.substr(pg_.find(':'));
+    for (auto const& urls : std::vector<std::vector<std::string>>{
+             {pg_, pg_, sqlite_}, {pg_, my_, sqlite_, other_spelling}, {pg_alias, my_, pg_}}) {
+        for (auto const& args : std::vector<std::vector<std::string>>{run(name, cmd, {}, urls),
+                                                                     with_dbs({"list"}, urls),
+                                                                     with_dbs({"release", "--name", name, "--force"}, urls)}) {
+            auto r = cli(args);
+            EXPECT_EQ(r.code(), 64) << args[0] << ": " << r.describe();
+            expect_one_error_line(r);
+            EXPECT_TRUE(r.err.find("given twice") != std::string::npos ||
+                        r.err.find("are the same database") != std::string::npos)
+                << r.err;
+            EXPECT_EQ(r.out, "");
+        }
+    }
+    EXPECT_FALSE(present(file("ran")));
+    // --member-timeout must be below the TTL (the library says so).
+    auto mt = cli(run(name, cmd, {"--ttl", "1s", "--member-timeout", "2s"}));
+    EXPECT_EQ(mt.code(), 64) << mt.describe();
+    expect_one_error_line(mt);
+    EXPECT_FALSE(present(file("ran")));
+    EXPECT_EQ(held_on(name), 0u);
+}
 
 // ------------------------------------------------------------------ no server needed
 

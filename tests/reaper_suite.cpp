@@ -1,6 +1,7 @@
 // sqlock tests — the reaper (issue 6), run on every engine:
 //   Engines/Reaper.<Test>/<engine>     sqlock::reaper: what is purged and what never is
 //   Engines/ReaperCli.<Test>/<engine>  the sqlock-reaper executable: logs, exit codes, signals
+//   ReaperMajority.<Test>              sqlock-reaper over several databases (PostgreSQL, MariaDB, SQLite)
 //   ReaperDuration.*                   the command-line duration parser (tools/duration.hpp)
 //
 // Each test has tables of its own (a random table_prefix, dropped afterwards), so
@@ -27,6 +28,7 @@
 #include <latch>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <stop_token>
 #include <thread>
 
@@ -43,6 +45,17 @@ using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
 constexpr long long hour_us = 3600LL * 1000 * 1000;
+
+/// The database's now plus `offset_us`, as SQL in the lock table's units.
+std::string at_sql(engine e, long long offset_us) {
+    auto off = std::to_string(offset_us);
+    switch (e) {
+        case engine::postgresql: return "clock_timestamp() + (" + off + " * interval '1 microsecond')";
+        case engine::mysql: return "NOW(6) + INTERVAL " + off + " MICROSECOND";
+        case engine::sqlite: return "(" + db_now_us_expr(e) + " + (" + off + "))";
+    }
+    return {};
+}
 
 /// The engine_fixture with a store on tables of this test's own (random table
 /// prefix), and helpers to put rows in with database-relative times.
@@ -75,15 +88,7 @@ protected:
     std::string locks() const { return tables_ + "_locks"; }
 
     /// The database's now plus `offset_us`, as SQL in the lock table's units.
-    std::string at(long long offset_us) const {
-        auto off = std::to_string(offset_us);
-        switch (e_) {
-            case engine::postgresql: return "clock_timestamp() + (" + off + " * interval '1 microsecond')";
-            case engine::mysql: return "NOW(6) + INTERVAL " + off + " MICROSECOND";
-            case engine::sqlite: return "(" + db_now_us_expr(e_) + " + (" + off + "))";
-        }
-        return {};
-    }
+    std::string at(long long offset_us) const { return at_sql(e_, offset_us); }
 
     /// Insert `count` rows `<name_prefix>0..` created `created_us` and expiring
     /// `expires_us` from the database's now (negative: in the past). Each row
@@ -1046,6 +1051,147 @@ TEST_P(ReaperCli, SigintStopsTheDaemonBetweenPasses) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, ReaperCli,
                          ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+
+// ---------------------------------------------------------- several databases: the members of a majority
+
+/// PostgreSQL, MariaDB and an SQLite file as the members of a majority, each
+/// with tables of this test's own prefix (dropped afterwards).
+class ReaperMajority : public ::testing::Test {
+protected:
+    struct db {
+        engine e;
+        std::string url;
+        std::unique_ptr<soci::session> raw;
+    };
+
+    void SetUp() override {
+        std::string pg, my;
+        require_env("SQLOCK_TEST_PG_URL", pg);
+        if (should_stop()) return;
+        require_env("SQLOCK_TEST_MYSQL_URL", my);
+        if (should_stop()) return;
+        tables_ = "sqlr_" + random_hex(10);
+        for (auto [e, url] : std::vector<std::pair<engine, std::string>>{
+                 {engine::postgresql, pg}, {engine::mysql, my}, {engine::sqlite, sqlite_url(files_.path() / "m.db")}}) {
+            sqlock::store(url, {.create_schema = true, .table_prefix = tables_});
+            dbs_.push_back({e, url, raw_session(e, url)});
+        }
+    }
+    void TearDown() override {
+        for (auto& d : dbs_) {
+            if (d.e == engine::sqlite) continue;
+            try {
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
+                    *d.raw << "DROP TABLE IF EXISTS " + tables_ + t;
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the test tables " << tables_ << "_*: " << e.what();
+            }
+        }
+    }
+
+    /// `count` rows named `<name_prefix>N` on `d`, expired an hour ago (`live`: expiring in an hour).
+    void insert(db& d, std::string const& name_prefix, int count, bool live = false) {
+        std::string sql = "INSERT INTO " + tables_ + "_locks (name, owner, token, holds, created_at, expires_at) VALUES ";
+        for (int i = 0; i < count; ++i) {
+            if (i != 0) sql += ",";
+            sql += "('" + name_prefix + std::to_string(i) + "', 'test-owner', " + std::to_string(i + 1) + ", 1, " +
+                   at_sql(d.e, -2 * hour_us) + ", " + at_sql(d.e, live ? hour_us : -hour_us) + ")";
+        }
+        *d.raw << sql;
+    }
+    long long count_prefix(db& d, std::string const& name_prefix) {
+        return count_rows_with_prefix(*d.raw, name_prefix, tables_);
+    }
+    std::vector<std::string> args(std::vector<std::string> const& urls, std::vector<std::string> extra = {}) {
+        std::vector<std::string> a;
+        for (auto const& u : urls) a.insert(a.end(), {"--db", u});
+        a.insert(a.end(), {"--table-prefix", tables_});
+        a.insert(a.end(), extra.begin(), extra.end());
+        return a;
+    }
+
+    temp_dir files_;
+    std::string tables_;
+    std::vector<db> dbs_;
+};
+
+TEST_F(ReaperMajority, ReapsEachMemberAndKeepsGoingPastAnUnreachableOne) {
+    for (auto& d : dbs_) {
+        insert(d, "old/", 3 + static_cast<int>(&d - dbs_.data()));  // 3, 4, 5: each line tells its own count
+        insert(d, "live/", 2, true);
+    }
+    auto const down = "postgresql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
+    // The unreachable member in the middle: those after it are still reaped.
+    child once(args({dbs_[0].url, down, dbs_[1].url, dbs_[2].url}), files_.path());
+    EXPECT_EQ(once.wait(), 69) << once.err();
+    auto lines = once.out_lines();
+    ASSERT_EQ(lines.size(), 3u) << once.out() << once.err();
+    for (std::size_t i = 0; i < 3; ++i) {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_match(lines[i], m, plain_line)) << lines[i];
+        EXPECT_EQ(m[1], sqlock::redact_url(dbs_[i].url));
+        EXPECT_EQ(m[2], std::to_string(3 + i));
+        EXPECT_EQ(count_prefix(dbs_[i], "old/"), 0) << dbs_[i].url;
+        EXPECT_EQ(count_prefix(dbs_[i], "live/"), 2) << dbs_[i].url;
+    }
+    auto err = once.err_lines();
+    ASSERT_EQ(err.size(), 1u) << once.err();
+    EXPECT_NE(err[0].find("u:***@127.0.0.1"), std::string::npos) << "the member is not named: " << err[0];
+    EXPECT_EQ(err[0].find("secret"), std::string::npos) << "password leaked: " << err[0];
+
+    // JSON: one pass object per member, the error object names the unreachable one.
+    for (auto& d : dbs_) insert(d, "again/", 2);
+    child json(args({down, dbs_[0].url, dbs_[1].url, dbs_[2].url}, {"--json"}), files_.path());
+    EXPECT_EQ(json.wait(), 69) << json.err();
+    std::set<std::string> reaped;
+    for (auto const& line : json.out_lines()) {
+        auto j = nlohmann::json::parse(line);
+        EXPECT_EQ(j["event"], "pass");
+        EXPECT_EQ(j["purged"], 2) << line;
+        reaped.insert(j["url"].get<std::string>());
+    }
+    EXPECT_EQ(reaped.size(), 3u) << json.out();
+    ASSERT_EQ(json.err_lines().size(), 1u) << json.err();
+    auto e = nlohmann::json::parse(json.err_lines()[0]);
+    EXPECT_EQ(e["event"], "error");
+    EXPECT_EQ(e["url"], sqlock::redact_url(down));
+    EXPECT_EQ(e["exit_code"], 69);
+}
+
+TEST_F(ReaperMajority, DaemonKeepsReapingTheOthersWhileAMemberIsDownOrHasNoTables) {
+    // A member refusing connections (through a proxy) and one whose tables are
+    // missing (an SQLite file without them) stop neither the daemon nor the others.
+    auto proxy = fault_proxy::for_url(dbs_[1].url);
+    proxy->block();
+    auto const bare = sqlite_url(files_.path() / "bare.db");
+    { auto s = raw_session(engine::sqlite, bare); *s << "CREATE TABLE unrelated (x INTEGER)"; }
+    child daemon(args({dbs_[0].url, proxy->proxied_url(dbs_[1].url), bare, dbs_[2].url}, {"--interval", "50ms"}),
+                 files_.path());
+    insert(dbs_[0], "old/", 2);
+    insert(dbs_[2], "old/", 2);
+    ASSERT_TRUE(eventually([&] { return count_prefix(dbs_[0], "old/") == 0 && count_prefix(dbs_[2], "old/") == 0; }, 60s))
+        << daemon.out() << daemon.err();
+    // Reaped again on the next passes, while the two others still fail.
+    insert(dbs_[0], "later/", 1);
+    ASSERT_TRUE(eventually([&] { return count_prefix(dbs_[0], "later/") == 0; }, 60s)) << daemon.err();
+    auto err = daemon.err();
+    EXPECT_NE(err.find("retrying in"), std::string::npos) << err;
+    EXPECT_NE(err.find("does not exist"), std::string::npos) << "the member without tables is not reported: " << err;
+
+    // The member comes back: reaped too.
+    insert(dbs_[1], "old/", 2);
+    proxy->unblock();
+    EXPECT_TRUE(eventually([&] { return count_prefix(dbs_[1], "old/") == 0; }, 90s)) << daemon.err();
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(), 0) << daemon.err();
+}
+
+TEST_F(ReaperMajority, DaemonExitsWhenNoDatabaseHasItsTables) {
+    auto const missing = "sqlr_missing_" + random_hex(6);
+    child daemon({"--db", dbs_[0].url, "--db", dbs_[2].url, "--table-prefix", missing, "--interval", "50ms"},
+                 files_.path());
+    EXPECT_EQ(daemon.wait(), 78) << daemon.err();
+}
 
 #endif  // SQLOCK_REAPER_BIN
 

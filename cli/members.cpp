@@ -1,0 +1,103 @@
+// sqlock command — several --db: the members of a majority, opened side by side.
+#include "cli.hpp"
+
+#include <sqlock/errors.hpp>
+
+#include <exception>
+#include <filesystem>
+#include <thread>
+
+namespace sqlock::cli {
+
+namespace {
+
+/// The same database written the same way: scheme aliases folded, SQLite
+/// files by their canonical path. Other spellings (a host name and its
+/// address) cannot be told apart without connecting.
+std::string database_key(std::string const& url) {
+    if (auto file = sqlite_file_of_url(url)) {
+        std::error_code ec;
+        auto path = std::filesystem::weakly_canonical(std::filesystem::absolute(*file, ec), ec);
+        return "sqlite:" + (ec ? *file : path.string());
+    }
+    auto colon = url.find(':');
+    if (colon == std::string::npos) return url;
+    auto e = engine_of_url(url);
+    return (e ? std::string(to_string(*e)) : url.substr(0, colon)) + url.substr(colon);
+}
+
+}  // namespace
+
+void for_each_in_parallel(std::size_t n, std::function<void(std::size_t)> const& fn) {
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) threads.emplace_back(fn, i);
+    for (auto& t : threads) t.join();
+}
+
+void reject_duplicate_databases(std::vector<std::string> const& urls) {
+    for (std::size_t i = 0; i < urls.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (database_key(urls[i]) == database_key(urls[j]))
+                fail(exit_code::usage,
+                     urls[i] == urls[j]
+                         ? "--db " + redacted_url(urls[i]) + " is given twice: each --db must be a different database"
+                         : "--db " + redacted_url(urls[j]) + " and --db " + redacted_url(urls[i]) +
+                               " are the same database: each --db must be a different database");
+}
+
+member_failure failure_of_current_exception(std::string const& url) {
+    try {
+        throw;
+    } catch (exit_error const& e) {
+        return {e.code, one_line(e.message).substr(8)};
+    } catch (sqlock::schema_missing const&) {
+        auto e = schema_missing_error(url);
+        return {e.code, one_line(e.message).substr(8)};
+    } catch (sqlock::usage_error const& e) {
+        return {exit_code::usage, one_line(e.what()).substr(8)};
+    } catch (sqlock::error const& e) {  // unreachable, refused, timed out
+        return {exit_code::unavailable, one_line(e.what()).substr(8)};
+    } catch (std::exception const& e) {
+        return {exit_code::software, "internal error: " + one_line(e.what()).substr(8)};
+    }
+}
+
+std::vector<member> open_members(std::vector<std::string> const& urls, bool for_run,
+                                 std::chrono::milliseconds connect_timeout) {
+    std::vector<member> members(urls.size());
+    for_each_in_parallel(urls.size(), [&](std::size_t i) {
+        auto& m = members[i];
+        m.url = urls[i];
+        try {
+            if (for_run) {
+                // As with one --db: an SQLite member gets its file and tables, a server must have them.
+                bool const sqlite = engine_of_url(m.url) == sqlock::engine::sqlite;
+                m.store.emplace(
+                    open_store(m.url, {.pool_size = 4, .create_schema = sqlite, .connect_timeout = connect_timeout}));
+            } else {
+                m.store.emplace(open_existing({m.url, true}, connect_timeout));
+            }
+        } catch (...) {
+            m.failure = failure_of_current_exception(m.url);
+        }
+    });
+    // A bad URL is the command line's fault, whichever member it is.
+    for (auto const& m : members)
+        if (m.failure && m.failure->code == exit_code::usage) fail(exit_code::usage, "--db " + redacted_url(m.url) + ": " + m.failure->message);
+    return members;
+}
+
+int worst_code(int a, int b) {
+    auto rank = [](int c) {
+        switch (c) {
+            case exit_code::ok: return 0;
+            case exit_code::unavailable: return 1;
+            case exit_code::config: return 2;
+            default: return 3;  // software
+        }
+    };
+    return rank(b) > rank(a) ? b : a;
+}
+
+}  // namespace sqlock::cli
