@@ -201,9 +201,11 @@ protected:
 private:
     /// Settle a fencing token on the members in `granted`: read their counters
     /// (a majority must answer), then write max + 1 where it is still the
-    /// largest (a majority must take it). Empty when that did not happen.
+    /// largest (a majority must take it). Empty when that did not happen;
+    /// `contended` then tells whether another client's token got in the way
+    /// (rather than members failing to answer).
     std::optional<std::int64_t> settle_token(std::string const& name, std::vector<std::size_t> const& granted,
-                                             clock::time_point valid_until, std::string& why);
+                                             clock::time_point valid_until, std::string& why, bool& contended);
 
     std::vector<member> members_;
     std::size_t quorum_;
@@ -233,9 +235,24 @@ std::string summary(std::vector<std::optional<answer>> const& answers, std::vect
     return out;
 }
 
+// The same for answers of a subset of the members (`which` maps answer k to its member).
+std::string majority_locker_impl_summary(std::vector<std::optional<answer>> const& answers,
+                                         std::vector<member> const& members, std::vector<std::size_t> const& which) {
+    std::vector<std::optional<answer>> full(members.size());
+    std::vector<member> named;
+    for (std::size_t k = 0; k < which.size() && k < answers.size(); ++k) {
+        full[k] = answers[k];
+        named.push_back(members[which[k]]);
+    }
+    full.resize(named.size());
+    return summary(full, named);
+}
+
 std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const& name,
                                                                std::vector<std::size_t> const& granted,
-                                                               clock::time_point valid_until, std::string& why) {
+                                                               clock::time_point valid_until, std::string& why,
+                                                               bool& contended) {
+    contended = false;
     // The calls may outlive this function (a member that answers late): they
     // hold what they use.
     auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
@@ -269,7 +286,8 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                          ->settle(std::min(valid_until, deadline_after(member_timeout_)),
                                   [&](auto const& r) { return count_ok(r) == granted.size(); });
         if (count_ok(reads) < quorum_) {
-            why = "fewer than " + std::to_string(quorum_) + " members answered the token read";
+            why = "fewer than " + std::to_string(quorum_) + " members answered the token read (" +
+                  majority_locker_impl_summary(reads, members_, granted) + ")";
             return std::nullopt;
         }
         std::int64_t highest = 0;
@@ -280,9 +298,11 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                           ->settle(std::min(valid_until, deadline_after(member_timeout_)),
                                    [&](auto const& r) { return count_ok(r) == granted.size(); });
         if (count_ok(writes) >= quorum_) return token;
-        // Another client settled this token (or a higher one) meanwhile, or
-        // members failed: read again.
-        why = "the token could not be written to a majority";
+        // Another client settled this token (or a higher one) meanwhile: read
+        // again. Members that failed to answer: give up.
+        contended = std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::busy; });
+        why = "the token could not be written to a majority (" + majority_locker_impl_summary(writes, members_, granted) + ")";
+        if (!contended) return std::nullopt;
     }
     return std::nullopt;
 }
@@ -361,7 +381,14 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     }
 
     std::string why;
-    auto token = settle_token(name, granted, valid_until, why);
+    bool contended = false;
+    auto token = settle_token(name, granted, valid_until, why, contended);
+    if (!token && !contended && clock::now() < valid_until) {
+        give_all_back();
+        throw backend_unavailable("sqlock: majority lock '" + name + "' was granted by " +
+                                  std::to_string(granted.size()) + " of " + std::to_string(members_.size()) +
+                                  " members, but " + why + "; nothing is held: retry later");
+    }
     if (!token || clock::now() >= valid_until) {
         give_all_back();
         return nullptr;
@@ -467,6 +494,10 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
         if (store == nullptr)
             throw usage_error("sqlock: a member of a majority locker must be a table_locker or row_locker "
                               "(a majority of majorities is not supported)");
+        if (impl->locks_whole_database())
+            throw usage_error("sqlock: a row_locker on SQLite (" + store->url() +
+                              ") cannot be a majority member: its lease locks the whole file, so the member's token "
+                              "counter could not be written; use a table_locker for SQLite members");
         auto key = std::make_pair(store->url(), store->options().table_prefix);
         if (!seen.insert(key).second)
             throw usage_error("sqlock: majority_locker got the database " + store->url() + " (table prefix '" +

@@ -219,6 +219,7 @@ protected:
 
 public:
     store_impl* member_store() noexcept override { return store_.get(); }
+    bool locks_whole_database() const noexcept override { return store_->engine() == sqlock::engine::sqlite; }
 
 private:
     std::shared_ptr<store_impl> store_;

@@ -63,13 +63,16 @@ struct majority_options {
 /// then write max + 1 where it is still the largest, on a majority — and any
 /// two majorities share a member. See docs/majority.md.
 ///
-/// Members may mix engines and strategies (table or row lockers); each must be
-/// a different database. N ≥ 3 is recommended; N = 1 or 2 work but tolerate no
+/// Members may mix engines and strategies (table or row lockers; on SQLite
+/// only table lockers: a row lock there locks the whole file); each must be a
+/// different database. A member's store connects when it is opened, so a
+/// database that is down when the members are built cannot be one: build the
+/// majority from the stores that opened (a quorum of the configured N). N ≥ 3 is recommended; N = 1 or 2 work but tolerate no
 /// failure (N = 2 needs both).
 ///
 /// @throws usage_error when `members` is empty, holds the same database twice
-///         (same URL and table prefix) or a majority locker, or an option is
-///         out of range. No I/O is done.
+///         (same URL and table prefix), a majority locker or an SQLite
+///         row_locker, or an option is out of range. No I/O is done.
 ///
 /// Thread safety: as any locker.
 [[nodiscard]] locker majority_locker(std::vector<locker> members, majority_options options = {});

@@ -62,6 +62,9 @@ public:
     /// The store a table or row locker works on; null for composite lockers.
     [[nodiscard]] virtual class store_impl* member_store() noexcept { return nullptr; }
 
+    /// True when a held lease locks its whole database for writing (SQLite's row lock).
+    [[nodiscard]] virtual bool locks_whole_database() const noexcept { return false; }
+
     /// The end of the local validity of a renewal sent at `sent` with `ttl`.
     [[nodiscard]] virtual clock::time_point validity_end(clock::time_point sent, std::chrono::milliseconds ttl) const noexcept {
         return valid_until(sent, ttl);
