@@ -4,6 +4,8 @@
 //     sqlock::store db{proxy.proxied_url(server_url)};      // connects through it
 //     proxy.block();    // every forwarded connection is closed, new ones are closed at once
 //     proxy.unblock();  // new connections are forwarded again
+//     proxy.stall();    // nothing is relayed any more, every connection stays open (a hung server)
+//     proxy.resume();   // relay again
 //
 // One thread accepts, one thread per connection relays bytes both ways. Only
 // the relay thread of a connection closes its sockets (under the mutex), so
@@ -22,6 +24,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -129,6 +132,16 @@ public:
         blocked_ = false;
     }
 
+    /// Stop relaying bytes in both directions while keeping every connection open
+    /// (accepted ones, and new ones too): a hung server or a silent network. The
+    /// client's writes are accepted; its reads just never return. A chunk a relay
+    /// thread had already read when stall() was called may still go through.
+    /// block() and the destructor still close.
+    void stall() { stalled_ = true; }
+
+    /// Relay again; what the sockets held meanwhile goes through.
+    void resume() { stalled_ = false; }
+
     /// Connections forwarded so far / closed at once because the proxy was blocked.
     [[nodiscard]] std::size_t forwarded() const noexcept { return forwarded_.load(); }
     [[nodiscard]] std::size_t refused() const noexcept { return refused_.load(); }
@@ -231,10 +244,26 @@ private:
         return true;
     }
 
+    // While stalled: wait, reading nothing, until resumed; false when the link
+    // was cut meanwhile (block() or the destructor shut both sockets down). A
+    // peer that hangs up is not relayed: a silent network does not say so.
+    bool wait_while_stalled(int const (&ends)[2]) {
+        auto constexpr gone = POLLHUP | POLLERR | POLLNVAL;
+        while (stalled_.load()) {
+            pollfd fds[2] = {{ends[0], 0, 0}, {ends[1], 0, 0}};  // only POLLHUP/POLLERR are reported
+            if (::poll(fds, 2, 20) < 0 && errno != EINTR) return false;
+            if ((fds[0].revents & gone) != 0 && (fds[1].revents & gone) != 0) return false;
+            // One end hung up: poll() now returns at once; wait without spinning.
+            if ((fds[0].revents | fds[1].revents) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return true;
+    }
+
     void relay(link& l) {
         int const ends[2] = {l.client, l.server};  // only this thread closes them
         char buf[16384];
         for (bool open = true; open;) {
+            if (!wait_while_stalled(ends)) break;
             pollfd fds[2] = {{ends[0], POLLIN, 0}, {ends[1], POLLIN, 0}};
             if (::poll(fds, 2, -1) < 0) {
                 if (errno == EINTR) continue;
@@ -242,9 +271,11 @@ private:
             }
             for (int i = 0; i < 2 && open; ++i) {
                 if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+                if (stalled_.load()) break;  // stalled meanwhile: leave it in the socket
                 ssize_t r = ::recv(ends[i], buf, sizeof buf, 0);
                 if (r < 0 && errno == EINTR) continue;
-                open = r > 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
+                if (r > 0) open = wait_while_stalled(ends);
+                open = open && r > 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
             }
         }
         std::lock_guard lock(mutex_);
@@ -262,6 +293,7 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<std::size_t> forwarded_{0};
     std::atomic<std::size_t> refused_{0};
+    std::atomic<bool> stalled_{false};
     std::mutex mutex_;
     bool blocked_ = false;  // guarded by mutex_
     std::list<std::unique_ptr<link>> links_;  // guarded by mutex_
