@@ -131,7 +131,7 @@ public:
     bool adopt(std::size_t i, std::shared_ptr<lease_row> row) {
         std::lock_guard lock(rows_mutex_);
         auto s = state();
-        if (s != lease_state::held && s != lease_state::in_doubt) return false;
+        if (closed_ || (s != lease_state::held && s != lease_state::in_doubt)) return false;
         if (rows_[i]) return false;
         rows_[i] = std::move(row);
         return true;
@@ -151,6 +151,7 @@ private:
     std::shared_ptr<majority_locker_impl> majority_;
     std::mutex rows_mutex_;
     std::vector<std::shared_ptr<lease_row>> rows_;  // per member; null where not held
+    bool closed_ = false;  // guarded by rows_mutex_: released (or being released), adopts nothing more
 };
 
 class majority_locker_impl final : public locker_impl {
@@ -406,7 +407,15 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
 }
 
 bool majority_row::db_delete() {
-    auto rows = rows_snapshot();
+    // Take the rows out and adopt no more: a late grant that arrives while the
+    // releases run is given back by its handler, not kept by a released lease.
+    std::vector<std::shared_ptr<lease_row>> rows;
+    {
+        std::lock_guard lock(rows_mutex_);
+        closed_ = true;
+        rows.resize(rows_.size());
+        rows.swap(rows_);
+    }
     auto const n = rows.size();
     auto releases = fanout<answer>::start(n, [rows](std::size_t i) -> answer {
         if (!rows[i]) return {answer::kind::busy, nullptr, 0, {}};  // not held there
@@ -418,10 +427,6 @@ bool majority_row::db_delete() {
         }
     });
     auto answers = releases->settle(deadline_after(majority_->member_timeout()), {});
-    {
-        std::lock_guard lock(rows_mutex_);
-        for (auto& r : rows_) r.reset();
-    }
     // Ours unless a majority said the row was someone else's.
     auto lost = static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](auto const& a) {
         return a && a->what == answer::kind::lost;

@@ -259,6 +259,8 @@ private:
             pollfd fds[2] = {{ends[0], 0, 0}, {ends[1], 0, 0}};  // only POLLHUP/POLLERR are reported
             if (::poll(fds, 2, 20) < 0 && errno != EINTR) return false;
             if ((fds[0].revents & gone) != 0 && (fds[1].revents & gone) != 0) return false;
+            // One end hung up: poll() now returns at once; wait without spinning.
+            if ((fds[0].revents | fds[1].revents) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         return true;
     }

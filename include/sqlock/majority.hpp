@@ -53,9 +53,12 @@ struct majority_options {
 /// members in parallel (each bounded by `member_timeout`); granted when at
 /// least N/2+1 grant it and a fencing token is settled (below) while time is
 /// left; the lease's validity is ttl − elapsed − drift. Otherwise every member
-/// is released — those that timed out too, since their insert may have landed —
-/// and the attempt is busy. The quorum comes from the configured N, never from
-/// the members that happen to answer.
+/// is released — those that timed out too, since their insert may have landed:
+/// they are released when they answer — and the attempt is busy when some
+/// member said the lock is held (or another client's token got in the way), or
+/// throws `backend_unavailable` when too few members could be reached. The
+/// quorum comes from the configured N, never from the members that happen to
+/// answer.
 ///
 /// Fencing: each grant's token is strictly greater than every earlier majority
 /// token of the name, whatever members fail in between: two rounds over the

@@ -1,0 +1,707 @@
+// sqlock tests — majority mode (issue 11) on three independent databases:
+// Majority.<Test>. The members are the PostgreSQL database `sqlock`
+// (SQLOCK_TEST_PG_URL), a second PostgreSQL database `sqlock2` on the same
+// server (SQLOCK_TEST_PG2_URL) and MariaDB (SQLOCK_TEST_MYSQL_URL); each is
+// reached through a fault proxy of its own (tests/fault_proxy.hpp), so a member
+// that refuses (block()) or goes silent (stall()) is a real one. The checks
+// read each member's lock table with raw SQL on a direct connection, behind the
+// proxies.
+//
+// Each test has tables of its own on every member (a random table_prefix,
+// created by the stores, dropped afterwards), so a run is safe on shared
+// servers. Outcomes are recorded (what a call returned or threw, the member
+// lockers' lease events, the rows) and the record is checked; waits for
+// background work are bounded polls. The only timing assertions are coarse
+// upper bounds, each explained where it is made.
+#include "test_env.hpp"
+#include "test_process.hpp"
+#include "fault_proxy.hpp"
+
+#include <sqlock/majority.hpp>
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#ifndef SQLOCK_MAJORITY_WORKER
+#error "SQLOCK_MAJORITY_WORKER (path of sqlock_majority_worker) must be defined by the build"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+using sqlock::lease;
+using sqlock::locker;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using event_kind = sqlock::lease_event::kind;
+
+/// What a call ended with, for the record a test checks: "returned" or the
+/// exception's type and message.
+template <class F>
+std::string outcome_of(F&& f) {
+    try {
+        f();
+        return "returned";
+    } catch (std::exception const& e) {
+        return describe(e);
+    }
+}
+
+long long ms_of(steady_clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+/// The lease events of one locker, kept for the test to check. Shared with the
+/// hook, which may still be called by a member's late answer after the test body.
+class event_log {
+public:
+    std::function<void(sqlock::lease_event const&)> hook() const {
+        return [s = state_](sqlock::lease_event const& e) {
+            std::lock_guard lock(s->mutex);
+            s->events.push_back({e.what, std::string(e.name), e.token});
+        };
+    }
+
+    std::size_t count(event_kind what, std::string const& name) const {
+        std::lock_guard lock(state_->mutex);
+        std::size_t n = 0;
+        for (auto const& e : state_->events)
+            if (e.what == what && e.name == name) ++n;
+        return n;
+    }
+
+    std::string all() const {
+        std::lock_guard lock(state_->mutex);
+        std::string out;
+        for (auto const& e : state_->events)
+            out += "  " + std::string(to_string(e.what)) + " " + e.name + " token " + std::to_string(e.token) + "\n";
+        return out.empty() ? "  (none)\n" : out;
+    }
+
+private:
+    struct event {
+        event_kind what;
+        std::string name;
+        std::int64_t token;
+    };
+    struct state {
+        std::mutex mutex;
+        std::vector<event> events;
+    };
+    std::shared_ptr<state> state_ = std::make_shared<state>();
+};
+
+/// One member database: its server, the proxy the library reaches it through,
+/// a store on the proxy, a direct raw session for the checks, and the lease
+/// events of its member lockers.
+struct member_db {
+    std::string label;
+    engine e{};
+    std::string url;  // direct
+    std::unique_ptr<fault_proxy> proxy;
+    std::optional<sqlock::store> store;  // through the proxy
+    std::unique_ptr<soci::session> raw;  // direct
+    event_log events;
+};
+
+/// Three member databases with tables of the test's own.
+class Majority : public ::testing::Test {
+protected:
+    static constexpr std::size_t N = 3;
+
+    void SetUp() override {
+        struct source {
+            char const* var;
+            char const* label;
+            engine e;
+        };
+        for (auto const& src : {source{"SQLOCK_TEST_PG_URL", "pg", engine::postgresql},
+                                source{"SQLOCK_TEST_PG2_URL", "pg2", engine::postgresql},
+                                source{"SQLOCK_TEST_MYSQL_URL", "mariadb", engine::mysql}}) {
+            member_db m;
+            m.label = src.label;
+            m.e = src.e;
+            require_env(src.var, m.url);
+            if (should_stop()) return;
+            members_.push_back(std::move(m));
+        }
+        tables_ = "sqlm_" + random_hex(10);
+        prefix_ = random_prefix();
+        for (auto& m : members_) {
+            m.proxy = fault_proxy::for_url(m.url);
+            // io_timeout well above anything a test waits for a member, so a stalled
+            // member's statement is still waiting when the test resumes it.
+            m.store.emplace(m.proxy->proxied_url(m.url),
+                            sqlock::store_options{.pool_size = 4,
+                                                  .create_schema = true,
+                                                  .table_prefix = tables_,
+                                                  .connect_timeout = 5s,
+                                                  .io_timeout = 20s});
+            m.raw = raw_session(m.e, m.url);
+        }
+    }
+
+    void TearDown() override {
+        for (auto& m : members_) {
+            if (!m.proxy) continue;
+            m.proxy->resume();
+            m.proxy->unblock();
+        }
+        for (auto& m : members_) {
+            m.store.reset();
+            m.proxy.reset();  // cuts what is left: the servers end those sessions and their transactions
+        }
+        if (tables_.empty()) return;
+        for (auto& m : members_) {
+            try {
+                auto s = raw_session(m.e, m.url);
+                std::vector<std::string> names(64);
+                std::string const like = tables_ + "\\_%";
+                if (m.e == engine::postgresql)
+                    *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
+                        soci::into(names), soci::use(like);
+                else
+                    *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                          "table_name LIKE :p",
+                        soci::into(names), soci::use(like);
+                for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the test tables " << tables_ << "_* on " << m.label << ": "
+                              << describe(e);
+            }
+        }
+    }
+
+    /// A lock name under this test's prefix.
+    std::string n(std::string_view s) const { return prefix_ + std::string(s); }
+
+    member_db& at(std::size_t i) { return members_.at(i); }
+
+    /// A table locker on member i (through its proxy), its events recorded.
+    locker member_locker(std::size_t i, milliseconds ttl) {
+        return sqlock::table_locker(*at(i).store, {.ttl = ttl, .auto_renew = false, .on_event = at(i).events.hook()});
+    }
+
+    /// The majority of a table locker on each member.
+    locker majority(milliseconds ttl, sqlock::majority_options options = {}) {
+        std::vector<locker> ms;
+        for (std::size_t i = 0; i < members_.size(); ++i) ms.push_back(member_locker(i, ttl));
+        return sqlock::majority_locker(std::move(ms), std::move(options));
+    }
+
+    /// The lock row of `name` on member i (raw SQL, direct), if any.
+    std::optional<lock_row> row_on(std::size_t i, std::string const& name) {
+        return read_row(*at(i).raw, at(i).e, name, tables_);
+    }
+
+    /// Which members have a row of `name`, e.g. "pg pg2" (for messages).
+    std::string holders_of(std::string const& name) {
+        std::string out;
+        for (std::size_t i = 0; i < members_.size(); ++i)
+            if (row_on(i, name)) out += (out.empty() ? "" : " ") + at(i).label;
+        return out.empty() ? "none" : out;
+    }
+
+    /// A store straight on member i's database (no proxy), for a holder from outside.
+    sqlock::store direct_store(std::size_t i) {
+        return sqlock::store(at(i).url, {.pool_size = 2, .table_prefix = tables_});
+    }
+
+    std::vector<member_db> members_;
+    std::string tables_;
+    std::string prefix_;
+};
+
+// ============================================================ 1. one member down, two down
+
+// Redlock's liveness B: with one of three members refusing connections the
+// lock is granted (on the other two); with two refusing it is not, and since
+// no member said the lock is held, the majority says so: backend_unavailable
+// (src/majority_locker.cpp, "too few members reachable and none busy"), with
+// nothing left on the member that did grant.
+TEST_F(Majority, GrantedWithOneMemberDownRefusedWithTwoDown) {
+    locker M = majority(10s, {.member_timeout = 1s, .auto_renew = false});
+    std::string const one_down = n("one-down");
+    at(2).proxy->block();
+
+    std::optional<lease> l;
+    std::string what = outcome_of([&] { l = M.try_acquire(one_down); });
+    ASSERT_EQ(what, "returned") << "try_acquire with one of three members down";
+    ASSERT_TRUE(l.has_value()) << "not granted with two of three members up; rows on: " << holders_of(one_down);
+    EXPECT_TRUE(l->held());
+    EXPECT_GT(l->token(), 0);
+    EXPECT_TRUE(row_on(0, one_down).has_value()) << "member pg holds no row of the granted lock";
+    EXPECT_TRUE(row_on(1, one_down).has_value()) << "member pg2 holds no row of the granted lock";
+    EXPECT_FALSE(row_on(2, one_down).has_value()) << "the blocked member holds a row";
+    EXPECT_GT(at(2).proxy->refused(), 0u) << "the blocked member was never tried";
+    EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    EXPECT_EQ(holders_of(one_down), "none") << "rows left after the release";
+
+    std::string const two_down = n("two-down");
+    at(1).proxy->block();
+    std::optional<lease> refused;
+    what = outcome_of([&] { refused = M.try_acquire(two_down); });
+    EXPECT_NE(what.find("backend_unavailable"), std::string::npos)
+        << "with two of three members down and none saying the lock is held, try_acquire must throw "
+           "sqlock::backend_unavailable; it: "
+        << what << (refused ? " (and granted!)" : "");
+    EXPECT_FALSE(refused.has_value()) << "granted with one member of three";
+    // The one member that granted gave its row back (within the attempt, or
+    // shortly after if that release answered late).
+    EXPECT_TRUE(eventually([&] { return at(0).events.count(event_kind::released, two_down) == 1; }, 10s))
+        << "member pg's grant of the refused attempt was not released; pg's events:\n"
+        << at(0).events.all();
+    EXPECT_FALSE(row_on(0, two_down).has_value()) << "member pg keeps a row of the refused attempt";
+}
+
+// ============================================================ 2. a stalled member costs its timeout
+
+// A member that goes silent (connections open, nothing relayed: a stopped
+// server or a silent network) must cost the majority no more than the
+// per-member timeout. The grant comes from the other two; the silent member's
+// grant, once it answers, is adopted by the lease and released with it.
+TEST_F(Majority, StalledMemberCostsOnlyItsTimeout) {
+    constexpr milliseconds member_timeout = 200ms;
+    locker M = majority(10s, {.member_timeout = member_timeout, .auto_renew = false});
+
+    // The other members' round trips: a full cycle with every member healthy
+    // (this also opens each member's pooled connection).
+    steady_clock::duration round_trip{};
+    {
+        auto const start = steady_clock::now();
+        auto warm = M.try_acquire(n("warm-up"));
+        round_trip = steady_clock::now() - start;
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+
+    std::string const name = n("stalled");
+    at(2).proxy->stall();
+    auto const start = steady_clock::now();
+    std::optional<lease> l;
+    std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+    auto const took = steady_clock::now() - start;
+    ASSERT_EQ(what, "returned");
+    ASSERT_TRUE(l.has_value()) << "not granted with one of three members stalled; rows on: " << holders_of(name);
+    // Coarse: the attempt waits for the stalled member up to member_timeout
+    // (200 ms), then settles the token on the two others (two more round trips,
+    // each like the healthy cycle's). 5 x member_timeout plus 4 healthy cycles
+    // leaves room for a loaded 2-core CI machine; waiting for the stalled
+    // member's own statement bound (io_timeout, 20 s) would be far beyond it.
+    auto const bound = 5 * member_timeout + 4 * round_trip;
+    EXPECT_LT(took, bound) << "try_acquire with a stalled member took " << ms_of(took) << " ms (healthy cycle "
+                           << ms_of(round_trip) << " ms, member_timeout " << member_timeout.count() << " ms)";
+    EXPECT_LT(took, 20s) << "try_acquire waited for the stalled member's io_timeout";
+    RecordProperty("stalled_acquire_ms", static_cast<int>(ms_of(took)));
+    RecordProperty("healthy_cycle_ms", static_cast<int>(ms_of(round_trip)));
+    EXPECT_TRUE(row_on(0, name).has_value());
+    EXPECT_TRUE(row_on(1, name).has_value());
+    EXPECT_FALSE(row_on(2, name).has_value()) << "the stalled member holds a row: the stall relayed the insert";
+
+    // Resumed, the silent member's insert lands and answers late: one more
+    // member that holds the lease, released with it.
+    at(2).proxy->resume();
+    EXPECT_TRUE(eventually([&] { return row_on(2, name).has_value(); }, 15s))
+        << "the late grant of the resumed member never showed up on it";
+    EXPECT_TRUE(l->held()) << to_string(l->state());
+    EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    EXPECT_TRUE(eventually([&] { return holders_of(name) == "none"; }, 10s))
+        << "rows left after the release on: " << holders_of(name) << "; mariadb's events:\n"
+        << at(2).events.all();
+}
+
+// ============================================================ 3. partial grants are cleaned up
+
+// Member pg is held from outside (a plain table lock on that database), member
+// pg2 refuses connections: the majority gets one grant of three (mariadb's),
+// so the attempt is busy and mariadb's row must be given back. The outside
+// holder is untouched.
+TEST_F(Majority, PartialGrantIsReleasedWhenNoMajority) {
+    std::string const name = n("partial");
+    sqlock::store outside_db = direct_store(0);
+    locker outside = sqlock::table_locker(outside_db, {.ttl = 60s, .auto_renew = false});
+    auto held = outside.try_acquire(name);
+    ASSERT_TRUE(held.has_value());
+
+    locker M = majority(10s, {.member_timeout = 1s, .auto_renew = false});
+    at(1).proxy->block();
+    std::optional<lease> l;
+    std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+    EXPECT_EQ(what, "returned") << "one member said the lock is held: the attempt is busy, not an error";
+    EXPECT_FALSE(l.has_value()) << "granted with one member of three (token " << (l ? l->token() : 0) << ")";
+
+    EXPECT_TRUE(eventually([&] { return at(2).events.count(event_kind::released, name) == 1; }, 10s))
+        << "mariadb's grant (one of three) was never released; mariadb's events:\n"
+        << at(2).events.all();
+    EXPECT_FALSE(row_on(2, name).has_value()) << "the partial grant's row is left on mariadb";
+    EXPECT_FALSE(row_on(1, name).has_value()) << "a row on the blocked member";
+    auto r = row_on(0, name);
+    ASSERT_TRUE(r.has_value()) << "the outside holder's row on pg is gone";
+    EXPECT_EQ(r->token, held->token()) << "the outside holder's row on pg changed";
+    EXPECT_EQ(r->owner, held->owner());
+    EXPECT_TRUE(held->held());
+}
+
+// As above, with the third member silent instead of refusing: pg is held from
+// outside, mariadb is stalled, pg2 grants. Not granted; pg2's row is given
+// back. Resumed after the attempt settled, mariadb's insert lands and answers
+// late: that late grant belongs to no lease and must be released too.
+TEST_F(Majority, LateGrantOfAStalledMemberIsReleased) {
+    std::string const name = n("late");
+    locker M = majority(10s, {.member_timeout = 300ms, .auto_renew = false});
+    {
+        auto warm = M.try_acquire(n("warm-up"));  // every member has an open pooled connection
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    sqlock::store outside_db = direct_store(0);
+    locker outside = sqlock::table_locker(outside_db, {.ttl = 60s, .auto_renew = false});
+    auto held = outside.try_acquire(name);
+    ASSERT_TRUE(held.has_value());
+
+    at(2).proxy->stall();
+    std::optional<lease> l;
+    std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+    EXPECT_EQ(what, "returned");
+    EXPECT_FALSE(l.has_value()) << "granted with one member of three (token " << (l ? l->token() : 0) << ")";
+    EXPECT_TRUE(eventually([&] { return at(1).events.count(event_kind::released, name) == 1; }, 10s))
+        << "pg2's grant was never released; pg2's events:\n"
+        << at(1).events.all();
+    EXPECT_FALSE(row_on(1, name).has_value()) << "the partial grant's row is left on pg2";
+    EXPECT_FALSE(row_on(2, name).has_value()) << "the stalled member holds a row: the stall relayed the insert";
+    EXPECT_EQ(at(2).events.count(event_kind::released, name), 0u) << "mariadb answered while stalled";
+
+    at(2).proxy->resume();
+    EXPECT_TRUE(eventually([&] { return at(2).events.count(event_kind::released, name) == 1; }, 15s))
+        << "the late grant of the resumed member was not released; mariadb's events:\n"
+        << at(2).events.all() << "row on mariadb: " << (row_on(2, name) ? "yes" : "no");
+    EXPECT_FALSE(row_on(2, name).has_value()) << "the late grant's row is left on mariadb";
+    // Evidence that the late insert really ran on mariadb (its token counter).
+    EXPECT_TRUE(read_counter(*at(2).raw, name, tables_).has_value())
+        << "mariadb never ran the stalled insert: the late path was not exercised";
+    auto r = row_on(0, name);
+    ASSERT_TRUE(r.has_value()) << "the outside holder's row on pg is gone";
+    EXPECT_EQ(r->token, held->token());
+}
+
+// A member that answers late while the lease is being released: its grant
+// must be released too, never kept by the released lease nor dropped (which
+// leaves its row until the TTL). mariadb is stalled at the grant; before the
+// release pg2 is stalled too, so the release waits member_timeout (300 ms) for
+// pg2, and mariadb is resumed: its late grant answers within that window (the
+// proxy relays again within ~20 ms), while the release is in progress. Each
+// round must end with every member's grant released once. (Before the fix, the
+// late grant was adopted into the rows the release had already taken, then
+// dropped unreleased.)
+TEST_F(Majority, LateGrantDuringReleaseIsReleased) {
+    locker M = majority(10s, {.member_timeout = 300ms, .auto_renew = false});
+    {
+        auto warm = M.try_acquire(n("warm-up"));
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    std::string failures;
+    for (int k = 0; k < 3; ++k) {
+        std::string const name = n("race-" + std::to_string(k));
+        at(2).proxy->stall();
+        std::optional<lease> l;
+        std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+        ASSERT_EQ(what, "returned") << "round " << k;
+        ASSERT_TRUE(l.has_value()) << "round " << k << ": not granted with one member stalled";
+        at(1).proxy->stall();
+        at(2).proxy->resume();
+        EXPECT_EQ(outcome_of([&] { l->release(); }), "returned") << "round " << k;
+        at(1).proxy->resume();
+        for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+            bool const released =
+                eventually([&] { return at(i).events.count(event_kind::released, name) == 1; }, 10s);
+            if (!released || row_on(i, name))
+                failures += "  round " + std::to_string(k) + ", " + at(i).label + ": released " +
+                            std::to_string(at(i).events.count(event_kind::released, name)) + " times, row " +
+                            (row_on(i, name) ? "left" : "gone") + "\n";
+        }
+    }
+    EXPECT_EQ(failures, "") << "grants not released after the lease was:\n" << failures;
+}
+
+// ============================================================ 4. mutual exclusion between processes
+
+// Four processes loop majority try_acquire/release on one name over the three
+// members (through the proxies), each until granted 10 times, behind a start
+// barrier. Every critical section bumps a shared file counter and records
+// "token enter exit pid" on the monotonic clock: no two overlap, tokens
+// strictly increase in grant order, no update is lost, and the processes did
+// contend (busy attempts, hand-offs between processes).
+TEST_F(Majority, ProcessContentionIsExclusive) {
+    constexpr int procs = 4;
+    constexpr int grants = 10;
+    std::string const name = n("contention");
+    temp_dir files;
+    fs::path const counter_file = files.path() / "counter";
+    std::ofstream(counter_file) << 0 << "\n";
+    fs::path const go_file = files.path() / "go";
+
+    std::vector<pid_t> pids;
+    std::vector<fs::path> record_files, ready_files, out_files;
+    for (int p = 0; p < procs; ++p) {
+        auto const tag = std::to_string(p);
+        record_files.push_back(files.path() / ("records." + tag));
+        ready_files.push_back(files.path() / ("ready." + tag));
+        out_files.push_back(files.path() / ("out." + tag));
+        std::vector<std::string> args{SQLOCK_MAJORITY_WORKER, tables_, name, counter_file.string(),
+                                      record_files.back().string(), std::to_string(grants),
+                                      ready_files.back().string(), go_file.string()};
+        for (auto& m : members_) args.push_back(m.proxy->proxied_url(m.url));
+        spawn_file_actions actions;
+        actions.capture_to_files(out_files.back(), files.path() / ("err." + tag));
+        pids.push_back(spawn_process(args, std::nullopt, actions.get()));
+    }
+    bool const ready = eventually(
+        [&] {
+            for (auto const& f : ready_files)
+                if (!fs::exists(f)) return false;
+            return true;
+        },
+        60s);
+    EXPECT_TRUE(ready) << "not every worker connected within 60 s";
+    std::ofstream(go_file) << "go\n";
+
+    // A generous bound, so a hung worker fails the test instead of hanging it.
+    std::vector<int> status(procs, -1);
+    std::vector<bool> done(procs, false);
+    int remaining = procs;
+    auto const deadline = steady_clock::now() + 150s;
+    while (remaining > 0 && steady_clock::now() < deadline) {
+        for (int p = 0; p < procs; ++p) {
+            int st = 0;
+            if (!done[p] && ::waitpid(pids[p], &st, WNOHANG) == pids[p]) {
+                status[p] = st;
+                done[p] = true;
+                --remaining;
+            }
+        }
+        if (remaining > 0) std::this_thread::sleep_for(20ms);
+    }
+    long busy = 0;
+    for (int p = 0; p < procs; ++p) {
+        if (!done[p]) {
+            ::kill(pids[p], SIGKILL);
+            ::waitpid(pids[p], &status[p], 0);
+            ADD_FAILURE() << "worker " << p << " still running after 150 s: killed";
+            continue;
+        }
+        EXPECT_TRUE(WIFEXITED(status[p]) && WEXITSTATUS(status[p]) == 0)
+            << "worker " << p << " failed: " << exit_text(status[p])
+            << "; stderr: " << slurp(files.path() / ("err." + std::to_string(p)));
+        std::ifstream out(out_files[p]);
+        std::string w1, w2;
+        long g = 0, b = 0;
+        if (out >> w1 >> g >> w2 >> b) busy += b;
+    }
+
+    long long counter = -1;
+    std::ifstream(counter_file) >> counter;
+    EXPECT_EQ(counter, procs * grants) << "lost updates: the majority lock let two processes in";
+    std::vector<cs_record> all = read_records(record_files);
+    EXPECT_EQ(all.size(), std::size_t{procs} * grants);
+    EXPECT_EQ(check_history(all), "");
+    auto const handoffs = count_handoffs(all);
+    EXPECT_GT(busy, 0) << "no attempt was ever busy: the processes did not contend";
+    EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
+    RecordProperty("busy_attempts", static_cast<int>(busy));
+    RecordProperty("handoffs", static_cast<int>(handoffs));
+    EXPECT_EQ(holders_of(name), "none") << "rows left after every worker released";
+}
+
+// ============================================================ 5. tokens across member failures
+
+// Twelve successive grants of one name, each with a different member (or
+// none) refusing connections, so consecutive majorities differ: the token must
+// still strictly increase. Member pg's majority counter starts ahead (50, as
+// after a token write that reached only that member): a grant that counts it
+// jumps, and the grants after it, without pg, must not fall back.
+TEST_F(Majority, TokensIncreaseWhileMembersFail) {
+    std::string const name = n("tokens");
+    *at(0).raw << "INSERT INTO " + tables_ + "_majority_tokens (name, token) VALUES (:n, 50)", soci::use(name);
+    locker M = majority(10s, {.member_timeout = 1s, .auto_renew = false});
+
+    int const down_in_turn[] = {-1, 0, 1, 2, 0, 2, 1, -1, 1, 0, 2, 0};
+    std::vector<std::pair<std::string, std::int64_t>> seen;  // (which member was down, token), in grant order
+    for (int down : down_in_turn) {
+        std::string const label = down < 0 ? "none down" : at(down).label + " down";
+        SCOPED_TRACE(label + ", grant " + std::to_string(seen.size()));
+        if (down >= 0) at(down).proxy->block();
+        std::optional<lease> l;
+        std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+        ASSERT_EQ(what, "returned");
+        ASSERT_TRUE(l.has_value()) << "not granted with a majority up; rows on: " << holders_of(name);
+        seen.emplace_back(label, l->token());
+        EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+        if (down >= 0) at(down).proxy->unblock();
+    }
+
+    std::string record, violations;
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        record += "  " + std::to_string(seen[i].second) + "  " + seen[i].first + "\n";
+        if (i > 0 && seen[i].second <= seen[i - 1].second)
+            violations += "  token " + std::to_string(seen[i].second) + " (" + seen[i].first + ") after " +
+                          std::to_string(seen[i - 1].second) + "\n";
+    }
+    EXPECT_EQ(violations, "") << "tokens in grant order:\n" << record;
+    EXPECT_GT(seen.back().second, 50) << "member pg's counter (50) never counted:\n" << record;
+}
+
+// ============================================================ 6. loss when a majority stops renewing
+
+// A renewed lease (ttl 2 s) whose members pg and pg2 start refusing after the
+// grant: renewals reach one member of three, so the lease must be reported
+// lost (stop_token fired, state lost, on_lost once) by its safe deadline.
+TEST_F(Majority, LostWhenAMajorityStopsRenewing) {
+    auto lost_calls = std::make_shared<std::atomic<int>>(0);
+    locker M = majority(2s, {.member_timeout = 200ms,
+                             .auto_renew = true,
+                             .on_lost = [lost_calls](std::string_view, std::int64_t) { ++*lost_calls; }});
+    std::string const name = n("loses-majority");
+    auto l = M.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    auto const stop = l->stop_token();
+    EXPECT_FALSE(stop.stop_requested());
+
+    at(0).proxy->block();
+    at(1).proxy->block();
+    // Coarse: the validity is below the ttl (2 s) from the grant; 10 s means never.
+    EXPECT_TRUE(eventually([&] { return stop.stop_requested(); }, 10s))
+        << "the stop_token did not fire after two of three members stopped renewing; state "
+        << to_string(l->state());
+    EXPECT_EQ(l->state(), sqlock::lease_state::lost);
+    EXPECT_TRUE(eventually([&] { return lost_calls->load() >= 1; }, 5s)) << "on_lost was not called";
+
+    std::string const what = outcome_of([&] { l->release(); });
+    EXPECT_NE(what.find("lease_lost"), std::string::npos) << "release of a lost lease: " << what;
+    EXPECT_EQ(lost_calls->load(), 1) << "on_lost must be called once";
+    EXPECT_EQ(M.stats().lost, 1u);
+}
+
+// ============================================================ 7. renewal with a member down
+
+// Granted while mariadb refused connections; once it is back, the lease's
+// renewals take the lock there too (a member that missed the grant rejoins
+// while the lease lives). Then pg refuses: renewals on two of three keep the
+// lease held.
+TEST_F(Majority, RenewalAddsAMissingMemberAndKeepsTheLeaseWithOneDown) {
+    locker M = majority(2s, {.member_timeout = 200ms, .auto_renew = true});
+    std::string const name = n("renewed");
+    at(2).proxy->block();
+    auto l = M.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    EXPECT_FALSE(row_on(2, name).has_value()) << "a row on the blocked member";
+
+    at(2).proxy->unblock();
+    // Renewals run every ttl/3; the lease must stay held meanwhile.
+    EXPECT_TRUE(eventually([&] { return row_on(2, name).has_value() || !l->held(); }, 10s) && l->held())
+        << "the renewals did not take the lock on the member that was down at the grant; lease "
+        << to_string(l->state()) << ", rows on: " << holders_of(name);
+
+    at(0).proxy->block();
+    auto const base = M.stats().renewed;
+    // Three renewals at ttl/3 span more than a ttl: the lease lived on two members.
+    EXPECT_TRUE(eventually([&] { return M.stats().renewed >= base + 3 || l->lost(); }, 20s))
+        << "renewals with pg down: " << M.stats().renewed - base;
+    EXPECT_TRUE(l->held()) << "lost with two of three members renewing: " << to_string(l->state());
+    EXPECT_EQ(M.stats().lost, 0u);
+
+    EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    EXPECT_FALSE(row_on(1, name).has_value()) << "pg2's row is left after the release";
+    EXPECT_FALSE(row_on(2, name).has_value()) << "mariadb's row is left after the release";
+}
+
+// ============================================================ 8. construction
+
+// Bad member lists and options are usage errors, found before any I/O; a
+// majority of one member works like that member.
+TEST_F(Majority, ConstructionIsChecked) {
+    auto const usage = [](auto&& make) {
+        try {
+            (void)make();
+            return std::string("constructed");
+        } catch (sqlock::usage_error const&) {
+            return std::string("usage_error");
+        } catch (std::exception const& e) {
+            return describe(e);
+        }
+    };
+    EXPECT_EQ(usage([] { return sqlock::majority_locker({}); }), "usage_error") << "an empty member list";
+    EXPECT_EQ(usage([&] { return sqlock::majority_locker({member_locker(0, 10s), member_locker(0, 10s)}); }),
+              "usage_error")
+        << "the same database (one store) twice";
+    sqlock::store again(at(1).proxy->proxied_url(at(1).url), {.pool_size = 1, .table_prefix = tables_});
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 10s), member_locker(1, 10s),
+                                                  sqlock::table_locker(again, {.ttl = 10s})});
+              }),
+              "usage_error")
+        << "the same database (same URL and table prefix, another store) twice";
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s), member_locker(2, 2s)},
+                                                 {.member_timeout = 2s});
+              }),
+              "usage_error")
+        << "member_timeout equal to the ttl";
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s), member_locker(2, 2s)},
+                                                 {.member_timeout = 5s});
+              }),
+              "usage_error")
+        << "member_timeout above the ttl";
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s), member_locker(2, 2s)},
+                                                 {.member_timeout = 0ms});
+              }),
+              "usage_error")
+        << "member_timeout zero";
+    EXPECT_EQ(usage([&] { return sqlock::majority_locker({majority(10s), member_locker(0, 10s)}); }), "usage_error")
+        << "a majority locker as a member";
+
+    // N = 1: granted while the member is up (a row there, tokens increasing),
+    // backend_unavailable while it refuses.
+    locker one = sqlock::majority_locker({member_locker(1, 10s)}, {.auto_renew = false});
+    std::string const name = n("one-member");
+    std::int64_t first = 0;
+    {
+        auto l = one.try_acquire(name);
+        ASSERT_TRUE(l.has_value());
+        first = l->token();
+        EXPECT_TRUE(row_on(1, name).has_value());
+        EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+        EXPECT_FALSE(row_on(1, name).has_value());
+    }
+    {
+        auto l = one.try_acquire(name);
+        ASSERT_TRUE(l.has_value());
+        EXPECT_GT(l->token(), first);
+        auto busy = one.try_acquire(name);
+        EXPECT_FALSE(busy.has_value()) << "a held lock granted again";
+        l->release();
+    }
+    at(1).proxy->block();
+    std::string const what = outcome_of([&] { (void)one.try_acquire(name); });
+    EXPECT_NE(what.find("backend_unavailable"), std::string::npos) << "N = 1 with its member down: " << what;
+}
+
+}  // namespace
