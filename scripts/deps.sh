@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
-# Usage: scripts/deps.sh [--servers]   (--servers: also PostgreSQL 15 and MariaDB server)
+# Usage: scripts/deps.sh [--servers] [--spin]
+#   --servers: also PostgreSQL 15, MariaDB server and spin: everything the full test run (and CI) needs
+#   --spin:    also spin, for scripts/model-check.sh (the majority token model check)
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
@@ -10,8 +12,9 @@ pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-dat
 for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
-    --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client) ;;
-    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers])" >&2; exit 2 ;;
+    --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin) ;;
+    --spin) pkgs+=(spin) ;;
+    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--spin])" >&2; exit 2 ;;
   esac
 done
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Model-checks majority mode's fencing-token protocol with spin (docs/majority.md):
+#   tests/spin/majority_token.pml      the protocol of src/majority_locker.cpp: must hold
+#                                      (uniqueness and monotonicity), in three configurations;
+#   majority_token.pml -DLOSS          the same with a member that restarts without its data:
+#                                      spin must find a violation (durable counters are required);
+#   tests/spin/one_round_shortcut.pml  per-member tokens, client takes the max: spin must find
+#                                      a violation.
+# Prints one line; -v also prints the hand-outs of each counter-example.
+# Exit: 0 as expected, 1 not (or spin missing under CI=true), 77 spin missing outside CI (skipped).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+models=$PWD/tests/spin
+verbose=false
+for arg in "$@"; do
+  case $arg in
+    -v) verbose=true ;;
+    *) echo "model-check.sh: unknown argument '$arg' (usage: model-check.sh [-v])" >&2; exit 2 ;;
+  esac
+done
+
+if ! command -v spin >/dev/null || ! command -v cc >/dev/null; then
+  if [[ ${CI:-} == true ]]; then
+    echo "model-check: FAILED: spin (or cc) is not installed; scripts/deps.sh --servers installs it" >&2
+    exit 1
+  fi
+  echo "model-check: skipped: spin is not installed (scripts/deps.sh --spin)"
+  exit 77
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=() failures=() trails=()
+
+# check LABEL MODEL EXPECT(hold|violate) [spin -D options...]
+check() {
+  local label=$1 model=$2 expect=$3
+  shift 3
+  local dir=$work/${label//[^a-zA-Z0-9]/_}
+  mkdir -p "$dir"
+  cp "$models/$model" "$dir/"
+  (
+    cd "$dir"
+    spin "$@" -a "$model" >spin.log 2>&1 || { cat spin.log; exit 1; }
+    # Breadth-first where a violation is expected: the shortest counter-example.
+    local search=()
+    [[ $expect == violate ]] && search=(-DBFS)
+    cc -O2 -w -DSAFETY -DMEMLIM=4096 "${search[@]}" -o pan pan.c
+    ./pan -m1000000 >pan.log 2>&1 || true
+  ) || { failures+=("$label: spin or cc failed: $(tail -3 "$dir/spin.log" | tr '\n' ' ')"); return; }
+  local log=$dir/pan.log errors states secs
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$log" | tail -1)
+  states=$(awk '/states, stored/ {print $1; exit}' "$log")
+  secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$log" | tail -1)
+  local size
+  size=$(awk -v s="${states:-0}" 'BEGIN { if (s >= 1e6) printf "%.1fM", s / 1e6; else if (s >= 1e3) printf "%.0fk", s / 1e3; else printf "%d", s }')
+  if [[ $expect == hold ]]; then
+    if [[ $errors == 0 ]] && ! grep -q -e 'max search depth too small' -e 'reached -DMEMLIM bound' "$log"; then
+      results+=("$label holds ($size states, ${secs}s)")
+    else
+      failures+=("$label: expected to hold, spin says: $(grep -m1 -e 'assertion violated' -e 'too small' -e 'MEMLIM' -e 'errors:' "$log")")
+    fi
+  else
+    if [[ ${errors:-0} -ge 1 ]] && grep -q 'assertion violated' "$log"; then
+      local handouts
+      handouts=$(cd "$dir" && spin "$@" -t "$model" 2>/dev/null | sed -n 's/^ *MSC: //p')
+      trails+=("  $label:" "$(sed 's/^/    /' <<<"$handouts")")
+      local tokens
+      tokens=$(sed -n 's/.*hands out token \([0-9]*\).*/\1/p' <<<"$handouts" | paste -sd' ' | sed 's/ / then /g')
+      results+=("$label violated as expected (tokens $tokens; $(grep -m1 -o 'assertion violated.*(at' "$log" | sed 's/ (at$//; s/  */ /g'))")
+    else
+      failures+=("$label: spin found no violation, but one was expected")
+    fi
+  fi
+}
+
+start=$SECONDS
+check "majority_token 2 clients x 2 acquisitions" majority_token.pml hold -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1
+check "majority_token 2 clients x 2 rounds, any order" majority_token.pml hold -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=2 -DANYORDER
+check "majority_token 3 clients" majority_token.pml hold -DNCLIENTS=3 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token with data loss" majority_token.pml violate -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DLOSS
+check "one_round_shortcut" one_round_shortcut.pml violate
+
+if $verbose; then printf '%s\n' "${trails[@]}"; fi
+join() { local out=$1; shift; for x in "$@"; do out+="; $x"; done; echo "$out"; }
+summary=$(join "${results[@]}")
+if ((${#failures[@]})); then
+  echo "model-check: FAILED in $((SECONDS - start))s: $(join "${failures[@]}") [ok: $summary]"
+  exit 1
+fi
+echo "model-check: ok in $((SECONDS - start))s: $summary"

@@ -1,0 +1,167 @@
+/*
+ * The majority token protocol of src/majority_locker.cpp (settle_token), for
+ * spin. scripts/model-check.sh runs it; docs/majority.md explains it.
+ *
+ * N = 3 members, each with a durable max-register c[i] (the row of a name in
+ * <prefix>_majority_tokens). A client that holds the lock on a majority M
+ * (any majority: mutual exclusion is NOT assumed, two clients may hold the
+ * lock at once, as after a clock jump or a pause) settles a token:
+ *   round 1: read c[i] from the members of M; a majority of the N must answer;
+ *            T = max + 1;
+ *   round 2: on each member of M, atomically
+ *              if c[i] < T then c[i] := T, won else not won;
+ *            T is handed out only if a majority of the N answered "won";
+ *            otherwise read again (at most MAXROUNDS rounds), then give up.
+ * Any read may be lost (no answer in time); any write may be applied with its
+ * answer lost, never arrive, or arrive late: at any later moment, after the
+ * client has moved on (the network process below). Every client asks all three
+ * members: a member outside its M is one whose read and write are lost, so
+ * this covers every choice of M, overlapping the other clients' or not.
+ *
+ * Bounds, to keep the check to seconds (scripts/model-check.sh runs several):
+ * NCLIENTS clients, NACQ acquisitions each, MAXROUNDS rounds per acquisition
+ * (settle_token has 3: each round is a fresh read, so a third adds nothing a
+ * second does not), one late write in flight at a time, members visited in
+ * the order 0, 1, 2 within a round unless -DANYORDER.
+ *
+ * Checked at every hand-out, with assertions:
+ *   (a) uniqueness:   no two hand-outs carry the same token;
+ *   (b) monotonicity: a hand-out whose attempt started after another hand-out
+ *       completed carries a larger token (floor = the largest token handed out
+ *       when the attempt began; the attempt's last round 1 starts later still).
+ *
+ * -DLOSS adds a member that restarts once without its data (its counter back
+ * to 0): the protocol assumes durable counters, and this shows what happens
+ * without them (the check must fail).
+ */
+
+#ifndef NCLIENTS
+#define NCLIENTS 2
+#endif
+#ifndef NACQ
+#define NACQ 2          /* acquisitions per client */
+#endif
+#define NMEMBERS 3
+#define QUORUM 2        /* N/2 + 1 of the configured N */
+#ifndef MAXROUNDS
+#define MAXROUNDS 3     /* as settle_token */
+#endif
+#define MAXTOKEN 32     /* > NCLIENTS * NACQ * MAXROUNDS + 1: tokens stay below */
+
+byte c[NMEMBERS];                /* per member: the durable max-register */
+byte pend_t, pend_i;             /* a write in flight, token and member (pend_t 0: none) */
+bool used[MAXTOKEN];             /* tokens handed out */
+byte handed_max;                 /* the largest token handed out so far */
+
+/* One member's conditional write, atomic on the member (one statement). */
+inline write(i, t, won) {
+    won = (c[i] < t);
+    if
+    :: won -> c[i] = t
+    :: !won
+    fi
+}
+
+/* Round 1 on member i (bit i of done: each member once per round, in any order
+   with -DANYORDER, else in the order 0, 1, 2): the read is answered in time,
+   or not. */
+#ifdef ANYORDER
+#define NEXT(i) ((done & (1 << i)) == 0)
+#else
+#define NEXT(i) (done == (1 << i) - 1)
+#endif
+#define READ(i) \
+    :: d_step { NEXT(i) -> done = done | (1 << i); reads++; \
+                if :: c[i] > best -> best = c[i] :: c[i] <= best fi } \
+    :: d_step { NEXT(i) -> done = done | (1 << i) }  /* lost, too late, or not in M */
+
+/* Round 2 on member i, same order rule: T where it is still the largest. */
+#define SEND(i) \
+    :: d_step { NEXT(i) -> done = done | (1 << i); \
+                write(i, t, won); if :: won -> wins++ :: !won fi; won = false }  /* answered */ \
+    :: d_step { NEXT(i) -> done = done | (1 << i); \
+                write(i, t, won); won = false }                      /* lands, answer lost */ \
+    :: d_step { NEXT(i) && pend_t == 0 -> done = done | (1 << i); \
+                pend_t = t; pend_i = i }                             /* lands later, answer lost */ \
+    :: d_step { NEXT(i) -> done = done | (1 << i) }   /* never arrives, or not in M */
+
+proctype client(byte id) {
+    byte acq, round, floor, best, t, reads, wins, done;
+    bool won;
+
+    do
+    :: acq < NACQ ->
+        /* The lock is held on some majority M, the members that granted it. A
+           member outside M is one whose read and write are lost: asking all
+           three and losing answers covers every M (and keeps the state space
+           small). */
+        floor = handed_max;  /* hand-outs completed before this attempt began */
+        do
+        :: round < MAXROUNDS ->
+            do
+            READ(0) READ(1) READ(2)
+            :: done == 7 -> done = 0; break
+            od;
+            if
+            :: reads < QUORUM -> break  /* fewer than a majority answered: give up */
+            :: reads >= QUORUM
+            fi;
+            atomic { t = best + 1; best = 0; reads = 0 };
+            assert(t < MAXTOKEN);
+            do
+            SEND(0) SEND(1) SEND(2)
+            :: done == 7 -> done = 0; break
+            od;
+            if
+            :: wins >= QUORUM ->
+                /* Handed out. (settle_token's caller may still give it back when the
+                   validity ran out meanwhile: that only removes a hand-out.) */
+                atomic {
+                    printf("MSC: client %d hands out token %d (floor %d)\n", id, t, floor);
+                    assert(!used[t]);    /* (a) uniqueness */
+                    assert(t > floor);   /* (b) monotonicity */
+                    used[t] = true;
+                    if :: t > handed_max -> handed_max = t :: t <= handed_max fi
+                };
+                break
+            :: wins < QUORUM -> d_step { round++; wins = 0; t = 0 }  /* read again */
+            fi
+        :: round == MAXROUNDS -> break
+        od;
+        atomic { acq++; round = 0; t = 0; wins = 0; reads = 0; best = 0; floor = 0 }
+    :: acq == NACQ -> break
+    od
+}
+
+/* The write in flight lands on its member at any moment (one at a time: a
+   bound of the model, which keeps the state space small). */
+active proctype network() {
+    bool won;
+end:
+    do
+    :: d_step { pend_t != 0 -> write(pend_i, pend_t, won); won = false; pend_t = 0; pend_i = 0 }
+    od
+}
+
+#ifdef LOSS
+/* A member restarts without its data: its counter is 0 again. */
+active proctype data_loss() {
+    byte i;
+    if
+    :: i = 0
+    :: i = 1
+    :: i = 2
+    fi;
+    atomic { c[i] = 0; printf("MSC: member %d restarts without its data\n", i) }
+}
+#endif
+
+init {
+    byte k;
+    atomic {
+        do
+        :: k < NCLIENTS -> run client(k); k++
+        :: else -> break
+        od
+    }
+}
