@@ -80,7 +80,13 @@ protected:
         switch (e_) {
             case engine::postgresql: return "clock_timestamp() + (" + off + " * interval '1 microsecond')";
             case engine::mysql: return "NOW(6) + INTERVAL " + off + " MICROSECOND";
-            case engine::sqlite: return "(" + db_now_us_expr(e_) + " + (" + off + "))";
+            case engine::sqlite: {
+                // Appended, not `"(" + db_now_us_expr(e_)`: GCC 12 -O3 flags operator+(const char*,
+                // string&&) with a false -Wrestrict (GCC bug 105329).
+                std::string expr = "(";
+                expr += db_now_us_expr(e_);
+                return expr + " + (" + off + "))";
+            }
         }
         return {};
     }
