@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
-# Usage: scripts/deps.sh [--servers]   (--servers: also PostgreSQL 15 and MariaDB server)
+# Usage: scripts/deps.sh [--servers] [--clang] [--docs]
+#   --servers  also PostgreSQL 15 and MariaDB server (the tests)
+#   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI
+#   --docs     also Doxygen: the API reference (scripts/docs.sh, cmake --build build --target docs)
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
@@ -11,7 +14,10 @@ for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
     --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client) ;;
-    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers])" >&2; exit 2 ;;
+    # clang's ASan/UBSan runtimes are in libclang-rt-14-dev (a dependency of clang-14).
+    --clang) pkgs+=(clang) ;;
+    --docs) pkgs+=(doxygen) ;;
+    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--clang] [--docs])" >&2; exit 2 ;;
   esac
 done
 
