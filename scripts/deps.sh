@@ -14,8 +14,9 @@ for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
     --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client) ;;
-    # clang's ASan/UBSan runtimes are in libclang-rt-14-dev (a dependency of clang-14).
-    --clang) pkgs+=(clang) ;;
+    # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
+    # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.
+    --clang) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
     --docs) pkgs+=(doxygen) ;;
     *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--clang] [--docs])" >&2; exit 2 ;;
   esac
