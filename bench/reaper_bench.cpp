@@ -114,7 +114,10 @@ void insert_expired(soci::session& s, sqlock::engine e, std::string const& locks
             std::string number = "1", from;
             long long scale = 1;
             for (int k = 0; scale < rows; ++k, scale *= 10) {
-                auto t = "t" + std::to_string(k);
+                // Appended rather than `"t" + std::to_string(k)`: GCC 12 at -O2/-O3 flags that
+                // operator+(const char*, string&&) with a false -Wrestrict (GCC bug 105329).
+                std::string t = "t";
+                t += std::to_string(k);
                 number += " + " + std::to_string(scale) + " * " + t + ".d";
                 from += (k == 0 ? "" : " CROSS JOIN ") + digit + " " + t;
             }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
-# Usage: scripts/deps.sh [--servers] [--spin]
-#   --servers: also PostgreSQL 15, MariaDB server and spin: everything the full test run (and CI) needs
-#   --spin:    also spin, for scripts/model-check.sh (the majority token model check)
+# Usage: scripts/deps.sh [--servers] [--spin] [--clang] [--docs]
+#   --servers  also PostgreSQL 15, MariaDB server and spin: everything the full test run needs
+#   --spin     also spin, for scripts/model-check.sh (the majority token model check)
+#   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI
+#   --docs     also Doxygen: the API reference (scripts/docs.sh, cmake --build build --target docs)
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
@@ -14,7 +16,11 @@ for arg in "$@"; do
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
     --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin) ;;
     --spin) pkgs+=(spin) ;;
-    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--spin])" >&2; exit 2 ;;
+    # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
+    # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.
+    --clang) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
+    --docs) pkgs+=(doxygen) ;;
+    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--spin] [--clang] [--docs])" >&2; exit 2 ;;
   esac
 done
 

@@ -9,7 +9,8 @@ root=$PWD
 if [[ -v CI ]]; then export CI; fi
 
 bash scripts/deps.sh --servers
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Under CI, warnings are errors (SQLOCK_WARNINGS_AS_ERRORS); elsewhere the cached choice stands (default off).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CI:+-DSQLOCK_WARNINGS_AS_ERRORS=ON}
 cmake --build build -j2
 
 export SQLOCK_TEST_DIR=${SQLOCK_TEST_DIR:-$root/build/test-servers}

@@ -165,7 +165,7 @@ public:
     }
 
 private:
-    engine e_;
+    [[maybe_unused]] engine e_;  // not read yet; without the attribute Clang warns (-Wunused-private-field)
     // Declared before the store: the store (and its pooled connections) goes first.
     std::unique_ptr<fault_proxy> proxy_;
     std::unique_ptr<soci::session> blocker_;

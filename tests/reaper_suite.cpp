@@ -52,7 +52,13 @@ std::string at_sql(engine e, long long offset_us) {
     switch (e) {
         case engine::postgresql: return "clock_timestamp() + (" + off + " * interval '1 microsecond')";
         case engine::mysql: return "NOW(6) + INTERVAL " + off + " MICROSECOND";
-        case engine::sqlite: return "(" + db_now_us_expr(e) + " + (" + off + "))";
+        case engine::sqlite: {
+            // Appended, not `"(" + db_now_us_expr(e)`: GCC 12 -O3 flags operator+(const char*,
+            // string&&) with a false -Wrestrict (GCC bug 105329).
+            std::string expr = "(";
+            expr += db_now_us_expr(e);
+            return expr + " + (" + off + "))";
+        }
     }
     return {};
 }

@@ -175,8 +175,15 @@ public:
     /// jitter (until `deadline`, then `backend_unavailable`). A broken
     /// connection is reopened once (see `run_options::on_reconnect`).
     template <class Op>
-    auto run(std::string_view what, Op&& op, run_options const& how = {})
+    auto run(std::string_view what, Op&& op, run_options const& how)
         -> decltype(op(std::declval<soci::session&>()));
+    /// `run` with the default `run_options`. An overload rather than `= {}`: Clang rejects a
+    /// default argument that needs a nested class's default member initializers inside the
+    /// enclosing class.
+    template <class Op>
+    auto run(std::string_view what, Op&& op) -> decltype(op(std::declval<soci::session&>())) {
+        return run(what, std::forward<Op>(op), run_options{});
+    }
 
     /// Arms the client-side deadline of statements on `s` for its lifetime.
     class io_guard {

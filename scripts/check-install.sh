@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Installs a built sqlock into a temporary prefix (cmake --install) and builds and runs the
+# consumer project tests/consumer against it, as a user would: once through
+# find_package(sqlock CONFIG) and once through pkg-config (tests/consumer/Makefile).
+# Each consumer takes a lock on an SQLite file and prints its token.
+#   bash scripts/check-install.sh [BUILD_DIR]      (default: build; it must be built)
+# For a static libsqlock.a the consumers link SOCI's backends, libpq, libmariadb and sqlite3
+# through the package (CMake) and Libs.private/Requires.private (pkg-config --static); for a
+# shared libsqlock.so the CMake consumer is configured with SOCI, PostgreSQL and SQLite3 lookups
+# disabled, and the pkg-config one with plain --libs: they must need nothing but libsqlock.
+# KEEP=1 keeps the prefix and the consumer builds (their paths are printed).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+build=$(cd "${1:-build}" && pwd)
+
+say() { echo "check-install.sh: $*"; }
+fail() { echo "check-install.sh: FAILED: $*" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sqlock-install.XXXXXX)
+if [[ ${KEEP:-} == 1 ]]; then trap 'say "kept $work"' EXIT; else trap 'rm -rf "$work"' EXIT; fi
+prefix=$work/prefix
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+for f in include/sqlock/sqlock.hpp share/sqlock/schema/sqlite.sql; do
+  [[ -f $prefix/$f ]] || fail "$f not installed"
+done
+config=$(find "$prefix" -name sqlockConfig.cmake -print -quit)
+pc=$(find "$prefix" -name sqlock.pc -print -quit)
+[[ -n $config && -f $(dirname "$config")/FindSOCI.cmake ]] || fail "lib/cmake/sqlock/{sqlockConfig,FindSOCI}.cmake not installed"
+[[ -n $pc && $(basename "$(dirname "$pc")") == pkgconfig ]] || fail "lib/pkgconfig/sqlock.pc not installed"
+libdir=$(dirname "$(dirname "$pc")")
+[[ $(dirname "$(dirname "$(dirname "$config")")") == "$libdir" ]] || fail "sqlock.pc and the CMake package are in different lib dirs"
+grep -qx "prefix=$prefix" "$pc" || fail "sqlock.pc does not name the install prefix $prefix"
+
+if [[ -e $libdir/libsqlock.so ]]; then
+  kind=shared
+  soname=$(readelf -d "$libdir/libsqlock.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  [[ -n $soname && -e $libdir/$soname ]] || fail "libsqlock.so has no SONAME, or $soname is not installed"
+  say "shared library: $(basename "$(readlink -f "$libdir/libsqlock.so")"), SONAME $soname"
+elif [[ -e $libdir/libsqlock.a ]]; then
+  kind=static
+  say "static library: libsqlock.a"
+else
+  fail "no libsqlock.a or libsqlock.so in $libdir"
+fi
+
+check_output() { # BINARY DB: runs a consumer twice (the lock is released in between)
+  local out i
+  for i in 1 2; do
+    out=$("$1" "$2") || fail "$1 exited with $?"
+    [[ $out =~ ^token\ [0-9]+$ ]] || fail "$1 printed '$out', not 'token N'"
+    say "  run $i: $out"
+  done
+}
+
+# The installed commands find libsqlock (a shared one through their RUNPATH, $ORIGIN/../lib).
+for cmd in sqlock sqlock-reaper; do
+  if [[ -x $prefix/bin/$cmd ]]; then
+    "$prefix/bin/$cmd" --version >/dev/null || fail "the installed $cmd does not run"
+  fi
+done
+
+# ---- find_package ----
+cmake_args=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release)
+if [[ $kind == shared ]]; then
+  cmake_args+=(-DCMAKE_DISABLE_FIND_PACKAGE_SOCI=ON -DCMAKE_DISABLE_FIND_PACKAGE_PostgreSQL=ON
+               -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=ON -DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON)
+fi
+say "find_package consumer ($kind)"
+cmake -S "$root/tests/consumer" -B "$work/cmake" "${cmake_args[@]}" >"$work/cmake.log" 2>&1 ||
+  { cat "$work/cmake.log"; fail "configuring tests/consumer"; }
+cmake --build "$work/cmake" -j2 --verbose >"$work/cmake-build.log" 2>&1 ||
+  { cat "$work/cmake-build.log"; fail "building tests/consumer"; }
+link=$(grep -- '-o sqlock-consumer ' "$work/cmake-build.log" || true)
+if [[ $kind == static ]]; then
+  for l in libsoci_core libsoci_postgresql libsoci_mysql libsoci_sqlite3 libpq libmariadb libsqlite3; do
+    [[ $link == *"$l."* || $link == *"-l${l#lib}"* ]] || fail "the consumer's link line lacks $l: $link"
+  done
+else
+  [[ $link != *soci* ]] || fail "a consumer of the shared library links SOCI: $link"
+fi
+check_output "$work/cmake/sqlock-consumer" "$work/cmake.db"
+
+# ---- pkg-config ----
+pcflags=()
+[[ $kind == static ]] && pcflags=(PKG_CONFIG_FLAGS=--static)
+say "pkg-config consumer ($kind): $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config ${pcflags:+--static} --libs sqlock)"
+if [[ $kind == shared ]]; then
+  [[ -z $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --print-requires-private sqlock) ]] ||
+    fail "sqlock.pc of a shared library has Requires.private"
+fi
+mkdir -p "$work/pc"
+PKG_CONFIG_PATH=$libdir/pkgconfig make -s -C "$root/tests/consumer" O="$work/pc" "${pcflags[@]}" ||
+  fail "building tests/consumer with its Makefile (pkg-config)"
+check_output "$work/pc/sqlock-consumer-pc" "$work/pc.db"
+say "OK: $kind libsqlock installed, used through find_package and pkg-config"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Everything CI checks (.ci/run calls it after installing the packages), runnable by developers:
+#   bash scripts/ci.sh [STEP...]        (default: every step, in this order)
+# Steps:
+#   test        scripts/test.sh: build/ (RelWithDebInfo, static libsqlock.a, warnings as errors
+#               under CI), every test on PostgreSQL, MariaDB and SQLite, restart and crash included
+#   demo        scripts/demo.sh, the README's first command (reuses build/)
+#   install     scripts/check-install.sh build: the static library installed to a temporary prefix,
+#               a consumer built through find_package and through pkg-config
+#   release     the `release-shared` preset (Release, BUILD_SHARED_LIBS=ON, warnings as errors) in
+#               build/release-shared, and the test suite against libsqlock.so (restart and crash
+#               tests excluded: the static run has them), then check-install.sh on it
+#   sanitize    scripts/sanitize.sh: Clang build with ASan + UBSan (build/asan), tests under it
+#   docs        scripts/docs.sh: the Doxygen API reference (build/docs/api/html)
+# Prints each step's duration at the end; stops at the first failing step.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ -v CI ]]; then export CI; fi
+
+all=(test demo install release sanitize docs)
+(($#)) || set -- "${all[@]}"
+for s in "$@"; do
+  [[ " ${all[*]} " == *" $s "* ]] || { echo "ci.sh: unknown step '$s' (steps: ${all[*]})" >&2; exit 64; }
+done
+
+# (Called in an `||` list, where set -e does not apply: hence the && chain.)
+step_release() {
+  cmake --preset release-shared >/dev/null &&
+    cmake --build --preset release-shared -j2 &&
+    SQLOCK_TEST_DIR=$PWD/build/release-shared/test-servers \
+      bash scripts/with-servers.sh ctest --test-dir build/release-shared --output-on-failure -LE 'restart|crash|model' &&
+    bash scripts/check-install.sh build/release-shared
+}
+
+summary=()
+start=$SECONDS
+report() {
+  echo
+  echo "ci.sh: step durations"
+  local line
+  for line in "${summary[@]}"; do echo "  $line"; done
+  echo "  total $((SECONDS - start))s"
+}
+trap report EXIT
+
+for s in "$@"; do
+  echo
+  echo "=== ci.sh: step '$s' ==="
+  t0=$SECONDS rc=0
+  case $s in
+    test) bash scripts/test.sh || rc=$? ;;
+    demo) bash scripts/demo.sh || rc=$? ;;
+    install) bash scripts/check-install.sh build || rc=$? ;;
+    release) step_release || rc=$? ;;
+    sanitize) bash scripts/sanitize.sh || rc=$? ;;
+    docs) bash scripts/docs.sh || rc=$? ;;
+  esac
+  summary+=("$(printf '%-9s %4ss  %s' "$s" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")")")
+  if ((rc != 0)); then
+    echo "ci.sh: step '$s' failed (exit $rc)" >&2
+    exit "$rc"
+  fi
+done

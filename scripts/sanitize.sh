@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs sqlock's tests under AddressSanitizer + UndefinedBehaviorSanitizer, against private
+# PostgreSQL and MariaDB servers (scripts/test-servers.sh), as CI does.
+#   bash scripts/sanitize.sh [CTEST-ARGS...]
+# Builds the `asan` preset (CMakePresets.json: Clang, RelWithDebInfo, -fsanitize=address,undefined
+# with -fno-sanitize-recover, warnings as errors) in build/asan. Every process the tests start
+# (workers, the sqlock and sqlock-reaper commands) is instrumented as well; any ASan or UBSan
+# report aborts that process, which fails its test; leaks are reported at exit (LeakSanitizer).
+# Default selection: every suite except the ones that
+# restart or kill the servers (labels "restart" and "crash") and the spin model check ("model": no
+# sqlock code runs in it); SQLOCK_SANITIZE_EXCLUDE changes the
+# regex): they exercise the servers more than sqlock, and run in the main test run.
+# Arguments replace the default selection and go to ctest, e.g.  scripts/sanitize.sh -R sqlite
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+if [[ -v CI ]]; then export CI; fi
+
+bash scripts/deps.sh --servers --clang
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j2
+
+# abort_on_error: a report kills the process with SIGABRT even where a test only checks an exit code.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-14/bin/llvm-symbolizer}
+if (($# == 0)); then
+  set -- -LE "${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model}"
+fi
+export SQLOCK_TEST_DIR=${SQLOCK_TEST_DIR:-$root/build/asan/test-servers}
+exec bash scripts/with-servers.sh ctest --test-dir build/asan --output-on-failure "$@"
