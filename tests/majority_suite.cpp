@@ -123,7 +123,6 @@ struct member_db {
 /// Three member databases with tables of the test's own.
 class Majority : public ::testing::Test {
 protected:
-    static constexpr std::size_t N = 3;
 
     void SetUp() override {
         struct source {
