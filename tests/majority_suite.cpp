@@ -123,7 +123,6 @@ struct member_db {
 /// Three member databases with tables of the test's own.
 class Majority : public ::testing::Test {
 protected:
-
     void SetUp() override {
         struct source {
             char const* var;
