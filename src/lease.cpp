@@ -49,8 +49,10 @@ void lease_row::mark_lost(std::string_view why) noexcept {
     do {
         if (s == st_lost || s == st_released) return;
     } while (!state_.compare_exchange_weak(s, st_lost));
-    stop_.request_stop();
+    // Counters, on_lost and the event first: whoever wakes on the stop token
+    // finds them already done.
     locker_->on_lost(*this, why);
+    stop_.request_stop();
 }
 
 bool lease_row::add_hold() {
