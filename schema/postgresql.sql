@@ -5,6 +5,8 @@
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
 -- clean-up after a broken connection deletes only its own attempt's row.
+-- waiters: set by an acquire that found the row held and will wait; only then
+-- does the release NOTIFY (uncontended releases skip the notify queue).
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       text        COLLATE "C" NOT NULL PRIMARY KEY,
     owner      text        NOT NULL,
@@ -12,8 +14,12 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
     holds      integer     NOT NULL DEFAULT 1,
     attempt    bigint      NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    waiters    boolean     NOT NULL DEFAULT false
 );
+
+-- Tables made by an older sqlock get the column (idempotent).
+ALTER TABLE sqlock_locks ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT false;
 
 -- Lets the reaper find expired rows without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_at);

@@ -59,11 +59,7 @@ private:
             guard.disarm();
             // Close the connection rather than trust a ROLLBACK on it: the server
             // then ends the transaction (and its row lock) whatever state it is in.
-            try {
-                conn_->session().close();
-            } catch (...) {
-            }
-            conn_->mark_broken();  // reopened clean on its next use
+            conn_->close();  // reopened clean on its next use
             conn_.reset();
             return when_gone;
         }
@@ -126,7 +122,7 @@ protected:
         auto const draw = [&] {
             return store_->run(
                 "drawing a token for row lock '" + name + "'",
-                [&](soci::session& s) { return d.draw_token(s, name); }, {.reserved = true});
+                [&](pooled_session s) { return d.draw_token(s, name); }, {.reserved = true});
         };
         bool ensured = false;
         bool reconnected = false;

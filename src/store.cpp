@@ -6,6 +6,7 @@
 #include <soci/soci.h>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <random>
@@ -68,7 +69,8 @@ std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_st
 }  // namespace
 
 store_impl::store_impl(std::string_view url, store_options const& options)
-    : options_((validate(options), options)),
+    : pid_(::getpid()),
+      options_((validate(options), options)),
       url_(redact_url(url)),
       dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
       connect_string_(dialect_->connect_string(parse_url(url))),
@@ -99,13 +101,17 @@ store_impl::store_impl(std::string_view url, store_options const& options)
             }
             missing = dialect_->missing_table(c.session());
         }
-        if (auto dot = missing.find('.'); dot != std::string::npos)
-            throw schema_missing("sqlock: table '" + missing.substr(0, dot) + "' in " + url_ + " has no column '" +
-                                 missing.substr(dot + 1) + "' (it was created by an older sqlock): run ALTER TABLE " +
-                                 missing.substr(0, dot) + " ADD COLUMN " + missing.substr(dot + 1) +
-                                 " BIGINT NOT NULL DEFAULT 0, or drop the lock tables while no lock is held and "
-                                 "apply " + schema_file(engine()) + " again",
+        if (auto dot = missing.find('.'); dot != std::string::npos) {
+            auto const table = missing.substr(0, dot);
+            auto const space = missing.find(' ', dot);
+            auto const column = missing.substr(dot + 1, space - dot - 1);
+            throw schema_missing("sqlock: table '" + table + "' in " + url_ + " has no column '" + column +
+                                 "' (it was created by an older sqlock): run ALTER TABLE " + table +
+                                 " ADD COLUMN " + missing.substr(dot + 1) +
+                                 ", or drop the lock tables while no lock is held and apply " +
+                                 schema_file(engine()) + " again",
                                  "");
+        }
         if (!missing.empty())
             throw schema_missing("sqlock: table '" + missing + "' does not exist in " + url_ + ": apply " +
                                  schema_file(engine()) + " (sqlock schema --apply), or open the store with "
@@ -115,6 +121,14 @@ store_impl::store_impl(std::string_view url, store_options const& options)
         if (f == failure::connection) c.mark_broken();
         raise(e, f, "opening the store");
     }
+}
+
+store_impl::~store_impl() {
+    // In a forked child the connections are the parent's: deallocating the
+    // statements prepared on them would talk over the parent's protocol stream.
+    if (::getpid() != pid_)
+        for (auto* pool : {&main_, &reserved_})
+            for (auto& p : pool->prepared) (void)p.release();
 }
 
 void store_impl::create_schema() {
@@ -137,8 +151,31 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
     return c;
 }
 
+void store_impl::drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept {
+    auto& prepared = pool.prepared[pos];
+    if (!prepared) return;
+    if (dead) {
+        try {
+            if (int fd = dialect_->socket_of(pool.pool.at(pos)); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+        } catch (...) {
+        }
+    }
+    prepared.reset();  // SOCI's statements deallocate themselves and swallow errors
+}
+
+void connection::close() noexcept {
+    owner_->drop_prepared(*pool_, pos_, true);
+    try {
+        session().close();
+    } catch (...) {
+    }
+    mark_broken();
+}
+
 void store_impl::open_slot(slots& pool, std::size_t pos, std::string_view what) {
     auto& s = pool.pool.at(pos);
+    // Reopening a broken connection: its statements go first (they refer to the old session).
+    drop_prepared(pool, pos, true);
     try {
         s.close();
         dialect_->open(s, connect_string_);

@@ -25,7 +25,7 @@ private:
         bool reconnected = false;
         bool deleted = store_->run(
             "releasing lock '" + name() + "'",
-            [&](soci::session& s) {
+            [&](pooled_session s) {
                 if (store_->dialect().release(s, name(), owner(), token())) return true;
                 if (!reconnected) return false;
                 // After a broken connection the first DELETE may have gone through.
@@ -56,7 +56,7 @@ private:
         auto before = sys_clock::now();
         auto r = store_->run(
             "renewing lock '" + name() + "'",
-            [&](soci::session& s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
+            [&](pooled_session s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
             // Retry a busy database only briefly: the lease then shows in doubt, and
             // the renewer (one thread for all leases) moves on and retries soon.
             // A renewal never waits past the lease's safe deadline, and uses the
@@ -95,7 +95,9 @@ protected:
         try {
             g = store_->run(
                 "acquiring lock '" + name + "'",
-                [&](soci::session& s) { return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us); },
+                [&](pooled_session s) {
+                    return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting);
+                },
                 // The broken attempt may have written our row: delete it (only it) before retrying.
                 {.on_reconnect = [&](soci::session& s) { store_->dialect().delete_attempt(s, name, attempt_id); },
                  .lock_wait_is_busy = true,

@@ -13,7 +13,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <soci/statement.h>
 
 namespace soci {
 class session;
@@ -67,6 +70,38 @@ struct token_purge_batch {
     std::int64_t picked = 0;    // candidates looked at: a batch with picked < batch was the last
 };
 
+/// Statements a dialect keeps prepared on one pooled connection: SOCI statement
+/// objects bound to buffers kept next to them, or a client library's own
+/// handles where SOCI has none. Made on first use, reused by every later call
+/// on that connection, and destroyed before the connection is closed or reopened.
+class prepared_statements {
+public:
+    prepared_statements() = default;
+    prepared_statements(prepared_statements const&) = delete;
+    prepared_statements& operator=(prepared_statements const&) = delete;
+    virtual ~prepared_statements() = default;
+};
+
+/// A pooled session together with the statements prepared on it. Converts to
+/// the session, so code that needs no prepared statement takes `soci::session&`.
+struct pooled_session {
+    soci::session& session;
+    std::unique_ptr<prepared_statements>& prepared;
+    operator soci::session&() const noexcept { return session; }  // NOLINT(google-explicit-constructor)
+};
+
+/// The hot statements of the table lock, prepared on first use on each
+/// connection, and the buffers they are bound to (a SOCI statement reads its
+/// `use` variables and writes its `into` variables at every execute). An
+/// engine may derive from it to keep more.
+struct statement_cache : prepared_statements {
+    std::string name, owner;
+    long long token = 0, attempt = 0, ttl = 0;        // in
+    long long got_token = 0, created = 0, expires = 0, now = 0;  // out
+    int flag = 0;                                    // out
+    std::optional<soci::statement> acquire, acquire_waiting, release, renew, draw;
+};
+
 /// How a failed statement should be handled.
 enum class failure {
     transient,   // deadlock, serialization failure, SQLITE_BUSY: retry inside the library
@@ -95,6 +130,12 @@ public:
 
     [[nodiscard]] virtual sqlock::engine engine() const noexcept = 0;
 
+    /// The statements prepared on `s`'s connection, made (empty) on first use.
+    [[nodiscard]] statement_cache& cache(pooled_session s) const {
+        if (!s.prepared) s.prepared = make_cache();
+        return static_cast<statement_cache&>(*s.prepared);
+    }
+
     /// The SOCI connect string for a parsed URL.
     [[nodiscard]] virtual std::string connect_string(url_parts const& url) const = 0;
 
@@ -105,7 +146,12 @@ public:
     /// Every table (and sequence) the schema creates.
     [[nodiscard]] virtual std::vector<std::string> required_tables() const;
 
-    /// The name of the first lock table that is missing, or empty.
+    /// Columns of the lock table added after its first release, with their
+    /// types: a store on older tables says which ALTER TABLE to run.
+    [[nodiscard]] virtual std::vector<std::pair<std::string, std::string>> added_columns() const;
+
+    /// The name of the first lock table that is missing, or "<table>.<column> <type>"
+    /// for a missing column of the lock table, or empty.
     [[nodiscard]] std::string missing_table(soci::session& s) const;
 
     /// Create the tables (idempotent).
@@ -115,8 +161,11 @@ public:
     /// token, atomically. Not acquired when a live row exists. `attempt` is a
     /// random id of this very attempt, stored in the row, so that a clean-up
     /// after a broken connection removes only what this attempt may have written.
-    [[nodiscard]] virtual grant acquire(soci::session& s, std::string const& name, std::string const& owner,
-                                        std::int64_t attempt, std::int64_t ttl_us) const = 0;
+    /// `waiting`: the caller will wait for a release if the lock is busy; where
+    /// releases are announced (PostgreSQL), a busy answer then marks the row so
+    /// that its release announces itself (releases nobody waits for announce nothing).
+    [[nodiscard]] virtual grant acquire(pooled_session s, std::string const& name, std::string const& owner,
+                                        std::int64_t attempt, std::int64_t ttl_us, bool waiting) const = 0;
 
     /// The lock row of `name`, or empty.
     [[nodiscard]] std::optional<lock_listing> find_lock(soci::session& s, std::string const& name) const;
@@ -137,13 +186,16 @@ public:
     [[nodiscard]] virtual bool busy_is_lock_wait() const noexcept { return false; }
 
     /// Delete the row if (name, owner, token) still match; true when deleted.
-    /// PostgreSQL also notifies waiters (NOTIFY on `channel()`) in the same statement.
-    [[nodiscard]] virtual bool release(soci::session& s, std::string const& name, std::string const& owner,
+    /// Does not wait for the disk where the engine allows that per transaction
+    /// (a release lost in a crash only delays the next holder until the TTL).
+    /// PostgreSQL also notifies waiters (NOTIFY on `channel()`) in the same
+    /// statement, when a waiter marked the row.
+    [[nodiscard]] virtual bool release(pooled_session s, std::string const& name, std::string const& owner,
                                        std::int64_t token) const;
 
     /// Extend an unexpired row of (name, owner, token) to now + ttl. Empty when
     /// the row is expired or not ours; otherwise the new expiry and the database's now.
-    [[nodiscard]] virtual std::optional<renewal> renew(soci::session& s, std::string const& name,
+    [[nodiscard]] virtual std::optional<renewal> renew(pooled_session s, std::string const& name,
                                                        std::string const& owner, std::int64_t token,
                                                        std::int64_t ttl_us) const;
 
@@ -213,7 +265,7 @@ public:
 
     /// Draw the next fencing token of `name` from the token counter, in autocommit
     /// (a durable commit), on a connection of its own.
-    [[nodiscard]] virtual std::int64_t draw_token(soci::session& s, std::string const& name) const = 0;
+    [[nodiscard]] virtual std::int64_t draw_token(pooled_session s, std::string const& name) const = 0;
 
     /// A statement on the holding transaction that resets the server's idle
     /// limit (to `ttl`) and proves the transaction is alive; the database's now.
@@ -257,6 +309,14 @@ public:
     [[nodiscard]] std::string majority_table() const { return prefix_ + "_majority_tokens"; }
 
 protected:
+    /// After a cached statement has returned what it returns: let go of it where
+    /// the engine needs that (SQLite keeps a statement that is not reset inside
+    /// its transaction).
+    virtual void finish(soci::statement&) const {}
+    /// A new, empty cache of this engine's prepared statements (see cache()).
+    [[nodiscard]] virtual std::unique_ptr<statement_cache> make_cache() const {
+        return std::make_unique<statement_cache>();
+    }
     /// SQL that tells whether a table exists; binds `:t`, returns one integer.
     [[nodiscard]] virtual std::string table_exists_sql() const = 0;
     /// The database's current time as a value comparable with expires_at.

@@ -30,11 +30,13 @@
 
 namespace sqlock::detail {
 
-/// A SOCI pool and which of its sessions are open.
+/// A SOCI pool, which of its sessions are open, and the statements prepared on each.
 struct slots {
-    explicit slots(std::size_t n) : pool(n), open(n, 0) {}
+    explicit slots(std::size_t n) : pool(n), open(n, 0), prepared(n) {}
     soci::connection_pool pool;
     std::vector<char> open;  // per slot; touched only by the thread that leased the slot
+    // Per slot, like `open`. Declared after the pool: destroyed before its sessions close.
+    std::vector<std::unique_ptr<prepared_statements>> prepared;
 };
 
 /// A pooled connection borrowed for one operation; given back on destruction.
@@ -48,8 +50,13 @@ public:
     ~connection();
 
     [[nodiscard]] soci::session& session() const;
+    /// The session with the statements prepared on it.
+    [[nodiscard]] pooled_session pooled() const { return {session(), pool_->prepared[pos_]}; }
     /// Forget this connection: it is closed and reopened on its next use.
     void mark_broken() noexcept;
+    /// Close it now (its prepared statements first, without waiting on the
+    /// server), and reopen it on its next use.
+    void close() noexcept;
 
 private:
     class store_impl* owner_;
@@ -131,6 +138,9 @@ public:
     using clock = std::chrono::steady_clock;
 
     store_impl(std::string_view url, store_options const& options);
+    ~store_impl();
+    store_impl(store_impl const&) = delete;
+    store_impl& operator=(store_impl const&) = delete;
 
     [[nodiscard]] sqlock::engine engine() const noexcept { return dialect_->engine(); }
     [[nodiscard]] std::string const& url() const noexcept { return url_; }
@@ -176,12 +186,12 @@ public:
     /// connection is reopened once (see `run_options::on_reconnect`).
     template <class Op>
     auto run(std::string_view what, Op&& op, run_options const& how)
-        -> decltype(op(std::declval<soci::session&>()));
+        -> decltype(op(std::declval<pooled_session&>()));
     /// `run` with the default `run_options`. An overload rather than `= {}`: Clang rejects a
     /// default argument that needs a nested class's default member initializers inside the
     /// enclosing class.
     template <class Op>
-    auto run(std::string_view what, Op&& op) -> decltype(op(std::declval<soci::session&>())) {
+    auto run(std::string_view what, Op&& op) -> decltype(op(std::declval<pooled_session&>())) {
         return run(what, std::forward<Op>(op), run_options{});
     }
 
@@ -227,8 +237,12 @@ public:
 private:
     friend class connection;
     void open_slot(slots& pool, std::size_t pos, std::string_view what);
+    /// Drop the statements prepared on a slot's session; `dead`: shut its socket
+    /// down first, so that no deallocation waits on a server that stopped answering.
+    void drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept;
     static void pause_before_retry(int attempt);
 
+    int pid_;  // the process that opened the store (a forked child must not touch its connections)
     store_options options_;
     std::string url_;
     std::unique_ptr<class dialect> dialect_;
@@ -257,7 +271,7 @@ inline void connection::mark_broken() noexcept { pool_->open[pos_] = 0; }
 
 template <class Op>
 auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
-    -> decltype(op(std::declval<soci::session&>())) {
+    -> decltype(op(std::declval<pooled_session&>())) {
     constexpr int max_transient = 100;
     int transient = 0;
     bool reconnected = false;
@@ -295,13 +309,14 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
             auto restore = [&] {
                 if (how.engine_wait) dialect_->set_engine_wait(c.session(), options_.lock_wait_timeout);
             };
+            auto pooled = c.pooled();
             try {
-                if constexpr (std::is_void_v<decltype(op(c.session()))>) {
-                    op(c.session());
+                if constexpr (std::is_void_v<decltype(op(pooled))>) {
+                    op(pooled);
                     restore();
                     return;
                 } else {
-                    auto result = op(c.session());
+                    auto result = op(pooled);
                     restore();
                     return result;
                 }

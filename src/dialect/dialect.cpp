@@ -112,16 +112,20 @@ std::string dialect::missing_table(soci::session& s) const {
         s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
         if (found == 0) return table;
     }
-    // A lock table from before the attempt column (the statement fails, and
-    // changes nothing, when the column is missing).
-    try {
-        long long attempt = 0;
-        soci::indicator ind = soci::i_null;
-        s << "SELECT attempt FROM " + locks_ + " WHERE 1 = 0", soci::into(attempt, ind);
-    } catch (soci::soci_error const&) {
-        return locks_ + ".attempt";
+    // Columns added since the first release (a statement naming a missing
+    // column fails, and changes nothing).
+    for (auto const& [column, type] : added_columns()) {
+        try {
+            s << "SELECT COUNT(" + column + ") FROM " + locks_ + " WHERE 1 = 0";
+        } catch (soci::soci_error const&) {
+            return locks_ + "." + column + " " + type;
+        }
     }
     return {};
+}
+
+std::vector<std::pair<std::string, std::string>> dialect::added_columns() const {
+    return {{"attempt", "BIGINT NOT NULL DEFAULT 0"}};
 }
 
 void dialect::create_schema(soci::session& s) const {
@@ -143,24 +147,36 @@ void dialect::create_schema(soci::session& s) const {
     }
 }
 
-bool dialect::release(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
-    long long tok = token;
-    soci::statement st = (s.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
-                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
-    st.execute(true);
-    return st.get_affected_rows() > 0;
+bool dialect::release(pooled_session s, std::string const& name, std::string const& owner, std::int64_t token) const {
+    auto& c = cache(s);
+    if (!c.release)
+        c.release.emplace((s.session.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
+                           soci::use(c.name, "name"), soci::use(c.owner, "owner"), soci::use(c.token, "token")));
+    c.name = name;
+    c.owner = owner;
+    c.token = token;
+    c.release->execute(true);
+    return c.release->get_affected_rows() > 0;
 }
 
-std::optional<renewal> dialect::renew(soci::session& s, std::string const& name, std::string const& owner,
+std::optional<renewal> dialect::renew(pooled_session s, std::string const& name, std::string const& owner,
                                       std::int64_t token, std::int64_t ttl_us) const {
-    long long tok = token, ttl = ttl_us, expires = 0, now = 0;
-    s << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
-             " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now_sql() +
-             " RETURNING " + epoch_us_sql("expires_at") + ", " + epoch_us_sql(now_sql()),
-        soci::use(ttl, "ttl"), soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"),
-        soci::into(expires), soci::into(now);
-    if (!s.got_data()) return std::nullopt;
-    return renewal{expires, now};
+    auto& c = cache(s);
+    if (!c.renew)
+        c.renew.emplace((s.session.prepare << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
+                                                  " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " +
+                                                  now_sql() + " RETURNING " + epoch_us_sql("expires_at") + ", " +
+                                                  epoch_us_sql(now_sql()),
+                         soci::use(c.ttl, "ttl"), soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+                         soci::use(c.token, "token"), soci::into(c.expires), soci::into(c.now)));
+    c.name = name;
+    c.owner = owner;
+    c.token = token;
+    c.ttl = ttl_us;
+    bool const got = c.renew->execute(true);
+    finish(*c.renew);
+    if (!got) return std::nullopt;
+    return renewal{c.expires, c.now};
 }
 
 bool dialect::add_hold(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {

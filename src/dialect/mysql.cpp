@@ -114,8 +114,9 @@ public:
                  "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us) const override {
+    grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
+                  std::int64_t ttl_us, bool /*waiting*/) const override {
+        soci::session& s = ps;
         long long ttl = ttl_us, id = attempt;
         int ours = 0;
         long long token = 0, created = 0, expires = 0;
@@ -131,7 +132,8 @@ public:
         return {true, token, created, expires};
     }
 
-    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
+    std::int64_t draw_token(pooled_session ps, std::string const& name) const override {
+        soci::session& s = ps;
         // Autocommit: the counter is on disk (innodb_flush_log_at_trx_commit = 1,
         // checked at open) before the token is used.
         long long token = 0;
@@ -164,8 +166,9 @@ public:
         return backend == nullptr || backend->conn_ == nullptr ? -1 : static_cast<int>(mysql_get_socket(backend->conn_));
     }
 
-    std::optional<renewal> renew(soci::session& s, std::string const& name, std::string const& owner,
+    std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override {
+        soci::session& s = ps;
         long long tok = token, ttl = ttl_us, expires = 0, now = 0;
         soci::statement st = (s.prepare << renew_sql_, soci::use(ttl, "ttl"), soci::use(name, "name"),
                               soci::use(owner, "owner"), soci::use(tok, "token"));

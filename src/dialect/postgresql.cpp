@@ -125,22 +125,41 @@ private:
 class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
-        acquire_sql_ =
-            "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
-            " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.name, t.token)"
-            " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
-            " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
-            " statement_timestamp() + CAST(:ttl AS double precision) * interval '1 microsecond' FROM t"
-            " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
-            " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
-            " WHERE l.expires_at < statement_timestamp()"
-            " RETURNING l.token, " + epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
+        // One statement: the CTE draws the name's next token, the upsert takes
+        // the row if it is free or expired. `waiting` adds a mark on a live row
+        // (its release will NOTIFY) and answers with the row as it stands, ours
+        // or not: acquired when it carries this attempt.
+        auto const draw = "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " +
+                          first_token_sql() + ") ON CONFLICT (name) DO UPDATE SET token = t.token + 1"
+                          " RETURNING t.name, t.token)"
+                          " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
+                          " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
+                          " statement_timestamp() + CAST(:ttl AS double precision) * interval '1 microsecond' FROM t"
+                          " ON CONFLICT (name) DO UPDATE SET ";
+        auto const answer = " RETURNING CASE WHEN l.attempt = :attempt2 THEN 1 ELSE 0 END, l.token, " +
+                               epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
+        acquire_sql_ = draw + "owner = excluded.owner, token = excluded.token, holds = 1, attempt = excluded.attempt,"
+                              " created_at = excluded.created_at, expires_at = excluded.expires_at"
+                              " WHERE l.expires_at < statement_timestamp()" + answer;
+        std::string waiting;
+        for (auto column : {"owner", "token", "attempt", "created_at"})
+            waiting += std::string(column) + " = CASE WHEN l.expires_at < statement_timestamp() THEN excluded." +
+                       column + " ELSE l." + column + " END, ";
+        waiting += "holds = CASE WHEN l.expires_at < statement_timestamp() THEN 1 ELSE l.holds END,"
+                   " waiters = l.waiters OR l.expires_at >= statement_timestamp(),"
+                   " expires_at = CASE WHEN l.expires_at < statement_timestamp() THEN excluded.expires_at"
+                   " ELSE l.expires_at END";
+        acquire_waiting_sql_ = draw + waiting + answer;
         draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
                     " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.token";
-        // The NOTIFY is sent at COMMIT, in the same round trip as the DELETE.
+        // A release need not wait for the disk: lost in a crash, it only delays
+        // the next holder until the row expires (grants and renewals stay
+        // durable). It NOTIFYs, at COMMIT in the same round trip, only when a
+        // waiter marked the row: uncontended releases skip the notify queue lock.
         release_sql_ = "WITH d AS (DELETE FROM " + locks_ +
-                       " WHERE name = :name AND owner = :owner AND token = :token RETURNING name)"
-                       " SELECT 1 FROM d, LATERAL pg_notify('" + channel() + "', d.name)";
+                       " WHERE name = :name AND owner = :owner AND token = :token RETURNING name, waiters)"
+                       " SELECT 1 FROM d CROSS JOIN LATERAL set_config('synchronous_commit', 'off', true) AS c"
+                       " LEFT JOIN LATERAL (SELECT pg_notify('" + channel() + "', d.name) WHERE d.waiters) AS n ON true";
 
         auto const rows = prefix_ + "_rows";
         auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
@@ -157,6 +176,12 @@ public:
     }
 
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
+
+    std::vector<std::pair<std::string, std::string>> added_columns() const override {
+        auto columns = dialect::added_columns();
+        columns.emplace_back("waiters", "boolean NOT NULL DEFAULT false");
+        return columns;
+    }
 
     std::string connect_string(url_parts const& url) const override {
         auto seconds = std::max<long long>(2, (options_.connect_timeout.count() + 999) / 1000);
@@ -186,19 +211,30 @@ public:
         s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us) const override {
-        long long ttl = ttl_us, id = attempt, token = 0, created = 0, expires = 0;
-        s << acquire_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt"),
-            soci::use(ttl, "ttl"), soci::into(token), soci::into(created), soci::into(expires);
-        if (!s.got_data()) return {};
-        return {true, token, created, expires};
+    grant acquire(pooled_session s, std::string const& name, std::string const& owner, std::int64_t attempt,
+                  std::int64_t ttl_us, bool waiting) const override {
+        auto& c = cache(s);
+        auto& st = waiting ? c.acquire_waiting : c.acquire;
+        if (!st)
+            st.emplace((s.session.prepare << (waiting ? acquire_waiting_sql_ : acquire_sql_), soci::use(c.name, "name"),
+                        soci::use(c.owner, "owner"), soci::use(c.attempt, "attempt"), soci::use(c.ttl, "ttl"),
+                        soci::use(c.attempt, "attempt2"), soci::into(c.flag), soci::into(c.got_token),
+                        soci::into(c.created), soci::into(c.expires)));
+        c.name = name;
+        c.owner = owner;
+        c.attempt = attempt;
+        c.ttl = ttl_us;
+        if (!st->execute(true) || c.flag != 1) return {};
+        return {true, c.got_token, c.created, c.expires};
     }
 
-    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
-        long long token = 0;
-        s << draw_sql_, soci::use(name, "name"), soci::into(token);
-        return token;
+    std::int64_t draw_token(pooled_session s, std::string const& name) const override {
+        auto& c = cache(s);
+        if (!c.draw)
+            c.draw.emplace((s.session.prepare << draw_sql_, soci::use(c.name, "name"), soci::into(c.got_token)));
+        c.name = name;
+        c.draw->execute(true);
+        return c.got_token;
     }
 
     std::optional<std::string> relaxed_durability(soci::session& s) const override {
@@ -213,15 +249,17 @@ public:
         return backend == nullptr || backend->conn_ == nullptr ? -1 : PQsocket(backend->conn_);
     }
 
-    bool release(soci::session& s, std::string const& name, std::string const& owner,
+    bool release(pooled_session s, std::string const& name, std::string const& owner,
                  std::int64_t token) const override {
-        long long tok = token;
-        int deleted = 0;
-        s << release_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"),
-            soci::into(deleted);
-        return s.got_data();
+        auto& c = cache(s);
+        if (!c.release)
+            c.release.emplace((s.session.prepare << release_sql_, soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+                               soci::use(c.token, "token"), soci::into(c.flag)));
+        c.name = name;
+        c.owner = owner;
+        c.token = token;
+        return c.release->execute(true);
     }
-
 
     // pg_stat_activity shows the sessions of our own role; a row-lock holder is
     // idle in a transaction that holds a lock on the rows table.
@@ -366,6 +404,7 @@ protected:
 
 private:
     std::string acquire_sql_;
+    std::string acquire_waiting_sql_;
     std::string draw_sql_;
     std::string record_token_sql_;
     std::string release_sql_;

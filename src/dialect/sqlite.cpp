@@ -79,8 +79,9 @@ public:
         }
     }
 
-    grant acquire(soci::session& s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us) const override {
+    grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
+                  std::int64_t ttl_us, bool /*waiting*/) const override {
+        soci::session& s = ps;
         long long ttl = ttl_us, id = attempt, token = 0, created = 0, expires = 0, row_token = 0;
         s << "BEGIN IMMEDIATE";
         try {
@@ -184,7 +185,8 @@ public:
     // name at once. A token drawn inside the holding transaction would be rolled
     // back by a crash and handed out again, so it is drawn and committed first;
     // the holding transaction then checks that nobody drew after us (else: busy).
-    std::int64_t draw_token(soci::session& s, std::string const& name) const override {
+    std::int64_t draw_token(pooled_session ps, std::string const& name) const override {
+        soci::session& s = ps;
         long long token = 0;
         s << token_sql_, soci::use(name, "name"), soci::into(token);
         return token;
