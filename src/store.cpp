@@ -124,11 +124,20 @@ store_impl::store_impl(std::string_view url, store_options const& options)
 }
 
 store_impl::~store_impl() {
-    // In a forked child the connections are the parent's: deallocating the
-    // statements prepared on them would talk over the parent's protocol stream.
-    if (::getpid() != pid_)
-        for (auto* pool : {&main_, &reserved_})
-            for (auto& p : pool->prepared) (void)p.release();
+    for (auto* pool : {&main_, &reserved_}) {
+        for (std::size_t pos = 0; pos < pool->prepared.size(); ++pos) {
+            if (::getpid() != pid_) {
+                // A forked child: the connections are the parent's, and deallocating
+                // the statements would talk over the parent's protocol stream.
+                (void)pool->prepared[pos].release();
+            } else {
+                // The sessions close next and the server frees their statements
+                // then; deallocating them one by one would cost a round trip each,
+                // and wait without limit on a server that stopped answering.
+                drop_prepared(*pool, pos, true);
+            }
+        }
+    }
 }
 
 void store_impl::create_schema() {

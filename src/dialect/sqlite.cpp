@@ -23,6 +23,79 @@ namespace {
 // julianday('now') is fixed for the duration of one sqlite3_step().
 constexpr std::string_view now_us = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
 
+// SOCI declares SQLite's API inside namespace sqlite_api.
+using namespace sqlite_api;
+
+sqlite3* handle_of(soci::session& s) { return static_cast<soci::sqlite3_session_backend*>(s.get_backend())->conn_; }
+
+[[noreturn]] void fail(sqlite3* db, char const* what) {
+    throw soci::sqlite3_soci_error(std::string("sqlite3 ") + what + ": " + sqlite3_errmsg(db), sqlite3_extended_errcode(db));
+}
+
+// A statement prepared once on its connection (SOCI would prepare and finalize
+// it at every call), reset after every use so that it never keeps a
+// transaction open. Finalizing is local: it never waits on anything.
+class lite_statement {
+public:
+    lite_statement() = default;
+    lite_statement(lite_statement const&) = delete;
+    lite_statement& operator=(lite_statement const&) = delete;
+    ~lite_statement() { sqlite3_finalize(stmt_); }
+
+    // Prepare (first use) and start a run: the caller binds, then steps.
+    lite_statement& start(sqlite3* db, std::string const& sql) {
+        db_ = db;
+        if (stmt_ == nullptr && sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) != SQLITE_OK)
+            fail(db, "prepare");
+        return *this;
+    }
+    lite_statement& bind(char const* param, std::string const& text) {
+        if (sqlite3_bind_text(stmt_, index(param), text.data(), static_cast<int>(text.size()), SQLITE_STATIC) != SQLITE_OK)
+            fail(db_, "bind");
+        return *this;
+    }
+    lite_statement& bind(char const* param, long long value) {
+        if (sqlite3_bind_int64(stmt_, index(param), value) != SQLITE_OK) fail(db_, "bind");
+        return *this;
+    }
+    // Run to completion (the implicit transaction of a write commits there);
+    // true when it returned a row, whose columns are then read by `row`.
+    template <class Row>
+    bool run(Row&& row) {
+        bool got = false;
+        for (;;) {
+            int rc = sqlite3_step(stmt_);
+            if (rc == SQLITE_ROW) {
+                if (!got) row(stmt_);
+                got = true;
+                continue;
+            }
+            if (rc != SQLITE_DONE) {
+                sqlite3_reset(stmt_);
+                fail(db_, "step");
+            }
+            sqlite3_reset(stmt_);
+            return got;
+        }
+    }
+    bool run() {
+        return run([](sqlite3_stmt*) {});
+    }
+
+private:
+    int index(char const* param) const {
+        int i = sqlite3_bind_parameter_index(stmt_, param);
+        if (i == 0) throw std::logic_error(std::string("sqlock: no parameter ") + param);
+        return i;
+    }
+    sqlite3* db_ = nullptr;
+    sqlite3_stmt* stmt_ = nullptr;
+};
+
+struct lite_cache final : statement_cache {
+    lite_statement begin, commit, rollback, token, lock, release, renew, relaxed, durable;
+};
+
 class sqlite_dialect final : public dialect {
 public:
     sqlite_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
@@ -81,24 +154,78 @@ public:
 
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool /*waiting*/) const override {
-        soci::session& s = ps;
-        long long ttl = ttl_us, id = attempt, token = 0, created = 0, expires = 0, row_token = 0;
-        s << "BEGIN IMMEDIATE";
+        auto& c = static_cast<lite_cache&>(cache(ps));
+        auto* db = handle_of(ps);
+        long long token = 0;
+        grant g;
+        c.begin.start(db, "BEGIN IMMEDIATE").run();
         try {
-            s << token_sql_, soci::use(name, "name"), soci::into(token);
-            s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(token, "token"),
-                soci::use(id, "attempt"), soci::use(ttl, "ttl"), soci::into(row_token), soci::into(created), soci::into(expires);
-            bool acquired = s.got_data();
-            s << "COMMIT";
-            if (!acquired) return {};
-            return {true, row_token, created, expires};
+            c.token.start(db, token_sql_).bind(":name", name).run([&](sqlite3_stmt* st) { token = sqlite3_column_int64(st, 0); });
+            g.acquired = c.lock.start(db, lock_sql_)
+                             .bind(":name", name)
+                             .bind(":owner", owner)
+                             .bind(":token", token)
+                             .bind(":attempt", static_cast<long long>(attempt))
+                             .bind(":ttl", static_cast<long long>(ttl_us))
+                             .run([&](sqlite3_stmt* st) {
+                                 g.token = sqlite3_column_int64(st, 0);
+                                 g.created_us = sqlite3_column_int64(st, 1);
+                                 g.expires_us = sqlite3_column_int64(st, 2);
+                             });
+            c.commit.start(db, "COMMIT").run();
         } catch (...) {
             try {
-                s << "ROLLBACK";
+                c.rollback.start(db, "ROLLBACK").run();
             } catch (...) {  // no transaction left to roll back
             }
             throw;
         }
+        return g.acquired ? g : grant{};
+    }
+
+    // With synchronous = FULL the release alone commits at NORMAL, which in WAL
+    // mode does not sync: lost in a power cut, a release only delays the next
+    // holder until the row expires; the next durable commit syncs it anyway.
+    bool release(pooled_session ps, std::string const& name, std::string const& owner,
+                 std::int64_t token) const override {
+        auto& c = static_cast<lite_cache&>(cache(ps));
+        auto* db = handle_of(ps);
+        bool const relax = synchronous_ != "normal" && synchronous_ != "off" && synchronous_ != "1" && synchronous_ != "0";
+        if (relax) c.relaxed.start(db, "PRAGMA synchronous = NORMAL").run();
+        bool deleted = false;
+        try {
+            c.release.start(db, "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token")
+                .bind(":name", name)
+                .bind(":owner", owner)
+                .bind(":token", static_cast<long long>(token))
+                .run();
+            deleted = sqlite3_changes(db) > 0;
+        } catch (...) {
+            if (relax) c.durable.start(db, "PRAGMA synchronous = " + synchronous_).run();
+            throw;
+        }
+        if (relax) c.durable.start(db, "PRAGMA synchronous = " + synchronous_).run();
+        return deleted;
+    }
+
+    std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
+                                 std::int64_t token, std::int64_t ttl_us) const override {
+        auto& c = static_cast<lite_cache&>(cache(ps));
+        auto const now = std::string(now_us);
+        renewal r;
+        bool got = c.renew.start(handle_of(ps), "UPDATE " + locks_ + " SET expires_at = " + now + " + :ttl"
+                                 " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now +
+                                 " RETURNING expires_at, " + now)
+                       .bind(":ttl", static_cast<long long>(ttl_us))
+                       .bind(":name", name)
+                       .bind(":owner", owner)
+                       .bind(":token", static_cast<long long>(token))
+                       .run([&](sqlite3_stmt* st) {
+                           r.expires_us = sqlite3_column_int64(st, 0);
+                           r.now_us = sqlite3_column_int64(st, 1);
+                       });
+        if (!got) return std::nullopt;
+        return r;
     }
 
     // SQLite has no DELETE inside a WITH: the deleted rows come back through
@@ -186,9 +313,11 @@ public:
     // back by a crash and handed out again, so it is drawn and committed first;
     // the holding transaction then checks that nobody drew after us (else: busy).
     std::int64_t draw_token(pooled_session ps, std::string const& name) const override {
-        soci::session& s = ps;
+        auto& c = static_cast<lite_cache&>(cache(ps));
         long long token = 0;
-        s << token_sql_, soci::use(name, "name"), soci::into(token);
+        c.token.start(handle_of(ps), token_sql_).bind(":name", name).run([&](sqlite3_stmt* st) {
+            token = sqlite3_column_int64(st, 0);
+        });
         return token;
     }
 
@@ -267,6 +396,8 @@ public:
     }
 
 protected:
+    std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<lite_cache>(); }
+
     std::string table_exists_sql() const override {
         return "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = :t";
     }

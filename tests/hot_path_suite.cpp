@@ -1,0 +1,205 @@
+// sqlock tests — the hot path (issue 12): what makes a lock cycle cost what its
+// SQL costs, checked as behaviour on the real engines, never as timings.
+//
+//   Engines/HotPath.StatementsArePreparedOncePerConnection/<engine>
+//       the hot statements are prepared once on a pooled connection and reused:
+//       the engine's own list of prepared statements on that connection does not
+//       grow with more cycles, and is not empty
+//   HotPathPostgres.*
+//       a release NOTIFYs only when a waiter marked the row; a waiter parked with
+//       a 60 s backoff is woken by exactly that; a release commits with
+//       synchronous_commit off while grants and renewals commit durably (seen by
+//       a deferred trigger of the test's own, at commit time); a lock table from
+//       before the waiters column is refused with the ALTER TABLE to run, and
+//       create_schema adds the column
+#include "../src/detail/store_impl.hpp"
+#include "test_env.hpp"
+
+#include <libpq-fe.h>
+
+#include <future>
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+
+namespace {
+
+class HotPath : public engine_fixture {
+protected:
+    void open_store() override {
+        // One connection, so every cycle runs on the connection the probe looks at.
+        db_.emplace(url_, sqlock::store_options{.pool_size = 1, .create_schema = true});
+    }
+
+    // How many statements the engine holds prepared on the store's one pooled connection.
+    long long prepared_on_connection() {
+        return db_->impl()->run("probe", [&](sqlock::detail::pooled_session s) -> long long {
+            EXPECT_NE(s.prepared, nullptr) << "no statement cache on the connection";
+            if (e_ == engine::postgresql) {
+                long long n = 0;
+                s.session << "SELECT COUNT(*) FROM pg_prepared_statements", soci::into(n);
+                return n;
+            }
+            auto* backend = static_cast<soci::sqlite3_session_backend*>(s.session.get_backend());
+            long long n = 0;
+            for (auto* st = sqlite_api::sqlite3_next_stmt(backend->conn_, nullptr); st != nullptr;
+                 st = sqlite_api::sqlite3_next_stmt(backend->conn_, st))
+                ++n;
+            return n;
+        });
+    }
+
+    void cycles(sqlock::locker& locks, int n) {
+        for (int i = 0; i < n; ++i) {
+            auto l = locks.try_acquire(this->n("cycle" + std::to_string(i % 4)));
+            ASSERT_TRUE(l.has_value());
+            l->renew();
+            l->release();
+        }
+    }
+};
+
+TEST_P(HotPath, StatementsArePreparedOncePerConnection) {
+    auto locks = sqlock::table_locker(*db_, {.ttl = 30s, .auto_renew = false});
+    cycles(locks, 10);
+    auto const first = prepared_on_connection();
+    cycles(locks, 50);
+    auto const later = prepared_on_connection();
+    // acquire and release at least (renewals run on the store's reserved connections;
+    // SQLite adds BEGIN, COMMIT, the token draw and the pragmas)
+    EXPECT_GE(first, 2);
+    EXPECT_EQ(later, first) << "statements were prepared again (or leaked) on the same connection";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, HotPath, ::testing::Values(engine::postgresql, engine::sqlite), engine_param_name{});
+
+// ---- PostgreSQL ----
+
+class HotPathPostgres : public ::testing::Test {
+protected:
+    void SetUp() override {
+        require_env(url_var(engine::postgresql), url_);
+        if (should_stop()) return;
+        prefix_ = "hp_" + random_hex(10);
+        raw_ = raw_session(engine::postgresql, url_);
+    }
+
+    sqlock::store open(bool create = true) {
+        return sqlock::store(url_, {.create_schema = create, .table_prefix = prefix_});
+    }
+
+    std::string url_;
+    std::string prefix_;
+    std::unique_ptr<soci::session> raw_;
+};
+
+// A LISTEN connection of the test's own on the store's channel.
+class listener {
+public:
+    listener(std::string const& url, std::string const& channel) {
+        auto p = parse_server_url(url);
+        std::string cs = "host=" + pg_quote_param(p.host) + " dbname=" + pg_quote_param(p.db) +
+                         " user=" + pg_quote_param(p.user) + " password=" + pg_quote_param(p.password);
+        if (!p.port.empty()) cs += " port=" + p.port;
+        conn_ = PQconnectdb(cs.c_str());
+        PQclear(PQexec(conn_, ("LISTEN \"" + channel + "\"").c_str()));
+    }
+    ~listener() { PQfinish(conn_); }
+    listener(listener const&) = delete;
+    listener& operator=(listener const&) = delete;
+
+    bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+
+    // Notifications received so far (a round trip makes the server flush what it has queued).
+    std::vector<std::string> drain() {
+        PQclear(PQexec(conn_, "SELECT 1"));
+        PQconsumeInput(conn_);
+        while (PGnotify* n = PQnotifies(conn_)) {
+            seen_.emplace_back(n->extra);
+            PQfreemem(n);
+        }
+        return seen_;
+    }
+
+private:
+    PGconn* conn_ = nullptr;
+    std::vector<std::string> seen_;
+};
+
+TEST_F(HotPathPostgres, ReleaseNotifiesOnlyWhenAWaiterMarkedTheRow) {
+    auto holder_db = open();
+    auto waiter_db = open();
+    listener listen(url_, prefix_ + "_released");
+    ASSERT_TRUE(listen.ok());
+    auto holder = sqlock::table_locker(holder_db, {.ttl = 30s});
+    // A backoff of a minute: within the 20 s the waiter waits, only a NOTIFY can wake it.
+    auto waiter = sqlock::table_locker(waiter_db, {.ttl = 30s, .backoff_min = 60s, .backoff_max = 60s});
+    std::string const name = "hot:notify";
+
+    for (int i = 0; i < 20; ++i) {
+        auto l = holder.try_acquire(name);
+        ASSERT_TRUE(l.has_value());
+        // A busy try_acquire from elsewhere does not mark the row either: it will not wait.
+        EXPECT_FALSE(waiter.try_acquire(name).has_value());
+        l->release();
+    }
+    EXPECT_TRUE(listen.drain().empty()) << "releases nobody waited for sent NOTIFYs";
+
+    auto held = holder.try_acquire(name);
+    ASSERT_TRUE(held.has_value());
+    auto waiting = std::async(std::launch::async, [&] { return waiter.acquire(name, 20s); });
+    // The waiter's busy answer marked the row (recorded state, not a sleep).
+    ASSERT_TRUE(eventually([&] {
+        int marked = 0;
+        *raw_ << "SELECT CASE WHEN waiters THEN 1 ELSE 0 END FROM " + prefix_ + "_locks WHERE name = :n",
+            soci::use(name, "n"), soci::into(marked);
+        return marked == 1;
+    })) << "a waiting acquire did not mark the row";
+    held->release();
+    auto got = waiting.get();  // a timeout here: the release did not wake the waiter
+    EXPECT_TRUE(got.held());
+    EXPECT_GT(got.token(), held->token());
+    auto seen = listen.drain();
+    ASSERT_EQ(seen.size(), 1U);
+    EXPECT_EQ(seen[0], name);
+    got.release();
+    EXPECT_EQ(listen.drain().size(), 1U) << "the waiter's own release had nobody waiting";
+}
+
+TEST_F(HotPathPostgres, ReleaseCommitsWithoutWaitingForTheDiskAndGrantsDurably) {
+    auto db = open();
+    // At COMMIT (a deferred constraint trigger), record the synchronous_commit the commit runs under.
+    auto const log = prefix_ + "_commit_log";
+    *raw_ << "CREATE TABLE " + log + " (id serial PRIMARY KEY, op text, sync text)";
+    *raw_ << "CREATE FUNCTION " + prefix_ + "_record() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+             "INSERT INTO " + log + " (op, sync) VALUES (TG_OP, current_setting('synchronous_commit')); "
+             "RETURN NULL; END $$";
+    *raw_ << "CREATE CONSTRAINT TRIGGER " + prefix_ + "_at_commit AFTER INSERT OR UPDATE OR DELETE ON " + prefix_ +
+                 "_locks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + prefix_ + "_record()";
+    auto locks = sqlock::table_locker(db, {.ttl = 30s, .auto_renew = false});
+    auto l = locks.try_acquire("hot:durability");
+    ASSERT_TRUE(l.has_value());
+    l->renew();
+    l->release();
+    soci::rowset<soci::row> rows = (raw_->prepare << "SELECT op, sync FROM " + log + " ORDER BY id");
+    std::vector<std::string> seen;
+    for (auto const& r : rows) seen.push_back(r.get<std::string>(0) + ":" + r.get<std::string>(1));
+    EXPECT_EQ(seen, (std::vector<std::string>{"INSERT:on", "UPDATE:on", "DELETE:off"}));
+}
+
+TEST_F(HotPathPostgres, LockTableWithoutTheWaitersColumnIsRefusedOrUpgraded) {
+    { auto db = open(); }
+    *raw_ << "ALTER TABLE " + prefix_ + "_locks DROP COLUMN waiters";
+    try {
+        auto db = open(false);
+        FAIL() << "a lock table without the waiters column was accepted";
+    } catch (sqlock::schema_missing const& e) {
+        std::string const what = e.what();
+        EXPECT_NE(what.find("ALTER TABLE " + prefix_ + "_locks ADD COLUMN waiters boolean"), std::string::npos) << what;
+    }
+    auto db = open(true);  // create_schema adds it
+    auto locks = sqlock::table_locker(db, {.ttl = 30s});
+    EXPECT_TRUE(locks.try_acquire("hot:upgraded").has_value());
+}
+
+}  // namespace
