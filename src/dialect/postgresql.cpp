@@ -313,8 +313,8 @@ public:
         // and probes the connection so a vanished host is noticed within ~TTL.
         auto ms = std::max<long long>(1000, ttl.count());
         auto probe_s = std::to_string(std::max<long long>(1, ms / 3000));
-        s.begin();
-        s << "SELECT set_config('idle_in_transaction_session_timeout', '" + std::to_string(ms) + "', true),"
+        // BEGIN and the settings in one round trip (a simple query may hold several statements).
+        s << "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + std::to_string(ms) + "', true),"
              " set_config('tcp_keepalives_idle', '" + probe_s + "', true),"
              " set_config('tcp_keepalives_interval', '" + probe_s + "', true),"
              " set_config('tcp_keepalives_count', '3', true),"
