@@ -3,6 +3,10 @@
 -- Times are BIGINT (64-bit INTEGER) microseconds since the Unix epoch, from this host's clock
 -- (julianday('now')): every process sharing the file shares that clock.
 -- The library renames every "sqlock_" table when a table_prefix is set.
+-- WITHOUT ROWID: each table is its primary-key b-tree, so a write touches one
+-- page per table (and its other index) instead of a rowid table plus a
+-- separate key index: fewer pages in the WAL per commit. Files made before keep
+-- their rowid tables, which work the same, a little slower.
 
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
@@ -15,7 +19,7 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
     attempt    BIGINT  NOT NULL DEFAULT 0,
     created_at BIGINT  NOT NULL,
     expires_at BIGINT  NOT NULL
-);
+) WITHOUT ROWID;
 
 -- Lets the reaper find expired rows without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_at);
@@ -29,7 +33,7 @@ CREATE INDEX IF NOT EXISTS sqlock_locks_expires_at_idx ON sqlock_locks (expires_
 CREATE TABLE IF NOT EXISTS sqlock_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
     token BIGINT  NOT NULL
-);
+) WITHOUT ROWID;
 
 -- Lets the reaper find old counters without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_tokens_token_idx ON sqlock_tokens (token);
@@ -39,7 +43,7 @@ CREATE INDEX IF NOT EXISTS sqlock_tokens_token_idx ON sqlock_tokens (token);
 CREATE TABLE IF NOT EXISTS sqlock_fences (
     resource TEXT    NOT NULL PRIMARY KEY,
     token    BIGINT  NOT NULL
-);
+) WITHOUT ROWID;
 
 -- The row lock (row_locker). SQLite has no row locks: the holder keeps a
 -- BEGIN IMMEDIATE transaction open, which locks the whole file. token/owner/
@@ -50,11 +54,11 @@ CREATE TABLE IF NOT EXISTS sqlock_rows (
     owner      TEXT    NOT NULL DEFAULT '',
     locked_at  BIGINT,
     created_at BIGINT  NOT NULL
-);
+) WITHOUT ROWID;
 
 -- Majority mode (majority_locker): the highest majority token settled for a
 -- name with this database as one of the members. Only ever raised.
 CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
     token BIGINT  NOT NULL
-);
+) WITHOUT ROWID;
