@@ -219,14 +219,14 @@ void locker_impl::on_reentered(lease_row const& row) noexcept {
 
 void locker_impl::on_renewed(lease_row const& row) noexcept {
     counters_.renewed.fetch_add(1, std::memory_order_relaxed);
+    bool wake = false;
     {
         // A renewal (perhaps an explicit one with another TTL) restarts the schedule.
         std::lock_guard lock(watch_->mutex);
-        for (auto& w : watch_->rows)
-            if (w.row.lock().get() == &row) w.next_renewal = clock::now() + row.ttl() / 3;
-        watch_->changed = true;
+        row.schedule().next = clock::now() + row.ttl() / 3;
+        wake = wake_for(*watch_, std::min(row.schedule().next, row.valid_until()));
     }
-    watch_->cv.notify_all();
+    if (wake) watch_->cv.notify_all();
     emit(lease_event::kind::renewed, row.name(), row.token());
 }
 
@@ -248,19 +248,24 @@ void locker_impl::on_lost(lease_row const& row, std::string_view why) noexcept {
 
 // ---- the renewer ---------------------------------------------------------
 
+bool locker_impl::wake_for(watch_state& state, clock::time_point due) noexcept {
+    // While the deadline thread is awake it looks at every row before it sleeps
+    // again; asleep, it needs a wake-up only when it would sleep past `due`.
+    bool const awake = state.sleeping_until == clock::time_point::min();
+    bool const wake = !awake && due < state.sleeping_until;
+    if (awake || wake) state.changed = true;
+    return wake;
+}
+
 void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
     bool wake = false;
     {
         std::lock_guard lock(watch_->mutex);
         watch_->auto_renew = options_.auto_renew;
-        auto next = clock::now() + row->ttl() / 3;
-        watch_->rows.push_back({row, next});
-        // Wake the deadline thread only when this lease needs it sooner than it
-        // planned; while it is awake, have it look at the rows again before it sleeps.
-        auto due = options_.auto_renew ? std::min(next, row->valid_until()) : row->valid_until();
-        bool awake = watch_->sleeping_until == clock::time_point::min();
-        wake = !awake && due < watch_->sleeping_until;
-        if (awake || wake) watch_->changed = true;
+        row->schedule().next = clock::now() + row->ttl() / 3;
+        watch_->rows.push_back({row});
+        wake = wake_for(*watch_, options_.auto_renew ? std::min(row->schedule().next, row->valid_until())
+                                                     : row->valid_until());
     }
     if (wake) watch_->cv.notify_all();
     std::lock_guard lock(watchdog_mutex_);
@@ -286,15 +291,16 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
                 expired.push_back(std::move(row));  // validity ran out: say so now, whatever the I/O is doing
                 return true;
             }
-            if (state->auto_renew && !w.queued && now >= w.next_renewal) {
+            auto& plan = row->schedule();
+            if (state->auto_renew && !plan.queued && now >= plan.next) {
                 state->renewals.push_back(row);
-                w.queued = true;
+                plan.queued = true;
                 queued = true;
                 // Until the renewal reports, retry at a tenth of the TTL (at most 1 s).
-                w.next_renewal = now + std::min<clock::duration>(row->ttl() / 10, std::chrono::seconds(1));
+                plan.next = now + std::min<clock::duration>(row->ttl() / 10, std::chrono::seconds(1));
             }
             wake = std::min(wake, row->valid_until());
-            if (state->auto_renew && !w.queued) wake = std::min(wake, w.next_renewal);
+            if (state->auto_renew && !plan.queued) wake = std::min(wake, plan.next);
             return false;
         });
         lock.unlock();
@@ -317,7 +323,7 @@ void locker_impl::run_renewals(std::shared_ptr<watch_state> const& state, std::s
         state->renew_cv.wait(lock, stop, [&] { return !state->renewals.empty(); });
         if (stop.stop_requested()) break;
         auto weak = std::move(state->renewals.front());
-        state->renewals.erase(state->renewals.begin());
+        state->renewals.pop_front();
         lock.unlock();
         if (auto row = weak.lock()) {
             try {
@@ -327,11 +333,10 @@ void locker_impl::run_renewals(std::shared_ptr<watch_state> const& state, std::s
                 // doubt, and the retry time set by the deadline thread stands.
             }
             lock.lock();
-            for (auto& w : state->rows)
-                if (w.row.lock() == row) w.queued = false;
-            state->changed = true;
+            row->schedule().queued = false;
+            bool const wake = wake_for(*state, std::min(row->schedule().next, row->valid_until()));
             lock.unlock();
-            state->cv.notify_all();
+            if (wake) state->cv.notify_all();
             row.reset();  // before taking the lock again: it may destroy the locker
         }
         lock.lock();

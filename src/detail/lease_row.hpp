@@ -62,6 +62,13 @@ public:
     /// The locker this row belongs to.
     locker_impl& locker() const noexcept { return *locker_; }
 
+    /// The renewer's schedule of this row, guarded by its locker's watch mutex.
+    struct renewal_schedule {
+        clock::time_point next;  // when the next renewal is due
+        bool queued = false;     // handed to the renewal thread, not finished yet
+    };
+    renewal_schedule& schedule() const noexcept { return schedule_; }
+
 protected:
     // The strategy's statements. Each returns false when the row was not ours.
     virtual bool db_delete() = 0;
@@ -87,6 +94,7 @@ private:
     std::mutex io_;  // one statement at a time per row: renewals never race a release
     int holds_ = 1;  // guarded by io_
     int pid_;        // the acquiring process
+    mutable renewal_schedule schedule_;  // guarded by the locker's watch mutex
 };
 
 }  // namespace sqlock::detail

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -114,22 +115,24 @@ private:
     // schedules renewals and reports a lease lost the moment its safe deadline
     // passes, and never does I/O; the renewal thread performs the renewals, so
     // a renewal stuck on a hung server delays no loss signal.
+    // A watched lease's schedule lives in the row itself (lease_row::schedule,
+    // guarded by `mutex`), so a renewal reschedules it without a search.
     struct watched {
         std::weak_ptr<lease_row> row;
-        clock::time_point next_renewal;
-        bool queued = false;  // handed to the renewal thread, not finished yet
     };
     struct watch_state {
         std::mutex mutex;
         std::condition_variable_any cv;          // the deadline thread
         std::condition_variable_any renew_cv;    // the renewal thread
         std::vector<watched> rows;
-        std::vector<std::weak_ptr<lease_row>> renewals;  // queue for the renewal thread
+        std::deque<std::weak_ptr<lease_row>> renewals;  // queue for the renewal thread
         bool changed = false;
         bool auto_renew = true;
         clock::time_point sleeping_until = clock::time_point::min();  // the deadline thread's next wake-up
     };
     void watch(std::shared_ptr<lease_row> const& row);
+    /// Under `mutex`: wake the deadline thread if it sleeps past `due`.
+    static bool wake_for(watch_state& state, clock::time_point due) noexcept;
     static void run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
     static void run_renewals(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
 
