@@ -498,6 +498,8 @@ int main(int argc, char **argv) {
         }
     }
     if (opt.engine == MY) mysql_library_end();
+    for (int c = 0; c < opt.clients; c++) free(cls[c].c.lat_us);
+    free(line.all.lat_us), free(cls), free(th);
     if (line.all.errors) fprintf(stderr, "sqlock-floor: %llu errors (see above)\n", (unsigned long long)line.all.errors);
     return line.all.errors ? 1 : 0;
 }

@@ -174,8 +174,10 @@ int main(int argc, char **argv) {
         pthread_join(th[c], NULL);
         bench_merge(&line.all, &cls[c].c);
         redisFree(cls[c].redis);
+        free(cls[c].c.lat_us);
     }
     bench_print(&line);
+    free(line.all.lat_us), free(cls), free(th);
     if (line.all.errors) fprintf(stderr, "sqlock-peer-redis: %llu errors (see above)\n", (unsigned long long)line.all.errors);
     return line.all.errors ? 1 : 0;
 }
