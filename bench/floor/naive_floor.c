@@ -127,18 +127,21 @@ static PGconn *pg_connect(void) {
     return c;
 }
 
-static void pg_prepare(struct client *cl) {
+static void pg_prepare(struct client *cl, const char *stmt, const char *fmt) {
     char sql[512];
-    const char *names[3] = {"acquire", "release", "lock_row"};
-    const char *fmt[3] = {
-        "INSERT INTO %s (name, owner, expires_at) VALUES ($1, $2, now() + interval '30 seconds') "
-        "ON CONFLICT DO NOTHING",
-        "DELETE FROM %s WHERE name = $1 AND owner = $2", "SELECT name FROM %s WHERE name = $1 FOR UPDATE"};
-    for (int i = opt.rowlock ? 2 : 0; i < (opt.rowlock ? 3 : 2); i++) {
-        snprintf(sql, sizeof sql, fmt[i], opt.table);
-        PGresult *r = PQprepare(cl->pg, names[i], sql, 0, NULL);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) bench_die("PostgreSQL: preparing %s: %s", sql, PQresultErrorMessage(r));
-        PQclear(r);
+    snprintf(sql, sizeof sql, fmt, opt.table);
+    PGresult *r = PQprepare(cl->pg, stmt, sql, 0, NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) bench_die("PostgreSQL: preparing %s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+}
+
+static void pg_prepare_all(struct client *cl) {
+    if (opt.rowlock) {
+        pg_prepare(cl, "lock_row", "SELECT name FROM %s WHERE name = $1 FOR UPDATE");
+    } else {
+        pg_prepare(cl, "acquire", "INSERT INTO %s (name, owner, expires_at) "
+                                  "VALUES ($1, $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING");
+        pg_prepare(cl, "release", "DELETE FROM %s WHERE name = $1 AND owner = $2");
     }
 }
 
@@ -457,7 +460,7 @@ int main(int argc, char **argv) {
         else if (opt.engine == MY) cls[c].my = my_connect();
         else cls[c].sq = sq_connect();
         if (c == 0) create_tables(&cls[0], cls, shared ? 1 : opt.clients); /* shared: one name */
-        if (opt.engine == PG) pg_prepare(&cls[c]);
+        if (opt.engine == PG) pg_prepare_all(&cls[c]);
         else if (opt.engine == MY) my_prepare_all(&cls[c]);
         else {
             cls[c].sq_acq = sq_prepare(&cls[c], "INSERT OR IGNORE INTO %s (name, owner, expires_at) "
