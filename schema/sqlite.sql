@@ -38,6 +38,22 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
 -- Lets the reaper find old counters without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_tokens_token_idx ON sqlock_tokens (token);
 
+-- The acquire is one statement (no transaction of several, no statement
+-- journal): it writes the lock row with the name's next token, read from the
+-- counter in the same statement (SQLite has one writer at a time, and a write
+-- statement takes the write lock before it reads), and these triggers store
+-- that token in the counter as part of the same statement. A busy attempt
+-- changes no row, so it draws no token.
+CREATE TRIGGER IF NOT EXISTS sqlock_locks_tok_ins AFTER INSERT ON sqlock_locks BEGIN
+    INSERT INTO sqlock_tokens (name, token) VALUES (NEW.name, NEW.token)
+        ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token);
+END;
+
+CREATE TRIGGER IF NOT EXISTS sqlock_locks_tok_upd AFTER UPDATE OF token ON sqlock_locks BEGIN
+    INSERT INTO sqlock_tokens (name, token) VALUES (NEW.name, NEW.token)
+        ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token);
+END;
+
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.
 CREATE TABLE IF NOT EXISTS sqlock_fences (

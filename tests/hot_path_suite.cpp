@@ -5,6 +5,9 @@
 //       the hot statements are prepared once on a pooled connection and reused:
 //       the engine's own list of prepared statements on that connection does not
 //       grow with more cycles, and is not empty
+//   HotPathSqlite.TheTokenCounterTriggersAreRequired
+//       the one-statement acquire relies on the schema's triggers to store each
+//       token: a file without them is refused at open, naming the trigger
 //   HotPathPostgres.*
 //       a release NOTIFYs only when a waiter marked the row; a waiter parked with
 //       a 60 s backoff is woken by exactly that; a release commits with
@@ -72,6 +75,35 @@ TEST_P(HotPath, StatementsArePreparedOncePerConnection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, HotPath, ::testing::Values(engine::postgresql, engine::sqlite), engine_param_name{});
+
+// ---- SQLite ----
+
+TEST(HotPathSqlite, TheTokenCounterTriggersAreRequired) {
+    temp_dir dir;
+    auto const url = sqlite_url(dir.path() / "locks.db");
+    std::int64_t first = 0;
+    {
+        sqlock::store db(url, {.create_schema = true});
+        auto locks = sqlock::table_locker(db, {.ttl = 30s});
+        first = locks.try_acquire("hot:token")->token();
+        EXPECT_GT(locks.try_acquire("hot:token")->token(), first);  // the first lease was released
+    }
+    auto raw = raw_session(engine::sqlite, url);
+    *raw << "DROP TRIGGER sqlock_locks_tok_upd";
+    try {
+        sqlock::store db(url);
+        FAIL() << "a file without the token trigger was accepted";
+    } catch (sqlock::schema_missing const& e) {
+        EXPECT_NE(std::string(e.what()).find("sqlock_locks_tok_upd"), std::string::npos) << e.what();
+    }
+    sqlock::store db(url, {.create_schema = true});  // puts it back
+    auto locks = sqlock::table_locker(db, {.ttl = 30s});
+    long long stored = 0;
+    auto l = locks.try_acquire("hot:token");
+    ASSERT_TRUE(l.has_value());
+    *raw << "SELECT token FROM sqlock_tokens WHERE name = 'hot:token'", soci::into(stored);
+    EXPECT_EQ(stored, l->token()) << "the counter does not hold the token just granted";
+}
 
 // ---- PostgreSQL ----
 

@@ -140,6 +140,12 @@ void dialect::create_schema(soci::session& s) const {
     }
     for (std::size_t start = 0; start < sql.size();) {
         auto end = sql.find(';', start);
+        // A trigger's body holds statements of its own: it ends at "END;".
+        auto const head = sql.substr(start, 64);
+        if (head.find("CREATE TRIGGER") != std::string::npos) {
+            auto const stop = sql.find("\nEND;", start);
+            if (stop != std::string::npos) end = stop + 4;
+        }
         auto statement = sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
         if (statement.find_first_not_of(" \t\n") != std::string::npos) s << statement;
         if (end == std::string::npos) break;

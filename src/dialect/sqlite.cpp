@@ -1,7 +1,9 @@
-// SQLite: one file, one writer at a time. Acquire runs in BEGIN IMMEDIATE so
-// the write lock is taken up front (a deferred transaction upgrading to a
-// writer can fail with SQLITE_BUSY_SNAPSHOT); busy_timeout waits for it and the
-// store retries the SQLITE_BUSY that still comes back now and then.
+// SQLite: one file, one writer at a time. Acquire is one INSERT ... ON
+// CONFLICT statement in autocommit: a write statement takes the write lock
+// before it reads (so no SQLITE_BUSY_SNAPSHOT), the token is the counter's next
+// value read in that statement, and triggers of the schema store it in the
+// counter. busy_timeout waits for the write lock and the store retries the
+// SQLITE_BUSY that still comes back now and then.
 // Database time is julianday('now'): the clock of whichever process runs the
 // statement, so every process sharing the file must share one host clock.
 #include "detail/dialect.hpp"
@@ -93,7 +95,7 @@ private:
 };
 
 struct lite_cache final : statement_cache {
-    lite_statement begin, commit, rollback, token, lock, release, renew, relaxed, durable;
+    lite_statement token, lock, release, renew, relaxed, durable;
 };
 
 class sqlite_dialect final : public dialect {
@@ -102,8 +104,11 @@ public:
         auto const now = std::string(now_us);
         token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, " + first_token_sql() + ")"
                      " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
+        // The token: the counter's next value, or a new counter's first (see the
+        // triggers in schema/sqlite.sql, which store it).
         lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, attempt, created_at, expires_at)"
-                    " VALUES (:name, :owner, :token, 1, :attempt, " + now + ", " + now + " + :ttl)"
+                    " VALUES (:name, :owner, COALESCE((SELECT c.token + 1 FROM " + tokens_ + " c WHERE c.name = :name), " +
+                    first_token_sql() + "), 1, :attempt, " + now + ", " + now + " + :ttl)"
                     " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, holds = 1,"
                     " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
@@ -155,31 +160,17 @@ public:
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool /*waiting*/) const override {
         auto& c = static_cast<lite_cache&>(cache(ps));
-        auto* db = handle_of(ps);
-        long long token = 0;
         grant g;
-        c.begin.start(db, "BEGIN IMMEDIATE").run();
-        try {
-            c.token.start(db, token_sql_).bind(":name", name).run([&](sqlite3_stmt* st) { token = sqlite3_column_int64(st, 0); });
-            g.acquired = c.lock.start(db, lock_sql_)
-                             .bind(":name", name)
-                             .bind(":owner", owner)
-                             .bind(":token", token)
-                             .bind(":attempt", static_cast<long long>(attempt))
-                             .bind(":ttl", static_cast<long long>(ttl_us))
-                             .run([&](sqlite3_stmt* st) {
-                                 g.token = sqlite3_column_int64(st, 0);
-                                 g.created_us = sqlite3_column_int64(st, 1);
-                                 g.expires_us = sqlite3_column_int64(st, 2);
-                             });
-            c.commit.start(db, "COMMIT").run();
-        } catch (...) {
-            try {
-                c.rollback.start(db, "ROLLBACK").run();
-            } catch (...) {  // no transaction left to roll back
-            }
-            throw;
-        }
+        g.acquired = c.lock.start(handle_of(ps), lock_sql_)
+                         .bind(":name", name)
+                         .bind(":owner", owner)
+                         .bind(":attempt", static_cast<long long>(attempt))
+                         .bind(":ttl", static_cast<long long>(ttl_us))
+                         .run([&](sqlite3_stmt* st) {
+                             g.token = sqlite3_column_int64(st, 0);
+                             g.created_us = sqlite3_column_int64(st, 1);
+                             g.expires_us = sqlite3_column_int64(st, 2);
+                         });
         return g.acquired ? g : grant{};
     }
 
@@ -301,8 +292,10 @@ public:
         }
     }
 
+    // The triggers that keep the token counter are as necessary as the tables:
+    // without them the acquire would hand the same token out again.
     std::vector<std::string> required_tables() const override {
-        return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table()};
+        return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table(), locks_ + "_tok_ins", locks_ + "_tok_upd"};
     }
 
     void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
@@ -399,7 +392,7 @@ protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<lite_cache>(); }
 
     std::string table_exists_sql() const override {
-        return "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = :t";
+        return "SELECT COUNT(*) FROM sqlite_master WHERE type IN ('table', 'trigger') AND name = :t";
     }
     std::string now_sql() const override { return std::string(now_us); }
     std::string plus_ttl_sql(std::string const& timestamp) const override { return timestamp + " + :ttl"; }
