@@ -1,5 +1,6 @@
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/lease.hpp>
@@ -30,9 +31,9 @@ lease_row::lease_row(std::shared_ptr<locker_impl> locker, std::string name, std:
       expires_us_(g.expires_us),
       valid_until_(valid_until.time_since_epoch().count()),
       ttl_ms_(ttl.count()),
-      pid_(::getpid()) {}
+      pid_(process_id()) {}
 
-bool lease_row::in_owning_process() const noexcept { return ::getpid() == pid_; }
+bool lease_row::in_owning_process() const noexcept { return process_id() == pid_; }
 
 lease_state lease_row::state() const noexcept {
     switch (state_.load(std::memory_order_acquire)) {

@@ -1,4 +1,5 @@
 #include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
 #include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
@@ -117,8 +118,8 @@ std::int64_t locker_impl::new_attempt_id() {
 
 std::string locker_impl::owner_for_this_thread() const {
     if (!options_.owner.empty()) return options_.owner;
-    // getpid() at call time, so a forked child is a different owner.
-    return host_ + "/" + std::to_string(getpid()) + "/" + instance_ + "/" + std::to_string(gettid());
+    // The pid at call time, so a forked child is a different owner.
+    return host_ + "/" + std::to_string(process_id()) + "/" + instance_ + "/" + std::to_string(thread_id());
 }
 
 locker_impl::clock::time_point locker_impl::valid_until(clock::time_point sent, std::chrono::milliseconds ttl) noexcept {
