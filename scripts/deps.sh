@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
-# Usage: scripts/deps.sh [--servers] [--spin] [--clang] [--docs]
+# Usage: scripts/deps.sh [--servers] [--spin] [--clang] [--docs] [--bench]
 #   --servers  also PostgreSQL 15, MariaDB server and spin: everything the full test run needs
 #   --spin     also spin, for scripts/model-check.sh (the majority token model check)
 #   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI
 #   --docs     also Doxygen: the API reference (scripts/docs.sh, cmake --build build --target docs)
+#   --bench    also the peers and tools of bench/run.sh: Redis server and hiredis (sqlock-peer-redis),
+#              tooz with its PostgreSQL and MySQL drivers (bench/peers/tooz_bench.py), matplotlib
+#              (bench/report.py's charts); all for Debian's /usr/bin/python3
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
@@ -20,7 +23,9 @@ for arg in "$@"; do
     # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.
     --clang) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
     --docs) pkgs+=(doxygen) ;;
-    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--spin] [--clang] [--docs])" >&2; exit 2 ;;
+    # redis-server brings redis-cli (redis-tools), which bench/run.sh uses to wait for it and stop it.
+    --bench) pkgs+=(redis-server libhiredis-dev python3-tooz python3-psycopg2 python3-pymysql python3-matplotlib) ;;
+    *) echo "deps.sh: unknown argument '$arg' (usage: deps.sh [--servers] [--spin] [--clang] [--docs] [--bench])" >&2; exit 2 ;;
   esac
 done
 
