@@ -4,16 +4,24 @@
 //   1. empty:   T threads (default 4) try_acquire + release names of their own for a
 //               window (default 10 s) on empty tables of the benchmark's own: acquire latency
 //   2. insert N expired rows (default 1,000,000), then let the server settle (default 20 s)
-//   3. backlog: the same traffic with the backlog in the table and no reaper
+//   3. backlog: the same traffic with the backlog in the table and no reaper (the baseline)
 //   4. reaper:  the same traffic while one sqlock::reaper pass purges the backlog:
-//               purge rate, and acquire latency meanwhile
+//               purge rate, and acquire latency meanwhile       -> JSON variant "live-traffic"
 //   5. clean:   the same traffic again on the purged table
+//   6. insert N expired rows again, settle, and purge them with no traffic at all
+//                                                               -> JSON variant "idle"
+//
+// stdout: the two JSON lines of bench/results-format.md (suite "reaper", impl "sqlock-reaper"):
+// rows (purged), rows_per_s, seconds (the pass's duration), acquire_p50_us / acquire_p99_us (each
+// try_acquire of the traffic during the purge; null when idle), baseline_p99_us (the backlog
+// phase's p99; null when idle), errors (the traffic's exceptions, plus 1 if the pass threw).
+// stderr: a human line per phase.
 //
 // Usage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--threads N] [--window SECONDS]
 //                            [--settle SECONDS]
 // URL defaults to $SQLOCK_BENCH_URL, then $SQLOCK_TEST_PG_URL (scripts/test-servers.sh).
 // Its tables are named sqlbench_<random>_* and dropped at the end. Not a test:
-// nothing is asserted; results go to docs/benchmarks.md ("Reaper").
+// nothing is asserted.
 #include <sqlock/sqlock.hpp>
 
 #include <soci/mysql/soci-mysql.h>
@@ -207,14 +215,14 @@ latencies traffic(sqlock::store& db, int threads, std::atomic<bool> const& stop)
 }
 
 void report(char const* phase, latencies const& l, double seconds) {
-    std::printf("%-8s acquires %8lld (%7.0f/s)  p50 %8.0f us  p99 %8.0f us  max %8.0f us  busy %lld  errors %lld\n",
-                phase, l.acquired, static_cast<double>(l.acquired) / seconds, l.pct(0.50), l.pct(0.99), l.max(),
-                l.busy, l.errors);
-    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "%-8s acquires %8lld (%7.0f/s)  p50 %8.0f us  p99 %8.0f us  max %8.0f us  busy %lld  errors %lld\n",
+                 phase, l.acquired, static_cast<double>(l.acquired) / seconds, l.pct(0.50), l.pct(0.99), l.max(),
+                 l.busy, l.errors);
 }
 
 /// Traffic for `window`, reported as `phase`.
-void measure(char const* phase, sqlock::store& db, config const& c) {
+latencies measure(char const* phase, sqlock::store& db, config const& c) {
     std::atomic<bool> stop{false};
     auto start = steady::now();
     std::thread timer([&] {
@@ -224,6 +232,55 @@ void measure(char const* phase, sqlock::store& db, config const& c) {
     auto l = traffic(db, c.threads, stop);
     timer.join();
     report(phase, l, std::chrono::duration<double>(steady::now() - start).count());
+    return l;
+}
+
+/// Insert `c.rows` expired rows and let the server settle.
+void make_backlog(soci::session& raw, sqlock::store const& db, std::string const& prefix, config const& c) {
+    auto t0 = steady::now();
+    insert_expired(raw, db.engine(), prefix + "_locks", c.rows);
+    std::fprintf(stderr, "backlog  inserted in %.1f s\n", std::chrono::duration<double>(steady::now() - t0).count());
+    // Let the insert's after-effects settle (visibility map, statistics, dirty pages) so
+    // that the next phase measures the backlog, not the bulk load.
+    if (db.engine() == sqlock::engine::postgresql) raw << "VACUUM ANALYZE " + prefix + "_locks";
+    if (db.engine() == sqlock::engine::mysql) raw << "ANALYZE TABLE " + prefix + "_locks";
+    std::this_thread::sleep_for(c.settle);
+}
+
+/// One reaper pass; `errors` counts a pass that threw.
+sqlock::reap_result purge(sqlock::store& db, config const& c, long long& errors) {
+    try {
+        sqlock::reaper r(db, {.batch_size = c.batch});
+        auto result = r.reap_once();
+        double const secs = static_cast<double>(result.duration.count()) / 1e6;
+        std::fprintf(stderr, "purge    %llu rows in %llu batches in %.2f s: %.0f rows/s\n",
+                     static_cast<unsigned long long>(result.purged), static_cast<unsigned long long>(result.batches),
+                     secs, static_cast<double>(result.purged) / secs);
+        return result;
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "purge    failed: %s\n", e.what());
+        ++errors;
+        return {};
+    }
+}
+
+/// The JSON line of one purge; the traffic fields are null without traffic.
+void print_line(sqlock::store const& db, char const* variant, sqlock::reap_result const& r,
+                latencies const* during, latencies const* baseline, long long errors) {
+    double const secs = static_cast<double>(r.duration.count()) / 1e6;
+    auto number = [](latencies const* l, double p) {
+        if (l == nullptr) return std::string("null");
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f", l->pct(p));
+        return std::string(buf);
+    };
+    std::printf("{\"suite\":\"reaper\",\"engine\":\"%s\",\"impl\":\"sqlock-reaper\",\"variant\":\"%s\","
+                "\"seconds\":%.3f,\"rows\":%llu,\"rows_per_s\":%.1f,\"acquire_p50_us\":%s,\"acquire_p99_us\":%s,"
+                "\"baseline_p99_us\":%s,\"errors\":%lld}\n",
+                std::string(sqlock::to_string(db.engine())).c_str(), variant, secs,
+                static_cast<unsigned long long>(r.purged), secs > 0 ? static_cast<double>(r.purged) / secs : 0.0,
+                number(during, 0.50).c_str(), number(during, 0.99).c_str(), number(baseline, 0.99).c_str(), errors);
+    std::fflush(stdout);
 }
 
 config parse(int argc, char** argv) {
@@ -271,40 +328,36 @@ int main(int argc, char** argv) {
     auto raw = raw_session(db.engine(), c.url);
     int rc = 0;
     try {
-        std::printf("sqlock-reaper-bench: %s, %lld expired rows, batch %zu, %d traffic threads, window %lld s, "
-                    "settle %lld s\n",
-                    db.url().c_str(), c.rows, c.batch, c.threads, static_cast<long long>(c.window.count()),
-                    static_cast<long long>(c.settle.count()));
+        std::fprintf(stderr,
+                     "sqlock-reaper-bench: %s, %lld expired rows, batch %zu, %d traffic threads, window %lld s, "
+                     "settle %lld s\n",
+                     db.url().c_str(), c.rows, c.batch, c.threads, static_cast<long long>(c.window.count()),
+                     static_cast<long long>(c.settle.count()));
         measure("empty", db, c);
-        auto t0 = steady::now();
-        insert_expired(*raw, db.engine(), prefix + "_locks", c.rows);
-        std::printf("backlog  inserted in %.1f s\n", std::chrono::duration<double>(steady::now() - t0).count());
-        // Let the insert's after-effects settle (visibility map, statistics, dirty pages) so
-        // that the idle phase measures the backlog, not the bulk load.
-        if (db.engine() == sqlock::engine::postgresql) *raw << "VACUUM ANALYZE " + prefix + "_locks";
-        if (db.engine() == sqlock::engine::mysql) *raw << "ANALYZE TABLE " + prefix + "_locks";
-        std::this_thread::sleep_for(c.settle);
+        make_backlog(*raw, db, prefix, c);
+        auto const baseline = measure("backlog", db, c);
 
-        measure("backlog", db, c);
-
+        // live-traffic: the same traffic while one pass purges the backlog.
         std::atomic<bool> stop{false};
-        sqlock::reap_result result;
+        sqlock::reap_result live;
+        long long live_errors = 0;
         auto start = steady::now();
         std::thread reaping([&] {
-            sqlock::reaper r(db, {.batch_size = c.batch});
-            result = r.reap_once();
+            live = purge(db, c, live_errors);
             stop = true;
         });
         auto during = traffic(db, c.threads, stop);
         reaping.join();
-        double seconds = std::chrono::duration<double>(steady::now() - start).count();
-        std::printf("purge    %llu rows in %llu batches in %.2f s: %.0f rows/s\n",
-                    static_cast<unsigned long long>(result.purged), static_cast<unsigned long long>(result.batches),
-                    static_cast<double>(result.duration.count()) / 1e6,
-                    static_cast<double>(result.purged) / (static_cast<double>(result.duration.count()) / 1e6));
-        report("reaper", during, seconds);
+        report("reaper", during, std::chrono::duration<double>(steady::now() - start).count());
+        print_line(db, "live-traffic", live, &during, &baseline, live_errors + during.errors);
 
         measure("clean", db, c);
+
+        // idle: a second backlog, purged with nothing else running.
+        make_backlog(*raw, db, prefix, c);
+        long long idle_errors = 0;
+        auto const idle = purge(db, c, idle_errors);
+        print_line(db, "idle", idle, nullptr, nullptr, idle_errors);
     } catch (std::exception const& e) {
         std::cerr << "sqlock-reaper-bench: " << e.what() << "\n";
         rc = 1;
