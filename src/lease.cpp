@@ -35,13 +35,15 @@ lease_row::lease_row(std::shared_ptr<locker_impl> locker, std::string name, std:
 
 bool lease_row::in_owning_process() const noexcept { return process_id() == pid_; }
 
-lease_state lease_row::state() const noexcept {
+lease_state lease_row::state() const noexcept { return state_at(clock::now()); }
+
+lease_state lease_row::state_at(clock::time_point now) const noexcept {
     switch (state_.load(std::memory_order_acquire)) {
         case st_released: return lease_state::released;
         case st_lost: return lease_state::lost;
         default: break;
     }
-    if (clock::now() >= valid_until()) return lease_state::lost;
+    if (now >= valid_until()) return lease_state::lost;
     return state_.load(std::memory_order_acquire) == st_in_doubt ? lease_state::in_doubt : lease_state::held;
 }
 

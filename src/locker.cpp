@@ -101,12 +101,14 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)),
 locker_impl::~locker_impl() {
     // The last reference may be dropped by a renewer thread itself (it briefly
     // owns a row, which owns its locker): it cannot join itself.
-    for (auto* t : {&watchdog_, &renewer_}) {
-        if (t->joinable() && t->get_id() == std::this_thread::get_id()) {
-            t->request_stop();
-            t->detach();
+    auto detach_self = [](std::jthread& t) {
+        if (t.joinable() && t.get_id() == std::this_thread::get_id()) {
+            t.request_stop();
+            t.detach();
         }
-    }
+    };
+    detach_self(watchdog_);
+    for (auto& t : renewers_) detach_self(t);
     watch_->renew_cv.notify_all();
 }
 
@@ -225,7 +227,7 @@ void locker_impl::on_renewed(lease_row const& row) noexcept {
         // A renewal (perhaps an explicit one with another TTL) restarts the schedule.
         std::lock_guard lock(watch_->mutex);
         row.schedule().next = clock::now() + row.ttl() / 3;
-        wake = wake_for(*watch_, std::min(row.schedule().next, row.valid_until()));
+        wake = wake_for(*watch_, std::min(row.schedule().next + renewal_slack(row.ttl()), row.valid_until()));
     }
     if (wake) watch_->cv.notify_all();
     emit(lease_event::kind::renewed, row.name(), row.token());
@@ -249,6 +251,10 @@ void locker_impl::on_lost(lease_row const& row, std::string_view why) noexcept {
 
 // ---- the renewer ---------------------------------------------------------
 
+locker_impl::clock::duration locker_impl::renewal_slack(std::chrono::milliseconds ttl) noexcept {
+    return std::min<clock::duration>(ttl / 30, std::chrono::milliseconds(100));
+}
+
 bool locker_impl::wake_for(watch_state& state, clock::time_point due) noexcept {
     // While the deadline thread is awake it looks at every row before it sleeps
     // again; asleep, it needs a wake-up only when it would sleep past `due`.
@@ -265,13 +271,14 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
         watch_->auto_renew = options_.auto_renew;
         row->schedule().next = clock::now() + row->ttl() / 3;
         watch_->rows.push_back({row});
-        wake = wake_for(*watch_, options_.auto_renew ? std::min(row->schedule().next, row->valid_until())
-                                                     : row->valid_until());
+        wake = wake_for(*watch_, options_.auto_renew
+                                     ? std::min(row->schedule().next + renewal_slack(row->ttl()), row->valid_until())
+                                     : row->valid_until());
     }
     if (wake) watch_->cv.notify_all();
     std::lock_guard lock(watchdog_mutex_);
     if (!watchdog_.joinable()) {
-        renewer_ = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
+        for (auto& t : renewers_) t = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
         watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_deadlines(state, stop); });
     }
 }
@@ -286,7 +293,7 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
         std::erase_if(state->rows, [&](watched& w) {
             auto row = w.row.lock();
             if (!row) return true;
-            auto s = row->state();
+            auto s = row->state_at(now);
             if (s == lease_state::released) return true;
             if (s == lease_state::lost) {
                 expired.push_back(std::move(row));  // validity ran out: say so now, whatever the I/O is doing
@@ -301,7 +308,11 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
                 plan.next = now + std::min<clock::duration>(row->ttl() / 10, std::chrono::seconds(1));
             }
             wake = std::min(wake, row->valid_until());
-            if (state->auto_renew && !plan.queued) wake = std::min(wake, plan.next);
+            // Renewals due within a short slack of each other are queued by one
+            // wake-up (a renewal is due at a third of the TTL, long before the
+            // lease runs out): with many leases, one scan of them all per due
+            // renewal would cost a core.
+            if (state->auto_renew && !plan.queued) wake = std::min(wake, plan.next + renewal_slack(row->ttl()));
             return false;
         });
         lock.unlock();
@@ -335,7 +346,8 @@ void locker_impl::run_renewals(std::shared_ptr<watch_state> const& state, std::s
             }
             lock.lock();
             row->schedule().queued = false;
-            bool const wake = wake_for(*state, std::min(row->schedule().next, row->valid_until()));
+            bool const wake =
+                wake_for(*state, std::min(row->schedule().next + renewal_slack(row->ttl()), row->valid_until()));
             lock.unlock();
             if (wake) state->cv.notify_all();
             row.reset();  // before taking the lock again: it may destroy the locker

@@ -39,6 +39,8 @@ public:
 
     /// Lost when the safe deadline has passed, even before the renewer notices.
     lease_state state() const noexcept;
+    /// state() as of `now` (the renewer reads the clock once for all its rows).
+    lease_state state_at(clock::time_point now) const noexcept;
     std::stop_token stop_token() const noexcept { return stop_.get_token(); }
 
     /// Another hold on this row (lease::reenter). False when the lease is no

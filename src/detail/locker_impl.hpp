@@ -131,6 +131,9 @@ private:
         clock::time_point sleeping_until = clock::time_point::min();  // the deadline thread's next wake-up
     };
     void watch(std::shared_ptr<lease_row> const& row);
+    /// How late past its due time a renewal may be queued, so that one wake-up
+    /// of the deadline thread serves the renewals due close together.
+    static clock::duration renewal_slack(std::chrono::milliseconds ttl) noexcept;
     /// Under `mutex`: wake the deadline thread if it sleeps past `due`.
     static bool wake_for(watch_state& state, clock::time_point due) noexcept;
     static void run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
@@ -147,7 +150,10 @@ private:
 
     std::shared_ptr<watch_state> watch_ = std::make_shared<watch_state>();
     std::mutex watchdog_mutex_;
-    std::jthread renewer_;   // stopped and joined after the deadline thread
+    // Two renewal threads: a renewal waits for its commit, and two in flight
+    // share the server's group commit (the store keeps two reserved connections).
+    static constexpr std::size_t renewal_threads = 2;
+    std::array<std::jthread, renewal_threads> renewers_;  // stopped and joined after the deadline thread
     std::jthread watchdog_;  // last member: stopped and joined first
 
     void record_wait(clock::duration waited) noexcept;
