@@ -40,7 +40,7 @@
 //       (on_lost or a `lost` event). Lag by 10 s slices of the run goes to stderr.
 //
 // Lock names start with "grid:<pid>:"; the store creates the default tables (`sqlock_*`) if missing.
-// SQLite lines carry variant "sync=full" (sqlock's SQLite connections always use synchronous=FULL).
+// SQLite lines carry variant "sync=<mode>": the URL's synchronous parameter (sqlock's default is full).
 //
 // Examples (servers: source the env.sh printed by `bash scripts/test-servers.sh start`):
 //   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_PG_URL" --lock table --clients 4 --names distinct --seconds 5
@@ -131,7 +131,14 @@ json line_head(std::string_view suite, sqlock::store const& db, std::string_view
     j["suite"] = suite;
     j["engine"] = sqlock::to_string(db.engine());
     j["impl"] = impl;
-    j["variant"] = db.engine() == sqlock::engine::sqlite ? "sync=full" : "";
+    std::string variant;
+    if (db.engine() == sqlock::engine::sqlite) {
+        auto const& url = db.url();
+        auto const at = url.find("synchronous=");
+        variant = "sync=" + (at == std::string::npos ? std::string("full")
+                                                     : url.substr(at + 12, url.find('&', at) - at - 12));
+    }
+    j["variant"] = variant;
     j["seconds"] = std::round(seconds * 1000.0) / 1000.0;
     return j;
 }
