@@ -129,17 +129,27 @@ std::vector<std::pair<std::string, std::string>> dialect::added_columns() const 
 }
 
 void dialect::create_schema(soci::session& s) const {
-    // The schema files are plain statements separated by ';' with '--' comment lines.
-    std::string sql;
+    // The schema files are plain statements separated by ';' with '--' comment
+    // lines. MySQL's stored procedures end with another delimiter, set by a
+    // `DELIMITER $$` line as in the mariadb and mysql clients; each statement
+    // end becomes '\x01' here.
+    std::string sql, delimiter = ";";
     for (auto text = schema_sql(); !text.empty();) {
         auto eol = text.find('\n');
         auto line = text.substr(0, eol);
         text = eol == std::string::npos ? std::string{} : text.substr(eol + 1);
         auto first = line.find_first_not_of(" \t");
-        if (first != std::string::npos && line.compare(first, 2, "--") != 0) sql += line + "\n";
+        if (first == std::string::npos || line.compare(first, 2, "--") == 0) continue;
+        if (line.compare(first, 10, "DELIMITER ") == 0) {
+            delimiter = line.substr(first + 10, line.find_first_of(" \t\r", first + 10) - first - 10);
+            continue;
+        }
+        for (auto at = line.find(delimiter); at != std::string::npos; at = line.find(delimiter, at + 1))
+            line.replace(at, delimiter.size(), "\x01");
+        sql += line + "\n";
     }
     for (std::size_t start = 0; start < sql.size();) {
-        auto end = sql.find(';', start);
+        auto end = sql.find('\x01', start);
         auto statement = sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
         if (statement.find_first_not_of(" \t\n") != std::string::npos) s << statement;
         if (end == std::string::npos) break;
