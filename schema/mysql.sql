@@ -59,3 +59,88 @@ CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
     name  VARBINARY(255) NOT NULL PRIMARY KEY,
     token BIGINT         NOT NULL
 ) ENGINE = InnoDB;
+
+-- The hot paths of the table lock, each one round trip (CALL) and each one
+-- transaction; the library calls them as prepared statements.
+-- CREATE PROCEDURE IF NOT EXISTS needs MariaDB 10.1.3+ or MySQL 8.0.29+. A
+-- procedure runs with the sql_mode of the session that created it: create it
+-- with strict mode on (sqlock's own sessions and the mariadb client's default).
+-- SQL SECURITY INVOKER: they run with the caller's privileges, whoever made them.
+DELIMITER $$
+
+-- Draw the name's next token and take the lock row if it is free or expired, in
+-- one transaction: the token row's lock is held until COMMIT, so grants happen
+-- in token order. The first token of a new counter is above the floor (the
+-- tokens row named '') and at least the database's now in microseconds; see
+-- sqlock_tokens. Answers one row: (this attempt holds the row, its token,
+-- created_at and expires_at in microseconds since the Unix epoch).
+-- p_budget_us bounds the time spent inside the call (lock and metadata-lock
+-- waits included): past it the transaction is rolled back and errno 1205
+-- raised, so that nothing commits after the caller has stopped waiting. A
+-- client's deadline cannot stop a call the server is running.
+CREATE PROCEDURE IF NOT EXISTS sqlock_acquire(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),
+                                              IN p_attempt BIGINT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT)
+    MODIFIES SQL DATA SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_started DATETIME(6) DEFAULT SYSDATE(6);
+    DECLARE v_first, v_token, v_created, v_expires BIGINT;
+    DECLARE v_ours INT;
+    -- A deadlock has rolled the transaction back already, a lock wait timeout
+    -- only its statement: roll back in either case, then report the error.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    SET v_first = GREATEST(COALESCE((SELECT f.token FROM sqlock_tokens f WHERE f.name = ''), 0) + 1,
+                           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW(6)));
+    INSERT INTO sqlock_tokens (name, token) VALUES (p_name, v_first)
+        ON DUPLICATE KEY UPDATE token = token + 1;
+    -- Our own change, under our row lock.
+    SELECT token INTO v_token FROM sqlock_tokens WHERE name = p_name;
+    -- Assignments run left to right and see earlier ones, so expires_at, which
+    -- every condition reads, is assigned last.
+    INSERT INTO sqlock_locks (name, owner, token, holds, attempt, created_at, expires_at)
+        VALUES (p_name, p_owner, v_token, 1, p_attempt, NOW(6), NOW(6) + INTERVAL p_ttl_us MICROSECOND)
+        ON DUPLICATE KEY UPDATE
+            owner = IF(expires_at < NOW(6), VALUES(owner), owner),
+            token = IF(expires_at < NOW(6), VALUES(token), token),
+            holds = IF(expires_at < NOW(6), 1, holds),
+            attempt = IF(expires_at < NOW(6), VALUES(attempt), attempt),
+            created_at = IF(expires_at < NOW(6), VALUES(created_at), created_at),
+            expires_at = IF(expires_at < NOW(6), VALUES(expires_at), expires_at);
+    -- Ours when it carries this attempt: also when an earlier call of the same
+    -- attempt, whose connection broke, wrote it (its token is a grant like any).
+    SELECT IF(attempt = p_attempt, 1, 0), token, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
+        INTO v_ours, v_token, v_created, v_expires FROM sqlock_locks WHERE name = p_name;
+    IF TIMESTAMPDIFF(MICROSECOND, v_started, SYSDATE(6)) > p_budget_us THEN
+        SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1205,
+            MESSAGE_TEXT = 'sqlock: the acquire took longer than its caller waits for an answer: rolled back';
+    END IF;
+    COMMIT;
+    SELECT v_ours, v_token, v_created, v_expires;
+END$$
+
+-- Extend the unexpired row of (name, owner, token) to now + ttl. Answers one
+-- row: (1 when renewed, else 0; the new expires_at and the database's now in
+-- microseconds since the Unix epoch, NULL when not renewed). The locking read
+-- keeps the row ours between the check and the UPDATE.
+CREATE PROCEDURE IF NOT EXISTS sqlock_renew(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),
+                                            IN p_token BIGINT, IN p_ttl_us BIGINT)
+    MODIFIES SQL DATA SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_live INT;
+    DECLARE v_expires, v_now BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_live FROM sqlock_locks
+        WHERE name = p_name AND owner = p_owner AND token = p_token AND expires_at >= NOW(6) FOR UPDATE;
+    IF v_live = 1 THEN
+        UPDATE sqlock_locks SET expires_at = NOW(6) + INTERVAL p_ttl_us MICROSECOND WHERE name = p_name;
+        SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at),
+               TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW(6))
+            INTO v_expires, v_now FROM sqlock_locks WHERE name = p_name;
+    END IF;
+    COMMIT;
+    SELECT v_live, v_expires, v_now;
+END$$
+
+DELIMITER ;

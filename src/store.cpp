@@ -113,7 +113,7 @@ store_impl::store_impl(std::string_view url, store_options const& options)
                                  "");
         }
         if (!missing.empty())
-            throw schema_missing("sqlock: '" + missing + "' (a table or trigger of the schema) does not exist in " + url_ + ": apply " +
+            throw schema_missing("sqlock: '" + missing + "' (a table, trigger or procedure of the schema) does not exist in " + url_ + ": apply " +
                                  schema_file(engine()) + " (sqlock schema --apply), or open the store with "
                                  "create_schema = true");
     } catch (soci::soci_error const& e) {

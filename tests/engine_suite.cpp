@@ -12,14 +12,20 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <latch>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -1168,6 +1174,257 @@ TEST_P(Restart, TokensIncreaseAndTheStoreReconnects) {
     lease again = sqlock::table_locker(fresh).acquire(name, 0ms);
     EXPECT_GT(again.token(), t2);
 }
+
+// ============================================================ MariaDB: procedures and round trips
+
+/// The table lock on MariaDB only: its acquire and renew are stored procedures.
+class TableLockMariaDB : public EngineTest {
+protected:
+    void TearDown() override {
+        for (auto const& p : prefixes_) {
+            try {
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
+                    *raw_ << "DROP TABLE IF EXISTS " + p + t;
+                for (auto const& r : {"_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the tables of prefix " << p << ": " << describe(e);
+            }
+        }
+    }
+
+    /// A table prefix of this test's own, whose tables and procedures TearDown drops.
+    std::string own_prefix() { return prefixes_.emplace_back("sqlt_" + random_hex(10)); }
+
+    long long procedures(std::string const& prefix) {
+        long long n = -1;
+        std::string const acquire = prefix + "_acquire", renew = prefix + "_renew";
+        *raw_ << "SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()"
+                 " AND routine_name IN (:a, :r)",
+            soci::use(acquire, "a"), soci::use(renew, "r"), soci::into(n);
+        return n;
+    }
+
+    std::vector<std::string> prefixes_;
+};
+
+// The tables without the procedures (an older sqlock's schema, or a partial
+// apply): the store must refuse to open with schema_missing naming the missing
+// procedure and the file to apply, not fail later on the first acquire; with
+// create_schema it adds them.
+TEST_P(TableLockMariaDB, TablesWithoutTheProceduresAreSchemaMissing) {
+    std::string const p = own_prefix();
+    { sqlock::store made(url_, {.create_schema = true, .table_prefix = p}); }
+    ASSERT_EQ(procedures(p), 2) << "create_schema made no procedures";
+    *raw_ << "DROP PROCEDURE " + p + "_acquire";
+    *raw_ << "DROP PROCEDURE " + p + "_renew";
+    try {
+        sqlock::store s(url_, {.table_prefix = p});
+        ADD_FAILURE() << "a store opened on tables without their procedures";
+    } catch (sqlock::schema_missing const& e) {
+        std::string const what = e.what();
+        EXPECT_NE(what.find(p + "_acquire"), std::string::npos) << "the message must name the procedure: " << what;
+        EXPECT_NE(what.find("schema/mysql.sql"), std::string::npos) << "the message must say what to apply: " << what;
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);
+    }
+    EXPECT_EQ(procedures(p), 0) << "a store without create_schema created procedures";
+
+    sqlock::store s(url_, {.create_schema = true, .table_prefix = p});
+    EXPECT_EQ(procedures(p), 2);
+    locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    auto l = L.try_acquire(n("after-create"));
+    ASSERT_TRUE(l.has_value());
+    EXPECT_NO_THROW(l->renew());
+
+    // Dropped under an open store: the next acquire says which procedure is missing.
+    l->release();
+    *raw_ << "DROP PROCEDURE " + p + "_acquire";
+    try {
+        (void)L.try_acquire(n("dropped"));
+        ADD_FAILURE() << "an acquire without its procedure returned";
+    } catch (sqlock::schema_missing const& e) {
+        std::string const what = e.what();
+        EXPECT_NE(what.find(p + "_acquire"), std::string::npos) << what;
+        EXPECT_EQ(e.code(), "1305") << what;
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);
+    }
+}
+
+/// A TCP proxy that counts the commands MariaDB clients send through it: in the
+/// client/server protocol every command starts a new packet sequence (sequence
+/// id 0), and each is answered before the next is sent (no pipelining), so the
+/// count is the number of round trips. Plain TCP only (the test server has no TLS).
+class command_counter {
+public:
+    explicit command_counter(std::string const& url) : target_(url) {
+        listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0 || ::listen(listen_, 16) != 0)
+            throw std::runtime_error("command_counter: cannot listen on 127.0.0.1");
+        port_ = ntohs(a.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+    ~command_counter() {
+        ::shutdown(listen_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            std::lock_guard lock(mutex_);
+            for (auto const& [client, server] : links_) {
+                ::shutdown(client, SHUT_RDWR);
+                ::shutdown(server, SHUT_RDWR);
+            }
+        }
+        for (auto& t : relays_) t.join();
+        ::close(listen_);
+    }
+    command_counter(command_counter const&) = delete;
+    command_counter& operator=(command_counter const&) = delete;
+
+    [[nodiscard]] std::string proxied_url() const {
+        auto p = parse_server_url(target_);
+        return p.scheme + "://" + p.user + ":" + p.password + "@127.0.0.1:" + std::to_string(port_) + "/" + p.db;
+    }
+    /// Commands sent so far, and their command bytes (0x03 COM_QUERY, 0x16
+    /// COM_STMT_PREPARE, 0x17 COM_STMT_EXECUTE, 0x19 COM_STMT_CLOSE...).
+    [[nodiscard]] std::vector<int> commands() const {
+        std::lock_guard lock(mutex_);
+        return commands_;
+    }
+
+private:
+    void accept_loop() {
+        for (;;) {
+            int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) return;
+            auto p = parse_server_url(target_);
+            int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(p.port)));
+            ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+            if (server < 0 || ::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+                ::close(client);
+                if (server >= 0) ::close(server);
+                continue;
+            }
+            std::lock_guard lock(mutex_);
+            links_.emplace_back(client, server);
+            relays_.emplace_back([this, client, server] { relay(client, server); });
+        }
+    }
+
+    void relay(int client, int server) {
+        std::vector<unsigned char> pending;  // client bytes not yet parsed into packets
+        char buf[16384];
+        for (;;) {
+            pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+            bool open = true;
+            for (int i = 0; i < 2 && open; ++i) {
+                if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+                ssize_t r = ::recv(i == 0 ? client : server, buf, sizeof buf, 0);
+                open = r > 0 && ::send(i == 0 ? server : client, buf, static_cast<std::size_t>(r), MSG_NOSIGNAL) == r;
+                if (open && i == 0) count(pending, buf, static_cast<std::size_t>(r));
+            }
+            if (!open) break;
+        }
+        ::shutdown(client, SHUT_RDWR);
+        ::shutdown(server, SHUT_RDWR);
+    }
+
+    // Packets: a 3-byte little-endian payload length, a sequence id, the payload.
+    void count(std::vector<unsigned char>& pending, char const* data, std::size_t n) {
+        pending.insert(pending.end(), data, data + n);
+        std::size_t at = 0;
+        while (pending.size() - at >= 5) {
+            std::size_t const length = pending[at] | (pending[at + 1] << 8) | (pending[at + 2] << 16);
+            if (pending.size() - at < 4 + length) break;
+            if (pending[at + 3] == 0 && length > 0) {
+                std::lock_guard lock(mutex_);
+                commands_.push_back(pending[at + 4]);
+            }
+            at += 4 + length;
+        }
+        pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+
+    std::string target_;
+    int listen_ = -1;
+    int port_ = 0;
+    mutable std::mutex mutex_;
+    std::vector<int> commands_;                   // guarded by mutex_
+    std::vector<std::pair<int, int>> links_;      // guarded by mutex_
+    std::vector<std::thread> relays_;             // guarded by mutex_ (joined after the acceptor)
+    std::thread acceptor_;
+};
+
+std::string command_list(std::vector<int> const& commands) {
+    std::string out;
+    for (int c : commands) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, " 0x%02x", c);
+        out += hex;
+    }
+    return out.empty() ? " (none)" : out;
+}
+
+// Each decision is one round trip once the connection has prepared its
+// statements: an acquire (a CALL: token draw and lock upsert in one server-side
+// transaction), a busy try, a renewal and a release each send one command.
+TEST_P(TableLockMariaDB, EachDecisionIsOneRoundTrip) {
+    command_counter proxy(url_);
+    sqlock::store s(proxy.proxied_url(), {.pool_size = 1});
+    locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    locker other = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    {  // first use on each connection prepares the statements
+        auto warm = L.try_acquire(n("warm-up"));
+        ASSERT_TRUE(warm.has_value());
+        warm->renew();
+        warm->release();
+    }
+    auto const commands_of = [&](auto&& step) {
+        auto const before = proxy.commands().size();
+        step();
+        auto all = proxy.commands();
+        return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
+    };
+    std::optional<lease> l;
+    auto acquire = commands_of([&] { l = L.try_acquire(n("counted")); });
+    ASSERT_TRUE(l.has_value());
+    EXPECT_EQ(acquire.size(), 1u) << "commands sent by one acquire:" << command_list(acquire);
+    auto busy = commands_of([&] { EXPECT_FALSE(other.try_acquire(n("counted")).has_value()); });
+    EXPECT_EQ(busy.size(), 1u) << "commands sent by one busy try:" << command_list(busy);
+    auto renew = commands_of([&] { l->renew(); });
+    EXPECT_EQ(renew.size(), 1u) << "commands sent by one renewal:" << command_list(renew);
+    auto release = commands_of([&] { l->release(); });
+    EXPECT_EQ(release.size(), 1u) << "commands sent by one release:" << command_list(release);
+    EXPECT_FALSE(row(n("counted")).has_value());
+}
+
+// The row lock's token draw is one autocommit statement whose LAST_INSERT_ID(expr)
+// comes back in its answer: on the insert path (a new counter) and on the update
+// path, the token handed out is the counter's value.
+TEST_P(TableLockMariaDB, RowLockTokenIsTheCountersValue) {
+    locker R = sqlock::row_locker(*db_, {.ttl = 30s});
+    std::string const name = n("row-token");
+    std::int64_t previous = 0;
+    for (int i = 0; i < 3; ++i) {
+        lease l = R.acquire(name, 10s);
+        long long counter = 0;
+        *raw_ << "SELECT token FROM sqlock_tokens WHERE name = :n", soci::use(name, "n"), soci::into(counter);
+        EXPECT_EQ(l.token(), counter) << "grant " << i;
+        EXPECT_GT(l.token(), previous);
+        previous = l.token();
+        l.release();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, TableLockMariaDB, ::testing::Values(engine::mysql), engine_param_name{});
 
 INSTANTIATE_TEST_SUITE_P(Engines, TableLock,
                          ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),

@@ -382,7 +382,7 @@ TEST_P(SafetyEveryEngine, ReleaseAfterTheSafeDeadlineSaysItRanOut) {
 
 // ============================================================ #8: a paused acquire (MariaDB)
 
-/// The MariaDB instance only: its acquire is several statements in one transaction.
+/// The MariaDB instance only: its acquire is a stored procedure.
 class SafetyMariaDB : public Safety {};
 
 /// /proc/PID/stat's state letter ('T' once stopped), or 0 when it cannot be read.
@@ -410,12 +410,17 @@ private:
     pid_t pid_;
 };
 
-// A client that stops between the statements of an acquire (a GC pause,
-// SIGSTOP, a debugger) holds the name's token row lock in an open
-// transaction. The server must end that session after a short bound
-// (idle_transaction_timeout = lock_wait_timeout), not wait_timeout (8 hours):
-// another client's acquire of the name then succeeds. The holder stops itself
-// at the failpoint between the token bump and the lock insert.
+// A client that stops inside an acquire (a GC pause, SIGSTOP, a debugger) must
+// not hold the name's token row, or every other acquire of the name would wait
+// on it. MariaDB's acquire used to be several statements in one transaction, so
+// a client stopped between them held the token row lock until the server ended
+// its session (idle_transaction_timeout). It is now one CALL, which the server
+// runs to its COMMIT whatever the client does: the last place a client can stop
+// inside an acquire is after the server decided, before the caller hears of it.
+// The holder stops itself there (failpoint mysql.acquire.after_call). Its grant
+// stands: another client finds the name busy, at once and without an error, and
+// the token row and the lock row are not locked. Resumed, the holder gets the
+// very grant the row shows.
 TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
     std::string const name = n("paused");
     std::string const lock_wait_ms = "2000";
@@ -424,7 +429,7 @@ TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e)
         if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
-    env.emplace_back("SQLOCK_FAILPOINTS=mysql.acquire.after_token=stop");
+    env.emplace_back("SQLOCK_FAILPOINTS=mysql.acquire.after_call=stop");
     spawn_file_actions actions;
     actions.capture_to_files(dir / "out", dir / "err");
     child_process worker(spawn_process({SQLOCK_SAFETY_WORKER, url_, name, lock_wait_ms}, env, actions.get()));
@@ -434,13 +439,125 @@ TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
                          << process_state(worker.pid()) << "'; stdout: " << slurp(dir / "out")
                          << "; stderr: " << slurp(dir / "err") << ")";
 
+    // Neither row is locked: NOWAIT fails at once on a locked row (errno 1205).
+    auto probe = raw_session(e_, url_);
+    long long counter = 0, granted = 0;
+    std::string const what = outcome_of([&] {
+        soci::transaction tx(*probe);
+        *probe << "SELECT token FROM sqlock_tokens WHERE name = :n FOR UPDATE NOWAIT", soci::use(name, "n"),
+            soci::into(counter);
+        *probe << "SELECT token FROM sqlock_locks WHERE name = :n FOR UPDATE NOWAIT", soci::use(name, "n"),
+            soci::into(granted);
+        tx.rollback();
+    });
+    EXPECT_EQ(what, "returned") << "a row of '" << name << "' is locked while its acquirer is paused";
+    EXPECT_GT(granted, 0) << "the paused acquire's grant is not in the lock table";
+    EXPECT_EQ(granted, counter) << "the grant does not carry the name's latest token";
+
     sqlock::store s(url_, {.pool_size = 2, .lock_wait_timeout = 2s});
     locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
     std::optional<lease> got;
-    std::string const what = outcome_of([&] { got.emplace(L.acquire(name, 30s)); });
-    EXPECT_TRUE(got.has_value()) << "the acquire of '" << name << "' behind a paused acquire failed: " << what;
+    std::string const other = outcome_of([&] { got = L.try_acquire(name); });
+    EXPECT_EQ(other, "returned") << "a try of '" << name << "' behind a paused acquire failed";
+    EXPECT_FALSE(got.has_value()) << "another client took a lock granted to the paused one";
     EXPECT_EQ(process_state(worker.pid()), 'T') << "the worker was not paused all along";
+
+    ::kill(worker.pid(), SIGCONT);
+    bool const ended = eventually([&] { return process_state(worker.pid()) == 'Z'; }, 30s);
+    EXPECT_TRUE(ended) << "the resumed worker did not exit within 30 s";
+    EXPECT_EQ(slurp(dir / "out"), "acquired " + std::to_string(granted) + "\n") << "stderr: " << slurp(dir / "err");
     fs::remove_all(dir);
+}
+
+// A deadline that fires while the server runs the acquire's CALL (here: the
+// token table is locked with LOCK TABLES, so the CALL waits on a metadata lock
+// the server does not bound) cuts the connection, but cannot stop the server:
+// once the table is unlocked, that CALL and the one retried after reconnecting
+// would go on and commit a lock row nobody holds. The CALL is bounded on the
+// server too (p_budget_us, below the client's deadline): it rolls back instead.
+// The caller hears in_doubt (or unavailable), and no row and no token counter
+// remain. The test has tables of its own: the lock stops nobody else.
+TEST_P(SafetyMariaDB, DeadlineInsideTheAcquireLeavesNoRow) {
+    std::string const prefix = "sqlt_" + random_hex(10);
+    std::string const marker = new_marker();
+    std::string const url = tagged_url(marker);
+    struct drop_on_exit {
+        soci::session& s;
+        std::string prefix;
+        ~drop_on_exit() {
+            try {
+                s << "UNLOCK TABLES";
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
+                    s << "DROP TABLE IF EXISTS " + prefix + t;
+                for (auto const& r : {"_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the tables of prefix " << prefix << ": " << describe(e);
+            }
+        }
+    };
+    auto blocker = raw_session(e_, url_);
+    drop_on_exit cleanup{*blocker, prefix};
+    sqlock::store s(url, {.pool_size = 1, .create_schema = true, .table_prefix = prefix, .connect_timeout = 2s,
+                          .lock_wait_timeout = 1s, .io_timeout = 1s});
+    locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    {
+        auto warm = L.try_acquire(n("warm-up"));  // the CALL is prepared and has run
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    std::string const name = n("deadline");
+    *blocker << "LOCK TABLES " + prefix + "_tokens WRITE";
+    std::string const what = outcome_of([&] { (void)L.try_acquire(name); });
+    *blocker << "UNLOCK TABLES";
+    EXPECT_TRUE(what.find("in_doubt") != std::string::npos || what.find("backend_unavailable") != std::string::npos)
+        << "an acquire whose deadline fired inside the CALL must throw in_doubt or backend_unavailable; it: " << what;
+
+    // The cut sessions end once their CALLs have finished (answering a closed socket).
+    bool const gone = eventually([&] { return sessions_of(marker).empty(); }, 30s);
+    EXPECT_TRUE(gone) << "the store's server sessions still run 30 s after the table was unlocked";
+    long long rows = -1, counters = -1;
+    *blocker << "SELECT COUNT(*) FROM " + prefix + "_locks WHERE name = :n", soci::use(name, "n"), soci::into(rows);
+    *blocker << "SELECT COUNT(*) FROM " + prefix + "_tokens WHERE name = :n", soci::use(name, "n"),
+        soci::into(counters);
+    EXPECT_EQ(rows, 0) << "a lock row was committed after the caller had been told the outcome: " << what;
+    EXPECT_EQ(counters, 0) << "the token draw of an acquire that was given up was committed";
+    std::cout << "[ record   ] " << what << "\n";
+}
+
+// The acquire, renew and release statements are prepared on the server per
+// pooled connection, and closed (COM_STMT_CLOSE) when the store drops the
+// connection. Closing them on a connection that is silent (a hung network) or
+// cut must neither wait for the server nor crash (no SIGPIPE): closing the
+// store returns.
+TEST_P(SafetyMariaDB, PreparedStatementsOnADeadConnectionCloseQuietly) {
+    for (bool cut : {false, true}) {
+        SCOPED_TRACE(cut ? "cut" : "silent");
+        auto proxy = fault_proxy::for_url(url_);
+        std::optional<sqlock::store> db;
+        db.emplace(proxy->proxied_url(url_), sqlock::store_options{.pool_size = 1, .connect_timeout = 2s,
+                                                                   .lock_wait_timeout = 1s, .io_timeout = 1s});
+        {
+            locker L = sqlock::table_locker(*db, {.ttl = 30s, .auto_renew = false});
+            auto l = L.try_acquire(n(cut ? "cut" : "silent"));
+            ASSERT_TRUE(l.has_value());
+            l->renew();
+            l->release();
+        }
+        if (cut)
+            proxy->block();
+        else
+            proxy->stall();
+        std::atomic<bool> closed{false};
+        std::thread closer([&] {
+            db.reset();
+            closed = true;
+        });
+        bool const returned = eventually([&] { return closed.load(); }, 30s);
+        EXPECT_TRUE(returned) << "closing a store whose connection is " << (cut ? "cut" : "silent")
+                              << " did not return within 30 s";
+        if (!returned) proxy->block();
+        closer.join();
+    }
 }
 
 // ============================================================ #9: renewals and a pinned pool

@@ -4,10 +4,10 @@
 //
 // Opens a store on URL (lock_wait_timeout LOCK_WAIT_MS) and tries once to take
 // LOCK_NAME with a table locker. The test starts it with the failpoint
-// SQLOCK_FAILPOINTS=mysql.acquire.after_token=stop, so it stops itself inside
-// the acquire, after the token bump and before the lock row is written. If it
-// ever goes on: prints "acquired TOKEN" or "busy" and exits 0; on an error, a
-// message on stderr and exit 2.
+// SQLOCK_FAILPOINTS=mysql.acquire.after_call=stop, so it stops itself inside
+// the acquire, after the server committed the grant and before the caller
+// hears of it. When it goes on: prints "acquired TOKEN" or "busy" and exits 0;
+// on an error, a message on stderr and exit 2.
 #include "worker_common.hpp"
 
 #include <sqlock/sqlock.hpp>

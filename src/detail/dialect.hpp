@@ -178,7 +178,8 @@ public:
     [[nodiscard]] virtual int socket_of(soci::session& s) const;
 
     /// Bound the engine's own wait inside the next statements where that costs
-    /// no round trip (SQLite's busy handler); elsewhere nothing.
+    /// no round trip (SQLite's busy handler; MySQL's acquire, a CALL that takes
+    /// its bound as a parameter); elsewhere nothing.
     virtual void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const;
 
     /// True when a "transient" failure after the whole engine wait means the

@@ -129,23 +129,35 @@ std::vector<std::pair<std::string, std::string>> dialect::added_columns() const 
 }
 
 void dialect::create_schema(soci::session& s) const {
-    // The schema files are plain statements separated by ';' with '--' comment lines.
-    std::string sql;
+    // The schema files are plain statements separated by ';' with '--' comment
+    // lines. MySQL's stored procedures end with another delimiter, set by a
+    // `DELIMITER $$` line as in the mariadb and mysql clients; SQLite's triggers
+    // end at a line "END;", as its shell knows. Each statement end becomes
+    // '\x01' here.
+    std::string sql, delimiter = ";";
+    bool in_trigger = false;
     for (auto text = schema_sql(); !text.empty();) {
         auto eol = text.find('\n');
         auto line = text.substr(0, eol);
         text = eol == std::string::npos ? std::string{} : text.substr(eol + 1);
         auto first = line.find_first_not_of(" \t");
-        if (first != std::string::npos && line.compare(first, 2, "--") != 0) sql += line + "\n";
+        if (first == std::string::npos || line.compare(first, 2, "--") == 0) continue;
+        if (line.compare(first, 10, "DELIMITER ") == 0) {
+            delimiter = line.substr(first + 10, line.find_first_of(" \t\r", first + 10) - first - 10);
+            continue;
+        }
+        if (line.compare(first, 14, "CREATE TRIGGER") == 0) in_trigger = true;
+        if (in_trigger && line.compare(first, 4, "END;") != 0) {
+            sql += line + "\n";  // a statement of the trigger's body
+            continue;
+        }
+        in_trigger = false;
+        for (auto at = line.find(delimiter); at != std::string::npos; at = line.find(delimiter, at + 1))
+            line.replace(at, delimiter.size(), "\x01");
+        sql += line + "\n";
     }
     for (std::size_t start = 0; start < sql.size();) {
-        auto end = sql.find(';', start);
-        // A trigger's body holds statements of its own: it ends at "END;".
-        auto const head = sql.substr(start, 64);
-        if (head.find("CREATE TRIGGER") != std::string::npos) {
-            auto const stop = sql.find("\nEND;", start);
-            if (stop != std::string::npos) end = stop + 4;
-        }
+        auto end = sql.find('\x01', start);
         auto statement = sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
         if (statement.find_first_not_of(" \t\n") != std::string::npos) s << statement;
         if (end == std::string::npos) break;

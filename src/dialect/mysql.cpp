@@ -1,11 +1,18 @@
 // MariaDB and MySQL through MySQL Connector/C (libmariadb).
 //
-// Acquire is one short READ COMMITTED transaction: bump the name's token row
-// (its row lock is held to COMMIT, so grants happen in token order), upsert the
-// lock row with INSERT ... ON DUPLICATE KEY UPDATE that changes it only when
-// expired, and read back which token the row now carries. READ COMMITTED avoids
-// the gap-lock deadlocks REPEATABLE READ has on a hot unique key; the deadlocks
-// that remain (errno 1213) are retried by the store.
+// Acquire and renew are each one round trip: a CALL of a stored procedure of
+// schema/mysql.sql (<prefix>_acquire, <prefix>_renew) that runs one short
+// transaction on the server. Acquire bumps the name's token row (its row lock is
+// held to COMMIT, so grants happen in token order), upserts the lock row with
+// INSERT ... ON DUPLICATE KEY UPDATE that changes it only when expired, and
+// reads back whether the row now carries this attempt. The session runs READ
+// COMMITTED, which avoids the gap-lock deadlocks REPEATABLE READ has on a hot
+// unique key; the deadlocks that remain (errno 1213) are retried by the store.
+//
+// The CALLs, the release and the token draw are prepared on the server once
+// per pooled connection with libmariadb's own statement API (SOCI's MySQL
+// backend substitutes parameters into the query text and prepares nothing),
+// and kept in this dialect's statement cache.
 #include "detail/dialect.hpp"
 #include "detail/failpoint.hpp"
 
@@ -14,9 +21,19 @@
 #include <soci/mysql/soci-mysql.h>
 #include <soci/soci.h>
 
+#include <errmsg.h>
+#include <mysql.h>
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
 
 namespace sqlock::detail {
 namespace {
@@ -31,35 +48,159 @@ std::string quote(std::string const& value) {
     return out + "'";
 }
 
+// A statement prepared on the server with libmariadb's API. Errors, a broken
+// connection included, are thrown as SOCI's MySQL error with the server's (or
+// client library's) errno, so that classify() treats them as any other.
+class server_statement {
+public:
+    server_statement(MYSQL* conn, std::string sql) : sql_(std::move(sql)), conn_(conn), stmt_(mysql_stmt_init(conn)) {
+        if (stmt_ == nullptr) throw soci::mysql_soci_error(mysql_error(conn), static_cast<int>(mysql_errno(conn)));
+        if (mysql_stmt_prepare(stmt_, sql_.data(), sql_.size()) != 0) {
+            auto e = error();
+            mysql_stmt_close(stmt_);
+            throw e;
+        }
+    }
+    // Sends COM_STMT_CLOSE, which has no answer: on a connection that was shut
+    // down the write fails at once. Destroyed before its connection is closed.
+    ~server_statement() { mysql_stmt_close(stmt_); }
+    server_statement(server_statement const&) = delete;
+    server_statement& operator=(server_statement const&) = delete;
+
+    /// Execute with `params` bound and read the whole answer: the first row of
+    /// the first result set into `out` (NULL reads as 0), then every further
+    /// result, down to the final status a CALL sends, so the connection is
+    /// ready for the next statement. True when a row was read.
+    template <std::size_t N>
+    bool execute(MYSQL_BIND* params, std::array<long long, N>& out) {
+        if (mysql_stmt_bind_param(stmt_, params) != 0 || mysql_stmt_execute(stmt_) != 0) fail();
+        bool got = false, read = false, misshapen = false;
+        for (;;) {
+            if (mysql_stmt_field_count(stmt_) > 0) {
+                std::array<MYSQL_BIND, N> into{};
+                std::array<my_bool, N> null{};
+                for (std::size_t i = 0; i < N; ++i) {
+                    into[i].buffer_type = MYSQL_TYPE_LONGLONG;
+                    into[i].buffer = &out[i];
+                    into[i].is_null = &null[i];
+                }
+                // Only the first result set is ours: a CALL sends nothing else.
+                misshapen = misshapen || (!read && mysql_stmt_field_count(stmt_) != N);
+                if (!std::exchange(read, true) && !misshapen) {
+                    if (mysql_stmt_bind_result(stmt_, into.data()) != 0) fail();
+                    int const r = mysql_stmt_fetch(stmt_);
+                    if (r == 1) fail();
+                    got = r != MYSQL_NO_DATA;
+                    for (std::size_t i = 0; i < N; ++i)
+                        if (null[i] != 0) out[i] = 0;
+                }
+                if (mysql_stmt_free_result(stmt_) != 0) fail();  // the rows left, unread
+            }
+            int const next = mysql_stmt_next_result(stmt_);
+            if (next > 0) fail();
+            if (next < 0) break;
+        }
+        // An older or altered procedure (CREATE PROCEDURE IF NOT EXISTS keeps
+        // what it finds): say so rather than read its answer wrong.
+        if (misshapen)
+            throw soci::mysql_soci_error("sqlock: the answer of '" + sql_ + "' does not have " + std::to_string(N) +
+                                             " columns: apply this version's schema/mysql.sql (drop the procedure first)",
+                                         0);
+        return got;
+    }
+
+    [[nodiscard]] unsigned long long affected_rows() const { return mysql_stmt_affected_rows(stmt_); }
+    [[nodiscard]] unsigned long long insert_id() const { return mysql_stmt_insert_id(stmt_); }
+
+private:
+    [[nodiscard]] soci::mysql_soci_error error() const {
+        return {mysql_stmt_error(stmt_), static_cast<int>(mysql_stmt_errno(stmt_))};
+    }
+
+    // A statement that failed on a live connection may have left a transaction
+    // open: the procedures' handlers roll back every SQL error (a deadlock,
+    // 1213, or a lock wait that ran out, 1205, the common ones), but a killed or
+    // interrupted statement runs no handler. Roll back before the connection is
+    // reused; errnos from 2000 up are the client library's (connection trouble).
+    [[noreturn]] void fail() {
+        auto e = error();
+        if (e.err_num_ < CR_MIN_ERROR && e.err_num_ != 1213 && e.err_num_ != 1205 && e.err_num_ != 1927 &&
+            e.err_num_ != 1053)
+            (void)mysql_rollback(conn_);
+        throw e;
+    }
+
+    std::string sql_;
+    MYSQL* conn_;
+    MYSQL_STMT* stmt_;
+};
+
+MYSQL_BIND bytes_param(std::string const& value, unsigned long& length) {
+    MYSQL_BIND b{};
+    // A BLOB parameter is taken as bytes: no conversion from the connection's
+    // character set on the way to the VARBINARY columns.
+    b.buffer_type = MYSQL_TYPE_BLOB;
+    b.buffer = const_cast<char*>(value.data());
+    b.buffer_length = length = value.size();
+    b.length = &length;
+    return b;
+}
+
+MYSQL_BIND integer_param(long long& value) {
+    MYSQL_BIND b{};
+    b.buffer_type = MYSQL_TYPE_LONGLONG;
+    b.buffer = &value;
+    return b;
+}
+
+/// The statements prepared on one connection.
+struct mysql_cache final : statement_cache {
+    std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
+};
+
+/// `slot`'s statement, prepared on `s`'s connection if it is not yet.
+server_statement& prepared(std::optional<server_statement>& slot, pooled_session s, std::string const& sql) {
+    if (!slot) {
+        auto* backend = static_cast<soci::mysql_session_backend*>(s.session.get_backend());
+        slot.emplace(backend->conn_, sql);
+    }
+    return *slot;
+}
+
+/// Run `f` on `slot`'s statement. After a failure of the client library (not an
+/// error the server answered) the statement's state is unknown: it is dropped,
+/// and prepared again on its next use (on a reopened connection, as a rule).
+template <class F>
+auto on(std::optional<server_statement>& slot, F&& f) {
+    try {
+        return f(*slot);
+    } catch (soci::mysql_soci_error const& e) {
+        if (e.err_num_ >= CR_MIN_ERROR) slot.reset();
+        throw;
+    }
+}
+
+/// What store_impl::run last let the engine wait on this thread (set_engine_wait),
+/// and for which session: run() sets it, then calls the operation on the same thread.
+struct engine_wait_note {
+    soci::session const* session = nullptr;
+    std::chrono::milliseconds wait{0};
+};
+thread_local engine_wait_note engine_wait_of_call;
+
 class mysql_dialect final : public dialect {
 public:
     mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
-        // LAST_INSERT_ID(expr) remembers the drawn token for the next statement on
-        // this connection, on both the insert and the update path (the update's
-        // call runs last).
-        // INSERT ... SELECT: MySQL refuses a subquery on the insert target inside
-        // VALUES. Under READ COMMITTED the floor is read without a lock.
-        token_sql_ = "INSERT INTO " + tokens_ + " (name, token) SELECT :name, LAST_INSERT_ID(" + first_token_sql() +
-                     ") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
-        // Assignments run left to right and see earlier ones, so expires_at, which
-        // every condition reads, is assigned last.
-        auto expired = std::string("expires_at < NOW(6)");
-        lock_sql_ = "INSERT INTO " + locks_ + " (name, owner, token, holds, attempt, created_at, expires_at)"
-                    " VALUES (:name, :owner, LAST_INSERT_ID(), 1, :attempt, NOW(6), NOW(6) + INTERVAL :ttl MICROSECOND)"
-                    " ON DUPLICATE KEY UPDATE"
-                    " owner = IF(" + expired + ", VALUES(owner), owner),"
-                    " token = IF(" + expired + ", VALUES(token), token),"
-                    " holds = IF(" + expired + ", 1, holds),"
-                    " attempt = IF(" + expired + ", VALUES(attempt), attempt),"
-                    " created_at = IF(" + expired + ", VALUES(created_at), created_at),"
-                    " expires_at = IF(" + expired + ", VALUES(expires_at), expires_at)";
-        check_sql_ = "SELECT CASE WHEN token = LAST_INSERT_ID() AND owner = :owner THEN 1 ELSE 0 END, token, " +
-                     epoch_us_sql("created_at") + ", " + epoch_us_sql("expires_at") + " FROM " + locks_ +
-                     " WHERE name = :name";
-        renew_sql_ = "UPDATE " + locks_ + " SET expires_at = NOW(6) + INTERVAL :ttl MICROSECOND"
-                     " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= NOW(6)";
-        renewed_sql_ = "SELECT " + epoch_us_sql("expires_at") + ", " + epoch_us_sql("NOW(6)") + " FROM " + locks_ +
-                       " WHERE name = :name AND token = :token";
+        acquire_sql_ = "CALL " + prefix_ + "_acquire(?, ?, ?, ?, ?)";
+        renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
+        release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
+        // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
+        // comes back in the statement's OK packet (mysql_stmt_insert_id): the
+        // token without a second statement. INSERT ... SELECT: MySQL refuses a
+        // subquery on the insert target inside VALUES. Under READ COMMITTED the
+        // floor is read without a lock.
+        draw_sql_ = "INSERT INTO " + tokens_ + " (name, token) SELECT ?, LAST_INSERT_ID(" + first_token_sql() +
+                    ") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
         // Equal tokens pass: one holder may write several times. The read-back is a
         // locking read: a plain one would see the caller's REPEATABLE READ snapshot.
         fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
@@ -103,10 +244,12 @@ public:
         s.open(*soci::factory_mysql(), connect_string);
         auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
         s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-        // idle_transaction_timeout: a client that stops between the statements of
-        // an acquire (a pause, a crash the server has not noticed) holds the name's
-        // token row; the server ends such a session instead of letting it block
-        // the name for wait_timeout (hours).
+        // idle_transaction_timeout: a client that stops inside a transaction of
+        // several round trips (the reaper's, the row lock's between its
+        // statements, a pause, a crash the server has not noticed) may hold row
+        // locks other clients wait for; the server ends such a session instead of
+        // letting it block them for wait_timeout (hours). The row lock raises it
+        // to its TTL while it holds its transaction.
         s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " +
                  std::to_string(wait_seconds) + ", SESSION idle_transaction_timeout = " +
                  std::to_string(wait_seconds) +
@@ -116,30 +259,66 @@ public:
 
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool /*waiting*/) const override {
-        soci::session& s = ps;
-        long long ttl = ttl_us, id = attempt;
-        int ours = 0;
-        long long token = 0, created = 0, expires = 0;
-        soci::transaction tx(s);
-        s << token_sql_, soci::use(name, "name");
-        SQLOCK_FAILPOINT("mysql.acquire.after_token");
-        s << lock_sql_, soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt"),
-            soci::use(ttl, "ttl");
-        s << check_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(ours), soci::into(token),
-            soci::into(created), soci::into(expires);
-        tx.commit();
-        if (ours != 1) return {};
-        return {true, token, created, expires};
+        auto& c = cache(ps);
+        prepared(c.call_acquire, ps, acquire_sql_);
+        long long id = attempt, ttl = ttl_us, budget = budget_us(ps.session);
+        unsigned long name_length = 0, owner_length = 0;
+        std::array<MYSQL_BIND, 5> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
+                                         integer_param(id), integer_param(ttl), integer_param(budget)};
+        std::array<long long, 4> row{};  // ours, token, created, expires
+        bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+        // The pause a client can still take inside an acquire: after the server
+        // decided and committed, before the caller hears of it.
+        SQLOCK_FAILPOINT("mysql.acquire.after_call");
+        if (!got || row[0] != 1) return {};
+        return {true, row[1], row[2], row[3]};
     }
 
     std::int64_t draw_token(pooled_session ps, std::string const& name) const override {
-        soci::session& s = ps;
         // Autocommit: the counter is on disk (innodb_flush_log_at_trx_commit = 1,
         // checked at open) before the token is used.
-        long long token = 0;
-        s << token_sql_, soci::use(name, "name");
-        s << "SELECT LAST_INSERT_ID()", soci::into(token);
-        return token;
+        auto& c = cache(ps);
+        prepared(c.draw_token, ps, draw_sql_);
+        unsigned long name_length = 0;
+        std::array<MYSQL_BIND, 1> params{bytes_param(name, name_length)};
+        std::array<long long, 0> none{};
+        return on(c.draw_token, [&](server_statement& st) {
+            (void)st.execute(params.data(), none);
+            return static_cast<std::int64_t>(st.insert_id());
+        });
+    }
+
+    bool release(pooled_session ps, std::string const& name, std::string const& owner,
+                 std::int64_t token) const override {
+        auto& c = cache(ps);
+        prepared(c.delete_row, ps, release_sql_);
+        long long tok = token;
+        unsigned long name_length = 0, owner_length = 0;
+        std::array<MYSQL_BIND, 3> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
+                                         integer_param(tok)};
+        std::array<long long, 0> none{};
+        return on(c.delete_row, [&](server_statement& st) {
+            (void)st.execute(params.data(), none);
+            return st.affected_rows() > 0;
+        });
+    }
+
+    std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
+                                 std::int64_t token, std::int64_t ttl_us) const override {
+        auto& c = cache(ps);
+        prepared(c.call_renew, ps, renew_sql_);
+        long long tok = token, ttl = ttl_us;
+        unsigned long name_length = 0, owner_length = 0;
+        std::array<MYSQL_BIND, 4> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
+                                         integer_param(tok), integer_param(ttl)};
+        std::array<long long, 3> row{};  // renewed, expires, now
+        bool const got = on(c.call_renew, [&](server_statement& st) { return st.execute(params.data(), row); });
+        if (!got || row[0] != 1) return std::nullopt;
+        return renewal{row[1], row[2]};
+    }
+
+    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override {
+        engine_wait_of_call = {&s, wait};
     }
 
     // No RETURNING with ON DUPLICATE KEY: make sure the row exists, then raise
@@ -164,19 +343,6 @@ public:
     int socket_of(soci::session& s) const override {
         auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
         return backend == nullptr || backend->conn_ == nullptr ? -1 : static_cast<int>(mysql_get_socket(backend->conn_));
-    }
-
-    std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
-                                 std::int64_t token, std::int64_t ttl_us) const override {
-        soci::session& s = ps;
-        long long tok = token, ttl = ttl_us, expires = 0, now = 0;
-        soci::statement st = (s.prepare << renew_sql_, soci::use(ttl, "ttl"), soci::use(name, "name"),
-                              soci::use(owner, "owner"), soci::use(tok, "token"));
-        st.execute(true);
-        if (st.get_affected_rows() == 0) return std::nullopt;
-        s << renewed_sql_, soci::use(name, "name"), soci::use(tok, "token"), soci::into(expires), soci::into(now);
-        if (!s.got_data()) return std::nullopt;  // renewed, then expired and taken over at once
-        return renewal{expires, now};
     }
 
     // MySQL has no DELETE ... RETURNING: measure first, then delete the same
@@ -334,7 +500,9 @@ public:
         switch (my->err_num_) {
             case 1213: return failure::transient;   // ER_LOCK_DEADLOCK: the transaction was rolled back
             case 1205: return failure::lock_wait;   // ER_LOCK_WAIT_TIMEOUT
-            case 1146: return failure::schema;      // ER_NO_SUCH_TABLE
+            case 1146:                              // ER_NO_SUCH_TABLE
+            case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire or _renew
+                return failure::schema;
             case 1053:                              // ER_SERVER_SHUTDOWN
             case 1927:                              // ER_CONNECTION_KILLED
             case 2002: case 2003: case 2006: case 2013: case 2055:
@@ -350,9 +518,23 @@ public:
         return {};
     }
 
+    // The procedures are part of the schema: a store on tables without them
+    // says to apply schema/mysql.sql (or, with create_schema, creates them).
+    std::vector<std::string> required_tables() const override {
+        auto names = dialect::required_tables();
+        names.push_back(prefix_ + "_acquire");
+        names.push_back(prefix_ + "_renew");
+        return names;
+    }
+
 protected:
+    std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<mysql_cache>(); }
+
+    // A table or a stored procedure of that name.
     std::string table_exists_sql() const override {
-        return "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = :t";
+        return "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+               "table_name = :t) + (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = "
+               "DATABASE() AND routine_type = 'PROCEDURE' AND routine_name = :t)";
     }
     std::string now_sql() const override { return "NOW(6)"; }
     std::string plus_ttl_sql(std::string const& timestamp) const override {
@@ -366,11 +548,25 @@ protected:
     }
 
 private:
-    std::string token_sql_;
-    std::string lock_sql_;
-    std::string check_sql_;
+    [[nodiscard]] mysql_cache& cache(pooled_session s) const { return static_cast<mysql_cache&>(dialect::cache(s)); }
+
+    // How long the server may spend inside one acquire on `s` (p_budget_us of
+    // <prefix>_acquire) before it rolls back: the engine wait store_impl::run gave
+    // this call, plus half of io_timeout. The client gives up at that wait plus
+    // io_timeout, counted from before it sent the CALL; the server counts from
+    // when it starts the CALL, so it stops first unless the CALL took more than
+    // half of io_timeout to reach it. At most 15 s more than the wait: the
+    // client library's read_timeout (see connect_string) ends a call too.
+    [[nodiscard]] long long budget_us(soci::session const& s) const {
+        auto const wait = engine_wait_of_call.session == &s ? engine_wait_of_call.wait : options_.lock_wait_timeout;
+        auto const slack = std::min<std::chrono::milliseconds>(options_.io_timeout / 2, std::chrono::seconds(15));
+        return std::chrono::duration_cast<std::chrono::microseconds>(wait + slack).count();
+    }
+
+    std::string acquire_sql_;
     std::string renew_sql_;
-    std::string renewed_sql_;
+    std::string release_sql_;
+    std::string draw_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;
     std::string ensure_row_sql_;
