@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
         for (auto& s : stores) {
             members.push_back(sqlock::table_locker(s, member_options));
             mixed = mixed || s.engine() != stores.front().engine();
-            engines += (engines.empty() ? "" : "+") + std::string(sqlock::to_string(s.engine()));
+            if (!engines.empty()) engines += '+';  // appended, not "lit" + string&&: GCC 12 bug 105329
+            engines += sqlock::to_string(s.engine());
         }
         if (!mixed) engines = sqlock::to_string(stores.front().engine());
         std::string const first(sqlock::to_string(direct.engine()));
