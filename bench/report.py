@@ -497,7 +497,8 @@ class Page:
                 for n in NAMES:
                     key = dict(suite="cycle", clients=c, names=n)
                     s = d.one(impl="sqlock-table", engine=engine, variant=variant, **key)
-                    t = d.one(impl="tooz", engine=engine, variant=variant, **key) if engine != "sqlite" else None
+                    # tooz lines name the driver's mechanism (pg_advisory_lock, GET_LOCK) as their variant
+                    t = d.one(impl="tooz", engine=engine, **key) if engine != "sqlite" else None
                     rd = d.one(impl="redis", engine="redis", **key)
                     ws = d.why(impl="sqlock-table", engine=engine, variant=variant, **key)
                     wt = "n/a" if engine == "sqlite" else d.why(impl="tooz", engine=engine, **key)
@@ -626,7 +627,10 @@ class Page:
     # -------------------------------------------------- targets
     def cycle_ratio(self, impl, floor_impl, engine, variant, c, names="distinct"):
         key = dict(suite="cycle", engine=engine, variant=variant, clients=c, names=names)
-        s, f = self.d.one(impl=impl, **key), self.d.one(impl=floor_impl, **key)
+        base_key = dict(key)
+        if floor_impl == "tooz":  # tooz lines name the driver's mechanism as their variant
+            base_key.pop("variant")
+        s, f = self.d.one(impl=impl, **key), self.d.one(impl=floor_impl, **base_key)
         return ratio(s and s.get("cycles_per_s"), f and f.get("cycles_per_s")), s, f
 
     def targets(self):
