@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <exception>
 #include <thread>
 
 namespace sqlock::detail {
@@ -113,6 +114,10 @@ public:
                     " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
                     " WHERE expires_at < " + now +
                     " RETURNING token, created_at, expires_at";
+        release_sql_ = "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token";
+        renew_sql_ = "UPDATE " + locks_ + " SET expires_at = " + now + " + :ttl"
+                     " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now +
+                     " RETURNING expires_at, " + now;
         row_lock_sql_ = "INSERT INTO " + prefix_ + "_rows (name, token, owner, locked_at, created_at)"
                         " VALUES (:name, :token, :owner, " + now + ", " + now + ")"
                         " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
@@ -126,6 +131,8 @@ public:
     std::string connect_string(url_parts const& url) const override {
         auto sync = url.params.find("synchronous");
         synchronous_ = sync == url.params.end() ? "full" : sync->second;
+        relax_release_ = synchronous_ != "normal" && synchronous_ != "off" && synchronous_ != "1" && synchronous_ != "0";
+        durable_sql_ = "PRAGMA synchronous = " + synchronous_;
         path_ = url.path;
         return "db=\"" + url.path + "\"";
     }
@@ -181,32 +188,29 @@ public:
                  std::int64_t token) const override {
         auto& c = static_cast<lite_cache&>(cache(ps));
         auto* db = handle_of(ps);
-        bool const relax = synchronous_ != "normal" && synchronous_ != "off" && synchronous_ != "1" && synchronous_ != "0";
-        if (relax) c.relaxed.start(db, "PRAGMA synchronous = NORMAL").run();
+        if (relax_release_) c.relaxed.start(db, relaxed_sql_).run();
         bool deleted = false;
+        std::exception_ptr failed;
         try {
-            c.release.start(db, "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token")
+            c.release.start(db, release_sql_)
                 .bind(":name", name)
                 .bind(":owner", owner)
                 .bind(":token", static_cast<long long>(token))
                 .run();
             deleted = sqlite3_changes(db) > 0;
         } catch (...) {
-            if (relax) c.durable.start(db, "PRAGMA synchronous = " + synchronous_).run();
-            throw;
+            failed = std::current_exception();
         }
-        if (relax) c.durable.start(db, "PRAGMA synchronous = " + synchronous_).run();
+        if (relax_release_) c.durable.start(db, durable_sql_).run();  // back to the URL's setting, whatever happened
+        if (failed) std::rethrow_exception(failed);
         return deleted;
     }
 
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override {
         auto& c = static_cast<lite_cache&>(cache(ps));
-        auto const now = std::string(now_us);
         renewal r;
-        bool got = c.renew.start(handle_of(ps), "UPDATE " + locks_ + " SET expires_at = " + now + " + :ttl"
-                                 " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now +
-                                 " RETURNING expires_at, " + now)
+        bool got = c.renew.start(handle_of(ps), renew_sql_)
                        .bind(":ttl", static_cast<long long>(ttl_us))
                        .bind(":name", name)
                        .bind(":owner", owner)
@@ -409,6 +413,12 @@ private:
     std::string lock_sql_;
     std::string row_lock_sql_;
     mutable std::string synchronous_ = "full";  // set with the connect string, before any open
+    // The release's switch to NORMAL and back, when the URL's setting syncs every commit.
+    mutable bool relax_release_ = true;
+    mutable std::string durable_sql_ = "PRAGMA synchronous = full";
+    std::string const relaxed_sql_ = "PRAGMA synchronous = NORMAL";
+    std::string release_sql_;
+    std::string renew_sql_;
     mutable std::string path_;
 };
 
