@@ -68,6 +68,7 @@ public:
     struct renewal_schedule {
         clock::time_point next;  // when the next renewal is due
         bool queued = false;     // handed to the renewal thread, not finished yet
+        clock::time_point renew_until = clock::time_point::max();  // locker_options::max_hold
     };
     renewal_schedule& schedule() const noexcept { return schedule_; }
 
