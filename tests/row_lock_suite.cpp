@@ -573,16 +573,20 @@ TEST_P(RowLock, ProcessContentionIsExclusive) {
     temp_dir files;
     fs::path const counter_file = files.path() / "counter";
     std::ofstream(counter_file) << 0 << "\n";
+    fs::path const go_file = files.path() / "go";
 
     std::vector<std::unique_ptr<worker_process>> workers;
-    std::vector<fs::path> record_files;
+    std::vector<fs::path> record_files, ready_files;
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
+        ready_files.push_back(files.path() / ("ready." + std::to_string(p)));
         workers.push_back(std::make_unique<worker_process>(
             std::vector<std::string>{"loop", url_, name, counter_file.string(), record_files.back().string(),
-                                     std::to_string(iterations)},
+                                     std::to_string(iterations), ready_files.back().string(), go_file.string()},
             false));
     }
+    // The start barrier: every worker has connected before any of them starts.
+    EXPECT_TRUE(release_start_barrier(ready_files, go_file, 60s)) << "not every worker was ready within 60 s";
     for (int p = 0; p < procs; ++p) {
         auto st = workers[p]->wait(120s);
         ASSERT_TRUE(st.has_value()) << "worker " << p << " still running after 120 s: killed";
@@ -596,7 +600,15 @@ TEST_P(RowLock, ProcessContentionIsExclusive) {
     std::vector<cs_record> all = read_records(record_files);
     EXPECT_EQ(all.size(), std::size_t{procs} * iterations);
     EXPECT_EQ(check_history(all), "") << "critical sections overlapped or tokens did not increase";
-    RecordProperty("handoffs", static_cast<int>(count_handoffs(all)));
+    // The processes really contended: some acquire was invoked while another
+    // process was inside its critical section, and the lock passed between them.
+    auto const contended = count_contended(all);
+    auto const handoffs = count_handoffs(all);
+    EXPECT_GT(contended, 0u) << "no acquire was ever invoked while another process held the lock: "
+                                "the processes did not contend";
+    EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
+    RecordProperty("contended", static_cast<int>(contended));
+    RecordProperty("handoffs", static_cast<int>(handoffs));
     EXPECT_EQ(server_errors(log), "") << "waiting in the engine's queue must not log errors";
 }
 
