@@ -514,7 +514,7 @@ TEST_F(Majority, ProcessContentionIsExclusive) {
     auto const handoffs = count_handoffs(all);
     auto const contended = count_contended(all);
     EXPECT_GT(busy, 0) << "no attempt was ever busy: the processes did not contend";
-    EXPECT_GT(contended, 0u) << "no grant was first tried for while another process held the lock: "
+    EXPECT_GT(contended, 0u) << "no grant was tried for while another process held the lock: "
                                 "the processes did not contend";
     EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
     RecordProperty("busy_attempts", static_cast<int>(busy));

@@ -600,11 +600,11 @@ TEST_P(RowLock, ProcessContentionIsExclusive) {
     std::vector<cs_record> all = read_records(record_files);
     EXPECT_EQ(all.size(), std::size_t{procs} * iterations);
     EXPECT_EQ(check_history(all), "") << "critical sections overlapped or tokens did not increase";
-    // The processes really contended: some acquire was invoked while another
+    // The processes really contended: some acquire was waiting while another
     // process was inside its critical section, and the lock passed between them.
     auto const contended = count_contended(all);
     auto const handoffs = count_handoffs(all);
-    EXPECT_GT(contended, 0u) << "no acquire was ever invoked while another process held the lock: "
+    EXPECT_GT(contended, 0u) << "no acquire was ever waiting while another process held the lock: "
                                 "the processes did not contend";
     EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
     RecordProperty("contended", static_cast<int>(contended));

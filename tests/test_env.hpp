@@ -475,16 +475,17 @@ inline std::vector<cs_record> read_records(std::vector<fs::path> const& files) {
     return all;
 }
 
-/// Evidence that contenders really contended: the records whose acquire was
-/// invoked while another contender was inside its critical section (so the
-/// lock was held by someone else: the acquire had to wait or was busy).
-/// Records without an invoke time count for nothing.
+/// Evidence that contenders really contended: the records whose attempt (from
+/// its acquire's invocation to its entry) overlapped another contender's
+/// critical section, i.e. the lock was held by someone else while it was
+/// asked for, so that acquire had to wait or was busy. Records without an
+/// invoke time count for nothing.
 inline std::size_t count_contended(std::vector<cs_record> const& recs) {
     std::size_t n = 0;
     for (auto const& r : recs) {
         if (r.invoke_ns < 0) continue;
         for (auto const& o : recs) {
-            if (o.who != r.who && o.enter_ns < r.invoke_ns && r.invoke_ns < o.exit_ns) {
+            if (o.who != r.who && r.invoke_ns < o.exit_ns && o.enter_ns < r.enter_ns) {
                 ++n;
                 break;
             }
