@@ -716,9 +716,11 @@ TEST_P(Lifecycle, CancelledWaiterThrowsAndLeavesNoRow) {
     EXPECT_TRUE(prompt_return) << "the parked waiter was still waiting " << prompt.count()
                                << " ms (its poll interval / 1000) after its stop_token was triggered: the wait "
                                   "does not watch the stop_token";
-    EXPECT_LT(took_ns, std::chrono::nanoseconds(prompt).count())
-        << "cancelling took " << ms_text(took_ns) << ": a poll (every " << parked_poll.count()
-        << " ms, full jitter) may explain that";
+    if (prompt_return) {
+        EXPECT_LT(took_ns, std::chrono::nanoseconds(prompt).count())
+            << "cancelling took " << ms_text(took_ns) << ": a poll (every " << parked_poll.count()
+            << " ms, full jitter) may explain that";
+    }
     RecordProperty("cancel_us", static_cast<int>(took_ns / 1000));
     EXPECT_THROW((void)got.get(), sqlock::cancelled);
     EXPECT_EQ(waiter.stats().cancelled, 1u);
@@ -786,11 +788,13 @@ TEST_P(Lifecycle, ExplicitRenew) {
     EXPECT_EQ(r1->token, token);
 
     std::this_thread::sleep_for(20ms);
-    ASSERT_NO_THROW(l.renew(2s));
+    // 10 s against the 1.5 s TTL: told apart even if reading the row back is slow.
+    ASSERT_NO_THROW(l.renew(10s));
     auto r2 = row(name);
     ASSERT_TRUE(r2.has_value());
-    EXPECT_GT(r2->expires_us, r1->expires_us) << "renew(2s) did not move expires_at forward";
-    EXPECT_GT(r2->expires_us - r2->now_us, 1500LL * 1000) << "renew(2s) did not extend to ~2 s";
+    EXPECT_GT(r2->expires_us, r1->expires_us) << "renew(10s) did not move expires_at forward";
+    EXPECT_GT(r2->expires_us - r2->now_us, 5000LL * 1000) << "renew(10s) did not extend to ~10 s";
+    EXPECT_LE(r2->expires_us - r2->now_us, 10000LL * 1000) << "renew(10s) extended past 10 s";
     EXPECT_LE(std::llabs(r2->expires_us - us_of(l.expires_at())), 1000);
     EXPECT_EQ(l.token(), token);
     EXPECT_EQ(L.stats().renewed, 2u);
@@ -888,8 +892,8 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
     EXPECT_GE(samples, 5) << "fewer clock samples than acquires";
     RecordProperty("skew_us", std::to_string(skew_us));
     EXPECT_LT(std::llabs(skew_us - expected.count()), std::chrono::microseconds(3s).count())
-        << "clock skew reported as " << skew_us << " us; the worker's clock was set " << expected.count()
-        << " us off the database's";
+        << "clock skew (database time minus the worker's) reported as " << skew_us << " us; with the clocks "
+        << "set apart it is " << expected.count() << " us";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Lifecycle,
