@@ -608,7 +608,7 @@ bool listener_ready(sqlock::store& notifying, sqlock::store& listening, std::str
 //    the release's NOTIFY, through the waiter store's LISTEN connection, can
 //    reach the waiter: the wake-up that also works across processes.
 //  - MariaDB, SQLite: the engines have no wake-up across processes (waiters of
-//    other processes poll, docs/guarantees.md); what they have is the
+//    other processes poll, docs/choosing-a-lock.md); what they have is the
 //    in-process one, the store's release hub: the holder shares the waiter's
 //    store, and that is what this instance proves.
 TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
