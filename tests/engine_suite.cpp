@@ -302,7 +302,7 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     std::vector<fs::path> record_files, ready_files;
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
-        ready_files.push_back(files.path() / ("ready." + std::to_string(p)));
+        ready_files.push_back(files.path() / std::string("ready.").append(std::to_string(p)));
         pids.push_back(spawn_process({SQLOCK_TEST_WORKER, url_, name, counter_file.string(),
                                      record_files.back().string(), std::to_string(iterations),
                                      ready_files.back().string(), go_file.string()}));

@@ -878,8 +878,8 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
             GTEST_SKIP() << faketime << " is missing (not CI, so skipping; with CI set this fails): "
                          << "install faketime (scripts/deps.sh --servers)";
         }
-        env.push_back("LD_PRELOAD=" + faketime.string());
-        env.push_back("FAKETIME=+" + std::to_string(offset.count()) + "s");
+        env.push_back(std::string("LD_PRELOAD=").append(faketime.string()));
+        env.push_back(std::string("FAKETIME=+").append(std::to_string(offset.count())).append("s"));
         env.push_back("DONT_FAKE_MONOTONIC=1");
         expected = -offset;
     }

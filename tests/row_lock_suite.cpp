@@ -579,7 +579,7 @@ TEST_P(RowLock, ProcessContentionIsExclusive) {
     std::vector<fs::path> record_files, ready_files;
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
-        ready_files.push_back(files.path() / ("ready." + std::to_string(p)));
+        ready_files.push_back(files.path() / std::string("ready.").append(std::to_string(p)));
         workers.push_back(std::make_unique<worker_process>(
             std::vector<std::string>{"loop", url_, name, counter_file.string(), record_files.back().string(),
                                      std::to_string(iterations), ready_files.back().string(), go_file.string()},

@@ -74,13 +74,16 @@ inline void start_barrier(std::filesystem::path const& ready_file, std::filesyst
     {
         std::ofstream ready(ready_file);
         ready << ::getpid() << "\n";
-        if (!ready) throw std::runtime_error("cannot write the ready file " + ready_file.string());
+        if (!ready) throw std::runtime_error(std::string("cannot write the ready file ").append(ready_file.string()));
     }
     auto const until = std::chrono::steady_clock::now() + limit;
     while (!std::filesystem::exists(go_file)) {
         if (std::chrono::steady_clock::now() > until)
-            throw std::runtime_error("no start signal (" + go_file.string() + ") within " +
-                                     std::to_string(limit.count()) + " s: did the test die?");
+            throw std::runtime_error(std::string("no start signal (")
+                                         .append(go_file.string())
+                                         .append(") within ")
+                                         .append(std::to_string(limit.count()))
+                                         .append(" s: did the test die?"));
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
 }
