@@ -6,6 +6,24 @@
 // never throws on a violation; it throws std::invalid_argument only for input it cannot read.
 // Every checker has self-tests on a known-good and a known-bad synthetic history
 // (tests/faults/checker_selftest.cpp), so a checker that cannot fail is caught.
+//
+// Operations. The client-history checkers (K2–K7, K9) pair each completion (ok/fail/info) with the latest
+// outstanding invoke of the same op and lock on the same (proc, pid, thread), as Jepsen does; an invoke left
+// without completion is `info`: it may have happened, concurrent with everything after it. An event written
+// without an invoke (`lost`, or a completion whose invoke is missing) is an operation of its own instant.
+// renew/release/lost events belong to the grant (an acquire ok) of the same proc, pid and lock that carries their
+// token, so the library's renewer thread may write them; without a token, to the latest grant of the same thread.
+//
+// Changes to the first version of this interface (names unchanged):
+// - K1 also reports a renew written at or after the row's expiry (a resurrected lease, P6), and it compares a
+//   takeover with the row's expiry as last written, whatever it extends ("late_renews" counts them).
+// - K4 follows Jepsen's `info`: final >= completed and final <= completed + indeterminate writes.
+// - K5 counts a second release ok of one grant ("double_release") instead of reporting it: the library's
+//   release() is idempotent (a second call does nothing). A renew ok after a release ok is reported.
+// - K7 reads the history only when the audit is empty (a majority run audits member rows, whose tokens are not
+//   the majority token the history records).
+// - K9: sqlock::backend_error (an engine error the library does not handle) is not a typed outcome.
+// - run_final / read_final: the format of final.json, for check_directory.
 #pragma once
 
 #include "history.hpp"
@@ -115,8 +133,28 @@ report k8_leftovers(std::vector<audit_row> const& remaining, std::vector<std::st
 /// locked", "could not serialize access", "deadlock").
 report k9_typed_errors(std::vector<event> const& history);
 
+/// What a run measured once every worker stopped: final.json of the run directory.
+/// {"counters": {"lock": value, ...}, "remaining": [audit rows of kind "row"], "live_owners": [...],
+///  "k6_bound_ms": 4200, "k2_expect_zero": true}; every key is optional.
+struct run_final {
+    std::map<std::string, std::int64_t> counters;  ///< K4: each unfenced counter read after the run
+    std::vector<audit_row> remaining;              ///< K8: the lock table's rows after quiescence
+    bool has_remaining = false;                    ///< "remaining" was present (K8 runs on an empty table too)
+    std::vector<std::string> live_owners;          ///< K8: holders still running
+    std::optional<std::int64_t> k6_bound_ms;       ///< K6 runs only with a bound
+    bool k2_expect_zero = true;                    ///< false for pause/partition/clock runs
+};
+nlohmann::json to_json(run_final const& f);
+/// @throws std::invalid_argument the file cannot be read or is not in this format
+run_final read_final(std::string const& path);
+
 /// Runs every checker that applies to what is in `dir` (history*.jsonl, audit*.jsonl,
-/// nemesis.jsonl, final.json) and returns their reports: the replay of a failed run.
+/// nemesis*.jsonl, final.json) and returns their reports: the replay of a failed run.
+/// K1 runs on an audit; K2, K5, K9 on a history; K3 when it has write_fenced events; K4 when it
+/// has write_unfenced events or final.json has counters; K6 with a nemesis log and
+/// final.json's k6_bound_ms; K7 always; K8 when final.json has "remaining".
+/// @throws std::invalid_argument `dir` is not a directory, holds neither a history nor an audit,
+///         or a file in it cannot be read
 std::vector<report> check_directory(std::string const& dir);
 
 }  // namespace sqlock_battery
