@@ -1,6 +1,7 @@
 // sqlock_battery_check <dir>: replays the checkers K1–K9 over a kept run directory (history*.jsonl,
-// audit*.jsonl, nemesis*.jsonl, final.json; tests/faults/README.md). One summary line per checker;
-// exit 0 when every checker passes, 1 on any violation, 2 when the input cannot be read.
+// audit*.jsonl, nemesis*.jsonl, remaining*.jsonl, final.json; tests/faults/README.md). One summary
+// line per checker, "(reported) " before those the run did not assert (final.json "asserted");
+// exit 0 when every asserted checker passes, 1 on any violation of one, 2 when the input cannot be read.
 #include "checkers.hpp"
 
 #include <CLI/CLI.hpp>
@@ -25,8 +26,8 @@ int main(int argc, char** argv) {
     }
     bool failed = false;
     for (auto const& r : reports) {
-        std::cout << r.summary() << '\n';
-        failed = failed || !r.ok();
+        std::cout << (r.asserted ? "" : "(reported) ") << r.summary() << '\n';
+        failed = failed || (r.asserted && !r.ok());
         if (all)
             for (auto const& v : r.violations) std::cout << "  " << v.checker << ": " << v.what << '\n';
     }

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <set>
 
@@ -105,13 +107,15 @@ TEST(K1, OverlappingGrantsInDbTimeAreReported) {
 }
 
 TEST(K1, RenewOfAnEndedLeaseDoesNotHideAnOverlap) {
-    // a expired at 10, was renewed at 11 until 21 (resurrected), and b took over at 15: the row's expiry as last
-    // written (21) is what the takeover must respect, so both are reported.
+    // a's row said 10, a renew audited at 11 (its statement waited for the row lock) wrote 21, and b took over at
+    // 15: the row's expiry as last written (21) is what the takeover must respect.
     auto r = sb::k1_db_disjoint(
         {row(1, "grant", "a", 1, 0, 10), row(2, "renew", "a", 1, 11, 21), row(3, "takeover", "b", 2, 15, 25)});
-    EXPECT_TRUE(mentions(r, "resurrected")) << r.summary();
     EXPECT_TRUE(mentions(r, "taken over")) << r.summary();
     EXPECT_EQ(r.counts["late_renews"], 1);
+    auto fine = sb::k1_db_disjoint(
+        {row(1, "grant", "a", 1, 0, 10), row(2, "renew", "a", 1, 11, 21), row(3, "takeover", "b", 2, 21, 31)});
+    EXPECT_TRUE(fine.ok()) << fine.summary();
 }
 
 TEST(K1, ClockJumpsAreCountedNotReported) {
@@ -597,6 +601,32 @@ TEST_F(TempDir, CheckDirectoryReportsABadRun) {
         if (!r.ok()) failed.insert(r.checker);
     EXPECT_EQ(failed, (std::set<std::string>{"K1", "K4"}));
     EXPECT_EQ(run_tool(dir_), 1);
+}
+
+TEST_F(TempDir, CheckDirectoryReadsRemainingRowsAndHonoursAsserted) {
+    small_run run;
+    run.final_state.has_remaining = false;
+    run.final_state.counters["L"] = 1;  // a lost update, but the run asserts only K1, K7 and K8
+    run.final_state.asserted = std::vector<std::string>{"K1", "K7", "K8"};
+    run.h.acquire("w3", "L", 1400, 1410, 3, 1000);
+    run.h.acquire("w4", "L", 1405, 1420, 4, 1000);  // believed together with w3: K2 only counts it
+    run.save(dir_);
+    std::ofstream(dir_ / "remaining.jsonl") << sb::to_json(row(0, "row", "w9/0", 9, 5000, 6000)).dump() << '\n';
+    std::map<std::string, sb::report> by_name;
+    for (auto const& r : sb::check_directory(dir_.string())) by_name.emplace(r.checker, r);
+    ASSERT_TRUE(by_name.contains("K8"));
+    EXPECT_TRUE(mentions(by_name.at("K8"), "orphaned lease")) << by_name.at("K8").summary();
+    EXPECT_TRUE(by_name.at("K8").asserted);
+    EXPECT_FALSE(by_name.at("K4").ok());
+    EXPECT_FALSE(by_name.at("K4").asserted);
+    EXPECT_TRUE(by_name.at("K2").ok()) << by_name.at("K2").summary();
+    EXPECT_EQ(by_name.at("K2").counts.at("overlaps"), 1);
+    EXPECT_EQ(run_tool(dir_), 1);  // K8 is asserted
+    fs::remove(dir_ / "remaining.jsonl");
+    EXPECT_EQ(run_tool(dir_), 0);  // only K4 fails, and it is only reported
+    std::ifstream out(dir_ / "out.txt");
+    std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("(reported) K4 FAILED"), std::string::npos) << text;
 }
 
 TEST_F(TempDir, CheckDirectoryRefusesUnreadableInput) {

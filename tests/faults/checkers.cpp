@@ -100,6 +100,7 @@ nlohmann::json to_json(run_final const& f) {
     j["remaining"] = nlohmann::json::array();
     for (auto const& r : f.remaining) j["remaining"].push_back(to_json(r));
     if (f.k6_bound_ms) j["k6_bound_ms"] = *f.k6_bound_ms;
+    if (f.asserted) j["asserted"] = *f.asserted;
     return j;
 }
 
@@ -118,6 +119,7 @@ run_final read_final(std::string const& path) {
         if (auto it = j.find("live_owners"); it != j.end()) f.live_owners = it->get<std::vector<std::string>>();
         if (auto it = j.find("k6_bound_ms"); it != j.end()) f.k6_bound_ms = it->get<std::int64_t>();
         f.k2_expect_zero = j.value("k2_expect_zero", true);
+        if (auto it = j.find("asserted"); it != j.end()) f.asserted = it->get<std::vector<std::string>>();
         return f;
     } catch (nlohmann::json::exception const& e) {
         throw std::invalid_argument("final.json: " + path + " is not valid (" + e.what() +
@@ -432,13 +434,10 @@ report k1_db_disjoint(std::vector<audit_row> const& audit) {
                 }
                 if (a->kind == "renew") {
                     ++renews;
-                    if (a->db_time_us >= st.expires) {
-                        ++late_renews;
-                        add(r, fmt::format("{} was renewed (seq {}) at db time {}, {} ms after it had expired: a "
-                                           "resurrected lease (P6); it holds again until {}",
-                                           describe(), a->seq, a->db_time_us, ms_us(a->db_time_us - st.expires),
-                                           a->expires_at_us));
-                    }
+                    // The trigger reads the clock after the statement waited for the row lock; the renew's own
+                    // condition used its statement time (MariaDB NOW(6)), which may still have been before the
+                    // expiry. Counted, not judged: a takeover is judged against the expiry this renew wrote.
+                    if (a->db_time_us >= st.expires) ++late_renews;
                 }
                 st.expires = a->expires_at_us;  // the row's expiry, whatever it extends: later takeovers compare to it
             } else {  // delete
@@ -940,7 +939,7 @@ std::vector<report> check_directory(std::string const& dir) {
     if (!fs::is_directory(dir, ec))
         throw std::invalid_argument("check_directory: " + dir + " is not a directory (give the run directory a "
                                     "failed test printed)");
-    std::vector<std::string> histories, audits, nemeses;
+    std::vector<std::string> histories, audits, nemeses, remainders;
     std::optional<std::string> final_path;
     for (auto const& entry : fs::directory_iterator(dir)) {
         if (!entry.is_regular_file()) continue;
@@ -951,6 +950,7 @@ std::vector<report> check_directory(std::string const& dir) {
         if (matches("history")) histories.push_back(entry.path().string());
         else if (matches("audit")) audits.push_back(entry.path().string());
         else if (matches("nemesis")) nemeses.push_back(entry.path().string());
+        else if (matches("remaining")) remainders.push_back(entry.path().string());
         else if (name == "final.json") final_path = entry.path().string();
     }
     if (histories.empty() && audits.empty())
@@ -975,13 +975,25 @@ std::vector<report> check_directory(std::string const& dir) {
         nemesis.insert(nemesis.end(), n.begin(), n.end());
     }
     run_final final_state = final_path ? read_final(*final_path) : run_final{};
+    std::sort(remainders.begin(), remainders.end());
+    for (auto const& p : remainders) {
+        auto rows = read_audit(p);
+        final_state.remaining.insert(final_state.remaining.end(), rows.begin(), rows.end());
+        final_state.has_remaining = true;
+    }
+    auto asserted = [&](std::string const& checker) {
+        return !final_state.asserted ||
+               std::find(final_state.asserted->begin(), final_state.asserted->end(), checker) !=
+                   final_state.asserted->end();
+    };
+    bool const k2_expect_zero = final_state.asserted ? asserted("K2") : final_state.k2_expect_zero;
 
     auto has_op = [&](std::string_view op) {
         return std::any_of(history.begin(), history.end(), [&](event const& e) { return e.op == op; });
     };
     std::vector<report> reports;
     if (!audit.empty()) reports.push_back(k1_db_disjoint(audit));
-    if (!history.empty()) reports.push_back(k2_belief_overlap(history, final_state.k2_expect_zero));
+    if (!history.empty()) reports.push_back(k2_belief_overlap(history, k2_expect_zero));
     if (has_op("write_fenced")) reports.push_back(k3_fenced(history));
     if (has_op("write_unfenced") || !final_state.counters.empty())
         reports.push_back(k4_counter(history, final_state.counters));
@@ -991,6 +1003,7 @@ std::vector<report> check_directory(std::string const& dir) {
     reports.push_back(k7_tokens(audit, history));
     if (final_state.has_remaining) reports.push_back(k8_leftovers(final_state.remaining, final_state.live_owners));
     if (!history.empty()) reports.push_back(k9_typed_errors(history));
+    for (auto& r : reports) r.asserted = asserted(r.checker);
     return reports;
 }
 

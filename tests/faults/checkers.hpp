@@ -15,8 +15,9 @@
 // token, so the library's renewer thread may write them; without a token, to the latest grant of the same thread.
 //
 // Changes to the first version of this interface (names unchanged):
-// - K1 also reports a renew written at or after the row's expiry (a resurrected lease, P6), and it compares a
-//   takeover with the row's expiry as last written, whatever it extends ("late_renews" counts them).
+// - K1 compares a takeover with the row's expiry as last written, also when a renew audited at or after the
+//   previous expiry wrote it: such a renew is counted ("late_renews"), not reported, because the audit's db_time
+//   is read after the statement waited for the row lock, while the renew's condition used its statement time.
 // - K4 follows Jepsen's `info`: final >= completed and final <= completed + indeterminate writes.
 // - K5 counts a second release ok of one grant ("double_release") instead of reporting it: the library's
 //   release() is idempotent (a second call does nothing). A renew ok after a release ok is reported.
@@ -78,6 +79,9 @@ struct report {
     std::string checker;
     std::vector<violation> violations;
     std::map<std::string, std::int64_t> counts;  ///< what was measured (grants, overlaps, max gap ms, ...)
+    /// false: the run only reports this checker (final.json's "asserted" leaves it out), so its
+    /// violations do not fail the run. ok() still says whether it found any.
+    bool asserted = true;
     [[nodiscard]] bool ok() const noexcept { return violations.empty(); }
     /// "K1 ok (grants=120, ...)" or "K1 FAILED: 2 violations: ..." (first few listed).
     [[nodiscard]] std::string summary() const;
@@ -135,7 +139,8 @@ report k9_typed_errors(std::vector<event> const& history);
 
 /// What a run measured once every worker stopped: final.json of the run directory.
 /// {"counters": {"lock": value, ...}, "remaining": [audit rows of kind "row"], "live_owners": [...],
-///  "k6_bound_ms": 4200, "k2_expect_zero": true}; every key is optional.
+///  "k6_bound_ms": 4200, "k2_expect_zero": true, "asserted": ["K1", "K3", ...]}; every key is
+/// optional, other keys (scenario, seed, ...) are ignored.
 struct run_final {
     std::map<std::string, std::int64_t> counters;  ///< K4: each unfenced counter read after the run
     std::vector<audit_row> remaining;              ///< K8: the lock table's rows after quiescence
@@ -143,16 +148,20 @@ struct run_final {
     std::vector<std::string> live_owners;          ///< K8: holders still running
     std::optional<std::int64_t> k6_bound_ms;       ///< K6 runs only with a bound
     bool k2_expect_zero = true;                    ///< false for pause/partition/clock runs
+    /// The checkers the run asserts; the others are only reported (report::asserted false), and K2
+    /// then counts overlaps without reporting them. Absent: every checker is asserted.
+    std::optional<std::vector<std::string>> asserted;
 };
 nlohmann::json to_json(run_final const& f);
 /// @throws std::invalid_argument the file cannot be read or is not in this format
 run_final read_final(std::string const& path);
 
 /// Runs every checker that applies to what is in `dir` (history*.jsonl, audit*.jsonl,
-/// nemesis*.jsonl, final.json) and returns their reports: the replay of a failed run.
-/// K1 runs on an audit; K2, K5, K9 on a history; K3 when it has write_fenced events; K4 when it
-/// has write_unfenced events or final.json has counters; K6 with a nemesis log and
-/// final.json's k6_bound_ms; K7 always; K8 when final.json has "remaining".
+/// nemesis*.jsonl, remaining*.jsonl, final.json) and returns their reports: the replay of a failed
+/// run. K1 runs on an audit; K2, K5, K9 on a history; K3 when it has write_fenced events; K4 when
+/// it has write_unfenced events or final.json has counters; K6 with a nemesis log and final.json's
+/// k6_bound_ms; K7 always; K8 when there is a remaining*.jsonl (the lock table's rows, as audit
+/// rows of kind "row") or final.json has "remaining".
 /// @throws std::invalid_argument `dir` is not a directory, holds neither a history nor an audit,
 ///         or a file in it cannot be read
 std::vector<report> check_directory(std::string const& dir);
