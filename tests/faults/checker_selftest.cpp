@@ -249,7 +249,11 @@ TEST(K3, AcceptedLowerTokenIsReported) {
 
 TEST(K4, ExactCounterPasses) {
     history h;
-    for (std::int64_t i = 1; i <= 3; ++i) h.call("w" + std::to_string(i), "write_unfenced", "ok", "L", i * 10, i * 10 + 5).value = i;
+    for (std::int64_t i = 1; i <= 3; ++i) {
+        std::string proc = "w";
+        proc += std::to_string(i);  // appended: GCC 12 warns falsely on "lit" + string&& (-Wrestrict, bug 105329)
+        h.call(proc, "write_unfenced", "ok", "L", i * 10, i * 10 + 5).value = i;
+    }
     h.put("w4", 0, "write_unfenced", "invoke", "L", 100);  // killed inside: may have written
     auto r = sb::k4_counter(h.events, {{"L", 3}});
     EXPECT_TRUE(r.ok()) << r.summary();
@@ -464,8 +468,11 @@ TEST(K9, RawEngineErrorsAreReported) {
 class TempDir : public ::testing::Test {
 protected:
     void SetUp() override {
-        dir_ = fs::temp_directory_path() /
-               ("sqlock-checkers-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+        std::string name = "sqlock-checkers-";
+        name += std::to_string(::getpid());
+        name += '-';
+        name += std::to_string(std::random_device{}());
+        dir_ = fs::temp_directory_path() / name;
         fs::create_directories(dir_);
     }
     void TearDown() override { fs::remove_all(dir_); }
