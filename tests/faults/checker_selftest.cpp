@@ -446,16 +446,20 @@ TEST(K9, TypedErrorsPass) {
     h.call("w1", "renew", "fail", "L", 4, 5).error = "lease_lost: expired";
     h.call("w1", "acquire", "info", "L", 6, 7).error =
         "sqlock::in_doubt: lost the connection to postgresql://127.0.0.1:40001/db during acquire";
+    h.call("w1", "acquire", "fail", "job-1213", 8, 9).error =
+        "sqlock::timeout: lock 'job-1213' was still held by another owner after waiting 1205 ms";
     auto r = sb::k9_typed_errors(h.events);
     EXPECT_TRUE(r.ok()) << r.summary();
-    EXPECT_EQ(r.counts["errors"], 4);
+    EXPECT_EQ(r.counts["errors"], 5);
 }
 
 TEST(K9, RawEngineErrorsAreReported) {
     for (std::string raw : {"ERROR: could not serialize access due to concurrent update",
                             "std::runtime_error: SQLITE_BUSY", "soci_error: database is locked",
                             "sqlock::backend_error: deadlock detected", "sqlock::timeout: failed (SQLSTATE 40001)",
-                            "sqlock::backend_unavailable: MySQL error 1213",
+                            "sqlock::backend_unavailable: MySQL error 1213", "sqlock::in_doubt: failed (1205)",
+                            "sqlock::in_doubt: ERROR 40P01", "sqlock::lease_lost: [40001] retry",
+                            "sqlock::timeout: canceling statement due to lock timeout",
                             "sqlock::in_doubt: the clean-up failed too (could not serialize access)", ""}) {
         history h;
         h.call("w1", "acquire", "fail", "L", 0, 1).error = raw;

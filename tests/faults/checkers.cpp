@@ -875,25 +875,44 @@ report k8_leftovers(std::vector<audit_row> const& remaining, std::vector<std::st
 
 namespace {
 
-// A raw engine error in a message: the texts case-insensitively anywhere, the codes as whole words (not inside a
-// longer number, an address or a port).
+// A raw engine error in a message. The engines' texts match anywhere, case-insensitively. The codes match as
+// whole words: the SQLSTATEs with a letter (40P01, 55P03) alone; the bare numbers (40001, 1205, 1213) only in
+// parentheses or brackets or after "sqlstate", "error", "errno" or "code", so that a wait of 1205 ms, a lock
+// named "job-1213" or a port ":40001" is not taken for one.
 std::optional<std::string> raw_engine_error(std::string const& message) {
     std::string lower(message);
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    static char const* const texts[] = {"sqlite_busy", "database is locked", "could not serialize access", "deadlock",
-                                        "lock wait timeout exceeded", "could not obtain lock"};
+    static char const* const texts[] = {"sqlite_busy",
+                                        "database is locked",
+                                        "could not serialize access",
+                                        "deadlock",
+                                        "lock wait timeout exceeded",
+                                        "could not obtain lock",
+                                        "canceling statement due to lock timeout"};
     for (auto const* t : texts)
         if (lower.find(t) != std::string::npos) return std::string(t);
-    static char const* const codes[] = {"40001", "40p01", "55p03", "1205", "1213"};
     auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
-    for (auto const* c : codes) {
-        std::string_view const code(c);
+    struct code_rule {
+        std::string_view code;
+        bool alone;  // distinctive enough without context
+    };
+    static code_rule const codes[] = {{"40p01", true}, {"55p03", true}, {"40001", false}, {"1205", false},
+                                      {"1213", false}};
+    for (auto const& [code, alone] : codes) {
         for (auto p = lower.find(code); p != std::string::npos; p = lower.find(code, p + 1)) {
             char const before = p == 0 ? ' ' : lower[p - 1];
             char const after = p + code.size() < lower.size() ? lower[p + code.size()] : ' ';
             if (word_char(before) || before == '.' || before == ':' || word_char(after) || after == '.') continue;
-            return std::string(c);
+            bool raw = alone || (before == '(' && after == ')') || (before == '[' && after == ']');
+            if (!raw) {
+                auto head = std::string_view(lower).substr(0, p);
+                while (!head.empty() && std::string_view(" :=#").find(head.back()) != std::string_view::npos)
+                    head.remove_suffix(1);
+                for (std::string_view marker : {"sqlstate", "error", "errno", "code"})
+                    raw = raw || head.ends_with(marker);
+            }
+            if (raw) return std::string(code);
         }
     }
     return std::nullopt;
