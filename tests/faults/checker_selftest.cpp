@@ -310,6 +310,18 @@ TEST(K5, RenewAfterReleaseIsReported) {
     EXPECT_TRUE(mentions(r, "after releasing it")) << r.summary();
 }
 
+TEST(K5, ARenewerReportWrittenAfterTheReleaseIsNotOrdered) {
+    // The renewer thread renewed, then the worker released; the renewer's event (no invoke) was written last.
+    history h;
+    h.acquire("w1", "L", 0, 1, 1, 1000);
+    h.release("w1", "L", 10, 11, 1);
+    auto& renewed = h.put("w1", 9, "renew", "ok", "L", 12);
+    renewed.token = 1;
+    renewed.owner = "w1/0";
+    auto r = sb::k5_sequencing(h.events);
+    EXPECT_TRUE(r.ok()) << r.summary();
+}
+
 TEST(K5, ReleaseByANonHolderIsReported) {
     history h;
     h.acquire("w1", "L", 0, 1, 1, 1000);

@@ -183,8 +183,10 @@ struct op {
     std::string owner;
     std::optional<std::int64_t> token;
     std::string type;  // ok | fail | info (info also for an invoke that never completed)
-    std::int64_t invoke_ns = 0;
+    std::int64_t invoke_ns = 0;        // without an invoke event: the completion's time (see `invoked`)
     std::int64_t complete_ns = never;  // never: no completion was written
+    bool invoked = true;               // false: no invoke was written (the renewer's renew, lost), so when the
+                                       // operation began is unknown: checks that need it leave it out
     std::optional<std::int64_t> validity_ms;
     std::optional<std::int64_t> value;
     std::string error;
@@ -240,6 +242,7 @@ ops_view pair_ops(std::vector<event> const& history) {
             open.erase(std::next(it).base());
         } else {
             o = op{e->proc, e->pid, e->thread, e->op, e->lock, {}, {}, {}, e->mono_ns};
+            o.invoked = false;
         }
         o.type = e->type;
         o.complete_ns = e->mono_ns;
@@ -509,7 +512,7 @@ report k2_belief_overlap(std::vector<event> const& history, bool expect_zero) {
         }
         for (auto const& gr : g.grants) {
             auto const& a = v.ops[gr.acquire];
-            if (a.lock != lock) continue;
+            if (a.lock != lock || !a.invoked) continue;
             auto it = std::upper_bound(merged.begin(), merged.end(), a.invoke_ns,
                                        [](std::int64_t t, segment const& m) { return t < m.start; });
             if (it == merged.begin()) continue;
@@ -553,6 +556,7 @@ void check_real_time_increase(std::vector<op const*> ops, bool strict, Report&& 
             auto const* a = by_complete[next++];
             if (highest == nullptr || *a->token > *highest->token) highest = a;
         }
+        if (!b->invoked) continue;  // it may have begun before any of them completed
         if (highest != nullptr && (strict ? *b->token <= *highest->token : *b->token < *highest->token))
             bad(*highest, *b);
     }
@@ -679,7 +683,9 @@ report k5_sequencing(std::vector<event> const& history) {
             auto const& o = v.ops[i];
             if (!o.ok() || o.name == "lost") continue;
             (o.name == "renew" ? renew_ok : release_ok) += 1;
-            if (first_release != never && first_release < o.invoke_ns) {
+            if (!o.invoked) {
+                // the renewer's report: when it began is unknown, so it is not ordered against the release or loss
+            } else if (first_release != never && first_release < o.invoke_ns) {
                 if (o.name == "release") {
                     ++double_release;  // release() is idempotent: the second call does nothing
                 } else {

@@ -10,7 +10,9 @@
 // Operations. The client-history checkers (K2–K7, K9) pair each completion (ok/fail/info) with the latest
 // outstanding invoke of the same op and lock on the same (proc, pid, thread), as Jepsen does; an invoke left
 // without completion is `info`: it may have happened, concurrent with everything after it. An event written
-// without an invoke (`lost`, or a completion whose invoke is missing) is an operation of its own instant.
+// without an invoke (`lost`, the renewer's renew, a completion whose invoke is missing) is an operation of its own
+// instant, whose start is unknown: checks that order an operation by its invoke leave it out (K3/K7 real-time
+// order, K2's acquire windows, K5's renew-after-release and after-loss).
 // renew/release/lost events belong to the grant (an acquire ok) of the same proc, pid and lock that carries their
 // token, so the library's renewer thread may write them; without a token, to the latest grant of the same thread.
 //
