@@ -383,6 +383,16 @@ TEST(K6, NoGrantAtAllIsReportedOnlyWhenTheHistoryOutlastsTheBound) {
     EXPECT_TRUE(mentions(r, "no acquire succeeded")) << r.summary();
 }
 
+TEST(K6, WaitersThatGaveUpAskNothingOfTheLock) {
+    history h;
+    h.acquire("w1", "L", 0, 1, 1, 2000);
+    h.call("w2", "acquire", "fail", "L", 500, 2000).error = "sqlock::timeout: gave up";  // its own deadline
+    h.put("w2", 0, "read", "ok", "other", 9000);
+    auto r = sb::k6_availability(h.events, kill_at(1000), 3000);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["gave_up"], 1);
+}
+
 TEST(K6, AKilledWaiterIsNotWaiting) {
     history h;
     h.put("w2", 0, "acquire", "invoke", "L", 500);  // w2 was killed at 1000 while it waited

@@ -118,7 +118,10 @@ report k5_sequencing(std::vector<event> const& history);
 
 /// K6 — availability after faults: for each nemesis fault that ends (stop phase, or instant), the
 /// next acquire ok of any lock that had waiters happens within `bound_ms` of the fault ending;
-/// counts "max_gap_ms". Waiting is known from acquire invokes outstanding at the fault's end.
+/// counts "max_gap_ms". Waiting is known from acquire invokes outstanding at the fault's end, by
+/// processes alive afterwards. A late or missing grant is reported only if an acquire still waited
+/// when the bound ran out (waiters that gave up are counted "gave_up"), and not when the history
+/// ends before the bound ("undecided").
 report k6_availability(std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
                        std::int64_t bound_ms);
 
