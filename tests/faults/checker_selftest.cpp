@@ -130,8 +130,8 @@ TEST(K1, EachDatabaseIsItsOwnTimeline) {
     auto r = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(1, "grant", "b", 7, 5, 15, "L", "pg2"),
                                  row(2, "takeover", "b", 2, 11, 21, "L", "pg1")});
     EXPECT_TRUE(r.ok()) << r.summary();
-    auto bad = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"),
-                                   row(2, "takeover", "b", 2, 9, 19, "L", "pg1"), row(1, "grant", "c", 1, 0, 10, "L", "pg2")});
+    auto bad = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(2, "takeover", "b", 2, 9, 19, "L", "pg1"),
+                                   row(1, "grant", "c", 1, 0, 10, "L", "pg2")});
     EXPECT_FALSE(bad.ok());
     EXPECT_TRUE(mentions(bad, "on db 'pg1'")) << bad.summary();
 }
@@ -405,7 +405,8 @@ TEST(K6, AKilledWaiterIsNotWaiting) {
 // ---- K7 ---------------------------------------------------------------------------------------------------------
 
 TEST(K7, IncreasingTokensPass) {
-    auto r = sb::k7_tokens({row(1, "grant", "a", 1, 0, 10), row(2, "renew", "a", 1, 5, 15), row(3, "delete", "a", 1, 8, 15),
+    auto r = sb::k7_tokens({row(1, "grant", "a", 1, 0, 10), row(2, "renew", "a", 1, 5, 15),
+                            row(3, "delete", "a", 1, 8, 15),
                             row(4, "grant", "b", 2, 9, 19), row(5, "takeover", "c", 7, 20, 30),
                             row(6, "grant", "x", 1, 0, 10, "M")},
                            {});
@@ -502,7 +503,9 @@ protected:
         fs::create_directories(dir_);
     }
     void TearDown() override { fs::remove_all(dir_); }
-    void write(std::string const& name, std::string const& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
+    void write(std::string const& name, std::string const& text) {
+        std::ofstream(dir_ / name, std::ios::binary) << text;
+    }
     static std::string lines(std::vector<sb::event> const& events) {
         std::string s;
         for (auto const& e : events) s += sb::to_json(e).dump() + '\n';

@@ -25,8 +25,11 @@
 //   release() is idempotent (a second call does nothing). A renew ok after a release ok is reported.
 // - K7 reads the history only when the audit is empty (a majority run audits member rows, whose tokens are not
 //   the majority token the history records).
+// - K6 reports a late or missing grant only if an acquire still waited when the bound ran out ("gave_up"
+//   otherwise), and not when the history ends before the bound ("undecided").
 // - K9: sqlock::backend_error (an engine error the library does not handle) is not a typed outcome.
-// - run_final / read_final: the format of final.json, for check_directory.
+// - run_final / read_final: the format of final.json, for check_directory; report::asserted (final.json's
+//   "asserted" list: the others are only reported); check_directory also reads remaining*.jsonl for K8.
 #pragma once
 
 #include "history.hpp"
