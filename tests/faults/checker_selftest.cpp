@@ -130,7 +130,8 @@ TEST(K1, EachDatabaseIsItsOwnTimeline) {
     auto r = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(1, "grant", "b", 7, 5, 15, "L", "pg2"),
                                  row(2, "takeover", "b", 2, 11, 21, "L", "pg1")});
     EXPECT_TRUE(r.ok()) << r.summary();
-    auto bad = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(2, "takeover", "b", 2, 9, 19, "L", "pg1"),
+    auto bad = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"),
+                                   row(2, "takeover", "b", 2, 9, 19, "L", "pg1"),
                                    row(1, "grant", "c", 1, 0, 10, "L", "pg2")});
     EXPECT_FALSE(bad.ok());
     EXPECT_TRUE(mentions(bad, "on db 'pg1'")) << bad.summary();
