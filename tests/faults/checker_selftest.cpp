@@ -493,7 +493,7 @@ TEST(K9, RawEngineErrorsAreReported) {
 
 // ---- reading, the run directory and the replay tool ------------------------------------------------------------
 
-class TempDir : public ::testing::Test {
+class RunDirectory : public ::testing::Test {
 protected:
     void SetUp() override {
         std::string name = "sqlock-checkers-";
@@ -515,7 +515,7 @@ protected:
     fs::path dir_;
 };
 
-TEST_F(TempDir, ReadHistoryIgnoresATornLastLine) {
+TEST_F(RunDirectory, ReadHistoryIgnoresATornLastLine) {
     history h;
     h.acquire("w1", "L", 0, 1, 1, 1000);
     auto text = lines(h.events);
@@ -528,7 +528,7 @@ TEST_F(TempDir, ReadHistoryIgnoresATornLastLine) {
     EXPECT_EQ(got[1].validity_ms, 1000);
 }
 
-TEST_F(TempDir, ReadHistoryKeepsTheLineAfterATornFragment) {
+TEST_F(RunDirectory, ReadHistoryKeepsTheLineAfterATornFragment) {
     history h;
     h.acquire("w1", "L", 0, 1, 1, 1000);
     auto first = sb::to_json(h.events[0]).dump();
@@ -539,13 +539,13 @@ TEST_F(TempDir, ReadHistoryKeepsTheLineAfterATornFragment) {
     EXPECT_EQ(got[0].type, "ok");
 }
 
-TEST_F(TempDir, ReadHistoryRefusesAFileThatIsNotAHistory) {
+TEST_F(RunDirectory, ReadHistoryRefusesAFileThatIsNotAHistory) {
     write("history.jsonl", "hello\n{\"op\":\"acquire\"}\n");
     EXPECT_THROW(sb::read_history((dir_ / "history.jsonl").string()), std::invalid_argument);
     EXPECT_THROW(sb::read_history((dir_ / "missing.jsonl").string()), std::invalid_argument);
 }
 
-TEST_F(TempDir, HistoryWriterLinesReadBack) {
+TEST_F(RunDirectory, HistoryWriterLinesReadBack) {
     {
         sb::history_writer w((dir_ / "history-w9.jsonl").string(), "w9");
         sb::event e;
@@ -609,7 +609,7 @@ int run_tool(fs::path const& dir) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-TEST_F(TempDir, CheckDirectoryRunsEveryCheckerOnAGoodRun) {
+TEST_F(RunDirectory, CheckDirectoryRunsEveryCheckerOnAGoodRun) {
     small_run run;
     run.save(dir_);
     auto reports = sb::check_directory(dir_.string());
@@ -626,7 +626,7 @@ TEST_F(TempDir, CheckDirectoryRunsEveryCheckerOnAGoodRun) {
     EXPECT_EQ(first.rfind("K1 ok (", 0), 0u) << first;
 }
 
-TEST_F(TempDir, CheckDirectoryReportsABadRun) {
+TEST_F(RunDirectory, CheckDirectoryReportsABadRun) {
     small_run run;
     run.audit[2] = row(3, "takeover", "w2/0", 2, 900, 1900);  // taken over before w1's expiry at 1000
     run.audit.erase(run.audit.begin() + 1);
@@ -640,7 +640,7 @@ TEST_F(TempDir, CheckDirectoryReportsABadRun) {
     EXPECT_EQ(run_tool(dir_), 1);
 }
 
-TEST_F(TempDir, CheckDirectoryReadsRemainingRowsAndHonoursAsserted) {
+TEST_F(RunDirectory, CheckDirectoryReadsRemainingRowsAndHonoursAsserted) {
     small_run run;
     run.final_state.has_remaining = false;
     run.final_state.counters["L"] = 1;  // a lost update, but the run asserts only K1, K7 and K8
@@ -666,7 +666,7 @@ TEST_F(TempDir, CheckDirectoryReadsRemainingRowsAndHonoursAsserted) {
     EXPECT_NE(text.find("(reported) K4 FAILED"), std::string::npos) << text;
 }
 
-TEST_F(TempDir, CheckDirectoryRefusesUnreadableInput) {
+TEST_F(RunDirectory, CheckDirectoryRefusesUnreadableInput) {
     EXPECT_THROW(sb::check_directory((dir_ / "nope").string()), std::invalid_argument);
     EXPECT_THROW(sb::check_directory(dir_.string()), std::invalid_argument);  // nothing to check
     write("history-w1.jsonl", "not json\n{}\n");
