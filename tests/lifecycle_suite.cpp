@@ -843,15 +843,6 @@ TEST_P(Lifecycle, ClockSkewTelemetry) {
 
 /// libfaketime: SQLOCK_TEST_LIBFAKETIME, else Debian's faketime package (one
 /// multiarch directory or the other); a path that may not exist.
-fs::path libfaketime_path() {
-    if (auto set = getenv_nonempty("SQLOCK_TEST_LIBFAKETIME")) return *set;
-    for (char const* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"}) {
-        fs::path p = fs::path(dir) / "faketime" / "libfaketime.so.1";
-        if (fs::exists(p)) return p;
-    }
-    return "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-}
-
 // The skew estimate against a known offset, in a worker process
 // (sqlock_test_worker skew) whose clock differs from the database's by 30 s:
 //  - PostgreSQL, MariaDB: the worker runs under libfaketime, its clock 30 s

@@ -64,6 +64,17 @@ inline std::string describe(std::exception const& e) { return std::string(typeid
 
 inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
 
+/// libfaketime's preload library (Debian's faketime/libfaketime packages; scripts/deps.sh --servers),
+/// or SQLOCK_TEST_LIBFAKETIME. May not exist: callers skip outside CI and fail under CI.
+inline fs::path libfaketime_path() {
+    if (auto set = getenv_nonempty("SQLOCK_TEST_LIBFAKETIME")) return *set;
+    for (char const* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"}) {
+        fs::path p = fs::path(dir) / "faketime" / "libfaketime.so.1";
+        if (fs::exists(p)) return p;
+    }
+    return "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+}
+
 /// THE check for a test-environment variable (server URL, log path, restart
 /// command). Sets `out` when the variable is set. Otherwise, under CI (env CI
 /// non-empty) the test fails; elsewhere it is skipped. The skip and the CI failure
