@@ -22,8 +22,9 @@ using db_time = std::chrono::sys_time<std::chrono::microseconds>;
 /// Where a lease stands.
 enum class lease_state {
     held,      ///< ours, and its local validity has not run out
-    in_doubt,  ///< the last renewal could not reach the database; still ours
-               ///< until the local safe deadline passes
+    in_doubt,  ///< the last renewal or release could not reach the database (a
+               ///< release of unknown outcome may have deleted the row); still
+               ///< ours until the local safe deadline passes
     lost,      ///< the database said the row is not ours, or the safe deadline passed
     released,  ///< released by us (or moved from)
 };

@@ -80,6 +80,10 @@ protected:
     /// The new expiry (and the database's now), or empty when refused.
     virtual std::optional<renewal> db_renew(std::chrono::milliseconds ttl) = 0;
 
+    /// A renewal in flight lost its connection or its answer: in doubt (if held)
+    /// until it succeeds or the safe deadline passes.
+    void note_in_doubt() noexcept;
+
     std::shared_ptr<locker_impl> locker_;
 
 private:
