@@ -709,9 +709,10 @@ TEST_P(ConnFaultsPostgres, KilledListenConnectionStillHandsOff) {
     std::atomic<bool> done{false};
     std::optional<lease> got;
     std::string failure;
+    std::stop_source cancel;
     std::thread waiter([&] {
         try {
-            got.emplace(W.acquire(name, 15min));
+            got.emplace(W.acquire(name, 15min, cancel.get_token()));
         } catch (std::exception const& e) {
             failure = describe(e);
         }
@@ -719,12 +720,12 @@ TEST_P(ConnFaultsPostgres, KilledListenConnectionStillHandsOff) {
     });
     struct join_on_exit {
         std::thread& t;
-        std::optional<lease>& h;
+        std::stop_source& cancel;
         ~join_on_exit() {
-            if (h) h.reset();  // releases: the waiter gets it
+            cancel.request_stop();  // a waiter still parked (the test failed) gives up at once
             t.join();
         }
-    } joiner{waiter, h};
+    } joiner{waiter, cancel};
 
     std::string const listening = " AND query LIKE 'LISTEN%'";
     std::vector<long long> first;
@@ -1116,7 +1117,11 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
     require_env(e_ == engine::postgresql ? "SQLOCK_TEST_PG_CRASH" : "SQLOCK_TEST_MYSQL_CRASH", crash_cmd);
     if (should_stop()) return;
     auto events = std::make_shared<event_record>();
-    sqlock::store s(url_, {.pool_size = 4, .connect_timeout = 2s, .io_timeout = 2s});
+    // PostgreSQL: the URL asks for synchronous_commit = off; the store's own
+    // connections must commit grants durably anyway.
+    std::string const url =
+        e_ == engine::postgresql ? url_ + "?options=-c%20synchronous_commit%3Doff" : url_;
+    sqlock::store s(url, {.pool_size = 4, .connect_timeout = 2s, .io_timeout = 2s});
     locker H = sqlock::table_locker(s, {.ttl = 10s, .on_event = event_record::hook(events)});
     locker C = sqlock::table_locker(s, {.ttl = 4s, .backoff_max = 100ms});
     std::vector<std::string> names;
