@@ -126,6 +126,12 @@ public:
     /// @throws usage_error          called in a forked child of the acquiring process
     /// @throws backend_unavailable  the database could not be reached; the row
     ///                              expires by its TTL, and release() may be retried
+    /// @throws in_doubt             the connection broke while the DELETE was in
+    ///                              flight and the clean-up could not run: the row
+    ///                              may be gone or not. After either of these the
+    ///                              lease is `in_doubt` (not `held`) until a renewal
+    ///                              or a retried release settles it, or its safe
+    ///                              deadline passes.
     void release();
 
     /// Internal: lockers build leases from their rows.
