@@ -14,8 +14,11 @@
 //       fenced write is refused;
 //     - `sqlock run` during an outage: in doubt does not stop COMMAND, an outage
 //       past the safe deadline does (exit 76).
+//     - every connection reset mid-stream while a lease is held: the same as a
+//       killed session;
 //   Engines/ConnFaultsPostgres.<Test>/postgresql — the LISTEN connection killed
-//     under a parked waiter: the hand-off still comes by NOTIFY.
+//     under a parked waiter: the hand-off still comes by NOTIFY; and the proxy's
+//     modes checked at the socket level.
 //   Engines/FenceRace.<Test>/<engine> (every engine) — sqlock::fence under two
 //     open transactions driven step by step on raw SOCI sessions.
 //   Engines/ConnFaultsCrash.<Test>/<engine> — kill -9 of the server while table
@@ -652,6 +655,35 @@ TEST_P(ConnFaults, KilledPooledConnectionBetweenRenewalsKeepsTheLease) {
     EXPECT_NO_THROW(l->release());
 }
 
+// Every connection is reset mid-stream (an RST to both ends, as from a
+// middlebox or a restarted load balancer) while a lease is held. Like a killed
+// session: the row is there, the next renewal reconnects, same token.
+TEST_P(ConnFaults, ResetConnectionsWhileHeldKeepTheLease) {
+    auto events = std::make_shared<event_record>();
+    auto proxy = fault_proxy::for_url(url_);
+    cut_on_exit cut{*proxy};
+    sqlock::store db(proxy->proxied_url(url_), fast_options());
+    locker L = sqlock::table_locker(db, {.ttl = 3s, .on_event = event_record::hook(events)});
+    std::string const name = n("reset-held");
+    auto l = L.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    ASSERT_TRUE(eventually([&] { return events->count(lease_event::kind::renewed, name) >= 1; }, 20s))
+        << events->dump();
+
+    proxy->reset();
+    auto const reset_at = steady::now();
+    EXPECT_TRUE(eventually([&] { return proxy->resets() >= 1; }, 10s)) << "no connection was reset";
+    EXPECT_TRUE(eventually([&] { return events->count_after(lease_event::kind::renewed, name, reset_at) >= 2; }, 20s))
+        << "the lease was not renewed twice after its connections were reset; events:\n" << events->dump();
+    EXPECT_EQ(l->state(), lease_state::held);
+    EXPECT_EQ(events->count(lease_event::kind::lost, name), 0u) << events->dump();
+    auto const row = read_row(*raw_, e_, name);
+    ASSERT_TRUE(row.has_value());
+    EXPECT_EQ(row->token, l->token());
+    EXPECT_EQ(row->owner, l->owner());
+    EXPECT_NO_THROW(l->release());
+}
+
 // The renewal is executing on the server (blocked behind a test transaction's
 // row lock on the lock row) when its session is killed. The renewal reconnects
 // and runs again; the lease goes on with the same token.
@@ -751,6 +783,83 @@ TEST_P(ConnFaultsPostgres, KilledListenConnectionStillHandsOff) {
     if (!done) return;
     ASSERT_TRUE(got.has_value()) << failure;
     EXPECT_GT(waiter_db.stats().notifications, notified_before) << "the hand-off did not come by NOTIFY";
+}
+
+// The proxy's modes at the socket level, against PostgreSQL (which answers an
+// 8-byte SSLRequest with one byte, 'S' or 'N'). "Nothing arrives" is checked as
+// "not within 300 ms": a wrong mode can slip through, a right one never fails.
+class raw_client {
+public:
+    explicit raw_client(int port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+    ~raw_client() { ::close(fd_); }
+    raw_client(raw_client const&) = delete;
+    raw_client& operator=(raw_client const&) = delete;
+    bool connected() const { return connected_; }
+    bool send_ssl_request() {
+        unsigned char const req[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
+        return ::send(fd_, req, sizeof req, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof req);
+    }
+    /// "answer <c>", "eof", "reset", "error <errno>" or "nothing" (within `wait`).
+    std::string next(milliseconds wait) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(wait.count())) == 0) return "nothing";
+        char c = 0;
+        ssize_t r = ::recv(fd_, &c, 1, 0);
+        if (r == 1) return std::string("answer ") + c;
+        if (r == 0) return "eof";
+        return errno == ECONNRESET ? "reset" : "error " + std::to_string(errno);
+    }
+
+private:
+    int fd_ = -1;
+    bool connected_ = false;
+};
+
+TEST_P(ConnFaultsPostgres, ProxyModesAtTheSocketLevel) {
+    auto proxy = fault_proxy::for_url(url_);
+    cut_on_exit cut{*proxy};
+    {
+        raw_client c(proxy->port());
+        ASSERT_TRUE(c.connected() && c.send_ssl_request());
+        auto const a = c.next(10s);
+        EXPECT_TRUE(a == "answer N" || a == "answer S") << "relayed: " << a;
+    }
+    proxy->blackhole();
+    raw_client hole(proxy->port());
+    ASSERT_TRUE(hole.connected()) << "the black hole must accept";
+    ASSERT_TRUE(hole.send_ssl_request());
+    EXPECT_EQ(hole.next(300ms), "nothing") << "the black hole answered or closed";
+    EXPECT_TRUE(eventually([&] { return proxy->dropped_requests() >= 1; }, 10s));
+    EXPECT_EQ(proxy->blackholed(), 1u);
+    EXPECT_EQ(proxy->forwarded(), 1u) << "a black-holed connection reached the server";
+    proxy->restore();
+    EXPECT_EQ(hole.next(10s), "reset") << "a connection that lost bytes must be reset when the hole closes";
+
+    proxy->swallow_replies();
+    raw_client swallowed(proxy->port());
+    ASSERT_TRUE(swallowed.connected() && swallowed.send_ssl_request());
+    EXPECT_TRUE(eventually([&] { return proxy->dropped_replies() >= 1; }, 10s)) << "the server's answer never came";
+    EXPECT_EQ(swallowed.next(300ms), "nothing") << "a swallowed answer arrived, or the connection closed";
+    proxy->restore();
+    EXPECT_EQ(swallowed.next(10s), "reset");
+
+    proxy->reset_next_reply();
+    raw_client reset(proxy->port());
+    ASSERT_TRUE(reset.connected() && reset.send_ssl_request());
+    EXPECT_EQ(reset.next(10s), "reset") << "the answer was not replaced by an RST";
+    {
+        raw_client c(proxy->port());
+        ASSERT_TRUE(c.connected() && c.send_ssl_request());
+        auto const a = c.next(10s);
+        EXPECT_TRUE(a == "answer N" || a == "answer S") << "reset_next_reply() is one-shot: " << a;
+    }
 }
 
 // ============================================================ 5. row-strategy loss
