@@ -20,25 +20,9 @@ if(TARGET sqlock-cli)
   add_dependencies(sqlock_connfaults_tests sqlock-cli)
 endif()
 sqlock_test_target(sqlock_connfaults_tests)
-gtest_discover_tests(sqlock_connfaults_tests
-  TEST_FILTER "-Engines/ConnFaultsCrash.*"
-  NO_PRETTY_VALUES # names stay Engines/<Suite>.<Test>/<engine>
-  TEST_LIST sqlock_connfaults_tests_list
-  DISCOVERY_TIMEOUT 60
-  PROPERTIES TIMEOUT 300 LABELS "fault-smoke;faults")
-gtest_discover_tests(sqlock_connfaults_tests
-  TEST_FILTER "Engines/ConnFaultsCrash.*"
-  NO_PRETTY_VALUES
-  TEST_LIST sqlock_connfaults_crash_tests_list
-  DISCOVERY_TIMEOUT 60
-  PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE LABELS "crash")
-# As tests/CMakeLists.txt does: CMake < 3.28 flattens a list-valued LABELS in gtest_discover_tests, so the
-# labels (and RUN_SERIAL of the crash tests) are set again after discovery.
-file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/sqlock_connfaults_labels.cmake"
-  "if(DEFINED sqlock_connfaults_tests_list AND NOT sqlock_connfaults_tests_list STREQUAL \"\")\n"
-  "  set_tests_properties(\${sqlock_connfaults_tests_list} PROPERTIES LABELS \"fault-smoke;faults\")\n"
-  "endif()\n"
-  "if(DEFINED sqlock_connfaults_crash_tests_list AND NOT sqlock_connfaults_crash_tests_list STREQUAL \"\")\n"
-  "  set_tests_properties(\${sqlock_connfaults_crash_tests_list} PROPERTIES LABELS \"crash\" RUN_SERIAL TRUE)\n"
-  "endif()\n")
-set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${CMAKE_CURRENT_BINARY_DIR}/sqlock_connfaults_labels.cmake")
+# sqlock_discover_tests (tests/CMakeLists.txt) sets the label list again after discovery (CMake < 3.28 flattens a
+# list-valued LABELS in gtest_discover_tests), and RUN_SERIAL for the crash tests.
+sqlock_discover_tests(sqlock_connfaults_tests NAME sqlock_connfaults_tests FILTER "-Engines/ConnFaultsCrash.*"
+                      LABELS fault-smoke faults)
+sqlock_discover_tests(sqlock_connfaults_tests NAME sqlock_connfaults_crash_tests FILTER "Engines/ConnFaultsCrash.*"
+                      SERIAL LABELS crash)
