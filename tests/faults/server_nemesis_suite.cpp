@@ -403,7 +403,7 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
     ASSERT_TRUE(row.has_value()) << h_.text();
     EXPECT_EQ(row->token, held.token()) << "nobody took the lock yet\n" << h_.text();
     EXPECT_LT(row->expires_us, db_after_thaw)
-        << "the old holder's row was extended after the thaw: a renewal sent before the freeze revived the lease "
+        << "the old holder's row was extended after the thaw: a renewal in flight during the freeze ran after the thaw and revived the row, "
         << (row->expires_us - db_after_thaw) / 1000 << " ms past the thaw\n"
         << h_.text();
     EXPECT_EQ(held.state(), lease_state::lost);
