@@ -170,9 +170,15 @@ public:
         auto env = slurp(control_ / "env.sh");
         port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
         data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
+        postmaster_ = postmaster();
     }
     ~private_pg() {
-        if (started_) (void)run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"}, {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!started_) return;
+        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"}, {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok() && postmaster_ > 0 && ::kill(postmaster_, SIGKILL) == 0) {  // never leave our server running
+            std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
+                      << "\n";
+        }
     }
     private_pg(private_pg const&) = delete;
     private_pg& operator=(private_pg const&) = delete;
@@ -207,6 +213,7 @@ private:
     fs::path control_;
     bool started_ = false;
     std::string port_, data_;
+    pid_t postmaster_ = 0;
 };
 
 // ------------------------------------------------------------------ the cgroup v1 freezer
@@ -217,9 +224,28 @@ fs::path const freezer_root = "/sys/fs/cgroup/freezer";
 class freezer {
 public:
     freezer() : dir_(freezer_root / ("sqlock-nemesis-" + std::to_string(::getpid()) + "-" + random_hex(8))) {
+        remove_stale();
         fs::create_directory(dir_);
     }
-    ~freezer() {
+    ~freezer() { empty_and_remove(dir_); }
+    freezer(freezer const&) = delete;
+    freezer& operator=(freezer const&) = delete;
+
+    // Groups left by a run that was killed mid-freeze (its pid, in the name, is gone): thawed and removed,
+    // so their server is not left frozen for ever.
+    static void remove_stale() {
+        std::error_code ec;
+        for (auto const& entry : fs::directory_iterator(freezer_root, ec)) {
+            std::smatch m;
+            auto const name = entry.path().filename().string();
+            if (std::regex_match(name, m, std::regex("sqlock-nemesis-([0-9]+)-[0-9a-f]+")) &&
+                ::kill(static_cast<pid_t>(std::stol(m[1])), 0) != 0 && errno == ESRCH)
+                empty_and_remove(entry.path());
+        }
+    }
+
+private:
+    static void empty_and_remove(fs::path const& dir_) {
         try {
             write_file(dir_ / "freezer.state", "THAWED");
             std::istringstream procs(slurp(dir_ / "cgroup.procs"));
@@ -233,8 +259,8 @@ public:
         }
         for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0; ++i) std::this_thread::sleep_for(50ms);
     }
-    freezer(freezer const&) = delete;
-    freezer& operator=(freezer const&) = delete;
+
+public:
 
     // Moves `root` and then all its descendants here. A child forked after `root` moved is born here.
     std::size_t adopt_tree(pid_t root) {
@@ -561,10 +587,11 @@ TEST_F(ServerNemesis, D04ServerClockJumpsBackwardTheHolderKeepsTheLock) {
 // destruction, rules and all.
 class net_namespace {
 public:
-    net_namespace() : name_("sqlock-" + std::to_string(::getpid()) + "-" + random_hex(4)) {
+    net_namespace() : name_("sqlock-nem-" + std::to_string(::getpid()) + "-" + random_hex(4)) {
         auto const tag = random_hex(6);
         outer_ = "sqn" + tag + "a";
         inner_ = "sqn" + tag + "b";
+        remove_stale();
         pick_subnet();
         must({ip_, "netns", "add", name_});
         created_ = true;
@@ -605,6 +632,17 @@ public:
     std::string const& ip() const { return ip_; }
 
 private:
+    // Namespaces left by a run that was killed (its pid, in the name, is gone): deleted with their veth.
+    void remove_stale() {
+        std::istringstream list(run({ip_, "netns", "list"}).out);
+        for (std::string line; std::getline(list, line);) {
+            std::smatch m;
+            if (std::regex_search(line, m, std::regex("^(sqlock-nem-([0-9]+)-[0-9a-f]{4})\\b")) &&
+                ::kill(static_cast<pid_t>(std::stol(m[2])), 0) != 0 && errno == ESRCH)
+                (void)run({ip_, "netns", "del", m[1]});
+        }
+    }
+
     // A random /30 in 10.0.0.0/8 whose /16 no address or route of this host uses.
     void pick_subnet() {
         auto const used = must({ip_, "-4", "addr"}) + must({ip_, "-4", "route"});
@@ -654,11 +692,13 @@ std::optional<worker_line> first(std::vector<worker_line> const& lines, std::str
 TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealing) {
     if (!ready(fs::exists(tool("ip")) && fs::exists(tool("nft")), "ip or nft is missing")) return;
     net_namespace ns;
+    h_.add("namespace " + ns.name() + " with " + ns.ns_addr() + ", server side " + ns.root_addr());
     private_pg pg({.conf = "listen_addresses = '127.0.0.1," + ns.root_addr() + "'",
                    .hba = "host all all " + ns.subnet() + " trust"});
     sqlock::store taker_db(pg.url(), store_opts(true));  // creates the tables
     auto raw = raw_session(engine::postgresql, pg.url());
     auto taker = sqlock::table_locker(taker_db, {.ttl = ttl});
+    h_.add("server started");
 
     temp_dir files;
     fs::path const out = files.path() / "worker.out", heal_file = files.path() / "healed";
@@ -684,6 +724,7 @@ TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealin
     auto const acquired = first(read_worker(out), "acquired");
     ASSERT_TRUE(acquired.has_value()) << worker_text();
     std::int64_t const old_token = std::stoll(acquired->rest);
+    h_.add("worker holds token " + std::to_string(old_token) + " and has renewed");
     ASSERT_FALSE(taker.try_acquire(name_).has_value()) << "the lock is held by the worker";
 
     ns.partition(pg.port());
@@ -713,6 +754,7 @@ TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealin
     int status = 0;
     ASSERT_TRUE(eventually([&] { return ::waitpid(worker, &status, WNOHANG) == worker; }, 30s));
     worker = 0;
+    h_.add("worker exited");
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << exit_text(status) << "\n" << worker_text();
 
     auto const lines = read_worker(out);
