@@ -361,6 +361,31 @@ protected:
             10s);
     }
 
+    // Waits until no server socket of `port` is in CLOSE_WAIT: every connection whose client hung up (a
+    // statement cut off by its deadline while the server was frozen) has been read to its end by its
+    // backend, which ran whatever statement was still in its input first.
+    static bool hung_up_connections_drained(std::string const& port) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, ":%04X", static_cast<unsigned>(std::stoi(port)));
+        return eventually(
+            [&] {
+                for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+                    std::istringstream in(slurp(table));
+                    std::string line;
+                    std::getline(in, line);  // header
+                    while (std::getline(in, line)) {
+                        std::istringstream f(line);
+                        std::string slot, local, remote, state;
+                        f >> slot >> local >> remote >> state;
+                        if (local.size() >= 5 && local.compare(local.size() - 5, 5, hex) == 0 && state == "08")
+                            return false;  // 08: CLOSE_WAIT
+                    }
+                }
+                return true;
+            },
+            10s);
+    }
+
     void TearDown() override { std::cout << h_.text() << std::flush; }  // the run's story, also when it passed
 
     history h_;
@@ -424,7 +449,10 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
     EXPECT_LT(call_returned.load(), thawed) << "a call blocked until the thaw\n" << h_.text();
 
     // The renewal in flight at the freeze runs now, on the server: it must not revive the row.
+    ASSERT_TRUE(hung_up_connections_drained(pg.port()))
+        << "connections whose clients hung up during the freeze were not drained 10 s after the thaw\n" << h_.text();
     ASSERT_TRUE(server_quiet(*raw)) << "statements still running 10 s after the thaw\n" << h_.text();
+    h_.add("server drained: no hung-up connection left, no statement running");
     auto row = read_row(*raw, engine::postgresql, name_);
     ASSERT_TRUE(row.has_value()) << h_.text();
     EXPECT_EQ(row->token, held.token()) << "nobody took the lock yet\n" << h_.text();
