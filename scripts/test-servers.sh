@@ -10,7 +10,7 @@
 #   crash    Kills one server with SIGKILL (PostgreSQL: the postmaster of our data dir; MariaDB: the
 #            recorded mariadbd of our data dir; never by process name), then starts it again on the
 #            same port and data: the server runs crash recovery. Waits for readiness, like start.
-#   status   Prints each server's state; exit 0 only if both run.
+#   status   Prints each server's state; exit 0 only if both (or, PostgreSQL only, it) run.
 # Environment:
 #   SQLOCK_TEST_DIR   control dir: state, env.sh (default: <repo>/build/test-servers, whatever
 #                     the cwd). Servers live in DIR/run, or, if the postgres/mysql users cannot
@@ -18,6 +18,14 @@
 #                     /tmp/sqlock-test.XXXXXX recorded in DIR/state.
 #   SQLOCK_PG_BIN     PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
 #   SQLOCK_TEST_SERVER_TIMEOUT  seconds to wait for start/stop (default 30)
+# For a private server of one fault test (read by start, kept in DIR/state for the other verbs):
+#   SQLOCK_TEST_ENGINES  "postgresql" starts PostgreSQL only (no MariaDB, no SQLOCK_TEST_MYSQL_* in
+#                        env.sh); default "postgresql mariadb"
+#   SQLOCK_TEST_PG_CONF  extra postgresql.conf lines, appended after ours (later settings win),
+#                        e.g. "listen_addresses = '127.0.0.1,10.1.2.1'"
+#   SQLOCK_TEST_PG_HBA   extra pg_hba.conf lines, appended (e.g. "host all all 10.1.2.0/30 trust")
+#   SQLOCK_TEST_PG_ENV   space-separated VAR=value pairs for the postmaster's environment, e.g. a
+#                        libfaketime preload: "LD_PRELOAD=... FAKETIME_TIMESTAMP_FILE=... FAKETIME_NO_CACHE=1"
 # Both servers trust local connections; user/password/database are all "sqlock" (PostgreSQL also
 # has a second database, sqlock2, SQLOCK_TEST_PG2_URL: an independent member for majority tests).
 set -euo pipefail
@@ -27,6 +35,12 @@ SELF="$ROOT/scripts/test-servers.sh"
 DIR=${SQLOCK_TEST_DIR:-$ROOT/build/test-servers}
 PG_BIN=${SQLOCK_PG_BIN:-/usr/lib/postgresql/15/bin}
 TIMEOUT=${SQLOCK_TEST_SERVER_TIMEOUT:-30}
+ENGINES=${SQLOCK_TEST_ENGINES:-postgresql mariadb}
+PG_CONF=${SQLOCK_TEST_PG_CONF:-}
+PG_HBA=${SQLOCK_TEST_PG_HBA:-}
+PG_ENV=${SQLOCK_TEST_PG_ENV:-}
+
+want_my() { [[ " $ENGINES " == *" mariadb "* ]]; }
 
 say() { echo "test-servers.sh: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -103,10 +117,14 @@ logging_collector = off
 log_min_messages = warning
 log_line_prefix = '%m [%p] %q%u@%d '
 CONF
+  if [[ -n $PG_CONF ]]; then printf '# --- SQLOCK_TEST_PG_CONF\n%s\n' "$PG_CONF" >>"$PGDATA/postgresql.conf"; fi
+  if [[ -n $PG_HBA ]]; then printf '# --- SQLOCK_TEST_PG_HBA\n%s\n' "$PG_HBA" >>"$PGDATA/pg_hba.conf"; fi
 }
 
 pg_start() {
-  as_user postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PGLOG" -w -t "$TIMEOUT" start >/dev/null 2>&1 ||
+  local env_args=()
+  if [[ -n $PG_ENV ]]; then read -r -a env_args <<<"$PG_ENV"; fi
+  as_user postgres env ${env_args[@]+"${env_args[@]}"} "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PGLOG" -w -t "$TIMEOUT" start >/dev/null 2>&1 ||
     { show_log "$PGLOG"; die "PostgreSQL failed to start on 127.0.0.1:$PG_PORT (exited, or not ready in ${TIMEOUT}s); log: $PGLOG"; }
 }
 
@@ -245,15 +263,21 @@ write_env() {
     printf 'export SQLOCK_TEST_DIR=%q\n' "$DIR"
     printf 'export SQLOCK_TEST_PG_URL=%q\n' "postgresql://sqlock:sqlock@127.0.0.1:$PG_PORT/sqlock"
     printf 'export SQLOCK_TEST_PG2_URL=%q\n' "postgresql://sqlock:sqlock@127.0.0.1:$PG_PORT/sqlock2"
-    printf 'export SQLOCK_TEST_MYSQL_URL=%q\n' "mysql://sqlock:sqlock@127.0.0.1:$MY_PORT/sqlock"
+    if want_my; then printf 'export SQLOCK_TEST_MYSQL_URL=%q\n' "mysql://sqlock:sqlock@127.0.0.1:$MY_PORT/sqlock"; fi
     printf 'export SQLOCK_TEST_PG_LOG=%q\n' "$PGLOG"
-    printf 'export SQLOCK_TEST_MYSQL_LOG=%q\n' "$MYLOG"
+    if want_my; then printf 'export SQLOCK_TEST_MYSQL_LOG=%q\n' "$MYLOG"; fi
     printf 'export SQLOCK_TEST_PG_RESTART=%q\n' "$restart postgresql"
-    printf 'export SQLOCK_TEST_MYSQL_RESTART=%q\n' "$restart mariadb"
+    if want_my; then printf 'export SQLOCK_TEST_MYSQL_RESTART=%q\n' "$restart mariadb"; fi
     printf 'export SQLOCK_TEST_PG_CRASH=%q\n' "$crash postgresql"
-    printf 'export SQLOCK_TEST_MYSQL_CRASH=%q\n' "$crash mariadb"
-    printf 'export SQLOCK_TEST_PG_PORT=%q SQLOCK_TEST_MYSQL_PORT=%q\n' "$PG_PORT" "$MY_PORT"
-    printf 'export SQLOCK_TEST_PG_SOCKET_DIR=%q SQLOCK_TEST_MYSQL_SOCKET=%q\n' "$PGDIR" "$MYSOCK"
+    if want_my; then
+      printf 'export SQLOCK_TEST_MYSQL_CRASH=%q\n' "$crash mariadb"
+      printf 'export SQLOCK_TEST_PG_PORT=%q SQLOCK_TEST_MYSQL_PORT=%q\n' "$PG_PORT" "$MY_PORT"
+      printf 'export SQLOCK_TEST_PG_SOCKET_DIR=%q SQLOCK_TEST_MYSQL_SOCKET=%q\n' "$PGDIR" "$MYSOCK"
+    else
+      printf 'export SQLOCK_TEST_PG_PORT=%q\n' "$PG_PORT"
+      printf 'export SQLOCK_TEST_PG_SOCKET_DIR=%q\n' "$PGDIR"
+      printf 'export SQLOCK_TEST_PG_DATA=%q\n' "$PGDATA"
+    fi
   } >"$DIR/env.sh"
 }
 
@@ -283,25 +307,36 @@ cmd_start() {
   mkdir -p "$DIR"
   DIR=$(cd "$DIR" && pwd)
   if [[ -f $DIR/state ]]; then
-    (load_state && pg_stop && my_stop) # a failure here stops us: never leak a running server
+    (load_state && pg_stop && { ! want_my || my_stop; }) # a failure here stops us: never leak a running server
     (load_state && wipe_run_dir)
     rm -f "$DIR/state" "$DIR/env.sh"
   fi
+  case $ENGINES in
+    "postgresql mariadb" | "mariadb postgresql" | postgresql) ;;
+    *) die "SQLOCK_TEST_ENGINES must be \"postgresql mariadb\" or \"postgresql\" (got '$ENGINES')" ;;
+  esac
   MYUSER=
   if ((EUID == 0)); then MYUSER=mysql; fi
   choose_run_dir
   set_paths
   PG_PORT=$(pick_port)
   MY_PORT=$(pick_port "$PG_PORT")
-  printf 'RUN=%q\nPG_PORT=%q\nMY_PORT=%q\nMYUSER=%q\n' "$RUN" "$PG_PORT" "$MY_PORT" "$MYUSER" >"$DIR/state"
+  printf 'RUN=%q\nPG_PORT=%q\nMY_PORT=%q\nMYUSER=%q\nENGINES=%q\nPG_ENV=%q\n' "$RUN" "$PG_PORT" "$MY_PORT" \
+    "$MYUSER" "$ENGINES" "$PG_ENV" >"$DIR/state"
 
-  say "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT, files in $RUN"
+  if want_my; then
+    say "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT, files in $RUN"
+  else
+    say "PostgreSQL on 127.0.0.1:$PG_PORT (no MariaDB: SQLOCK_TEST_ENGINES=$ENGINES), files in $RUN"
+  fi
   pg_init
-  my_init # while initdb's disk I/O settles; both are a few seconds
+  if want_my; then my_init; fi # while initdb's disk I/O settles; both are a few seconds
   pg_start
   pg_setup
-  my_start
-  my_setup
+  if want_my; then
+    my_start
+    my_setup
+  fi
   write_env
   echo "$DIR/env.sh"
 }
@@ -311,7 +346,7 @@ cmd_stop() {
   load_state
   local rc=0
   (pg_stop) || rc=1 # subshells: die() in one must not skip the other
-  (my_stop) || rc=1
+  if want_my; then (my_stop) || rc=1; fi
   return "$rc"
 }
 
@@ -338,7 +373,8 @@ cmd_status() {
   local rc=0 pid
   if pg_running; then echo "postgresql: running on 127.0.0.1:$PG_PORT (data $PGDATA)"
   else echo "postgresql: stopped (port $PG_PORT, data $PGDATA)"; rc=3; fi
-  if pid=$(my_pid); then echo "mariadb: running on 127.0.0.1:$MY_PORT, pid $pid (data $MYDATA)"
+  if ! want_my; then echo "mariadb: not started (SQLOCK_TEST_ENGINES=$ENGINES)"
+  elif pid=$(my_pid); then echo "mariadb: running on 127.0.0.1:$MY_PORT, pid $pid (data $MYDATA)"
   else echo "mariadb: stopped (port $MY_PORT, data $MYDATA)"; rc=3; fi
   echo "env: $DIR/env.sh"
   return "$rc"

@@ -1,0 +1,814 @@
+// sqlock reliability battery — server-side nemeses D03, D04 and D07 (P2, P4, P6, P8), each on a
+// private PostgreSQL server of its own (scripts/test-servers.sh with SQLOCK_TEST_ENGINES=postgresql),
+// never the shared test servers: the faults hit the whole server.
+//
+//   ServerNemesis.D03FrozenServer...: the whole server (postmaster and every backend) frozen with the
+//     cgroup v1 freezer for 3×TTL. The holder's lease is reported lost while the server is frozen
+//     (the deadline thread; renewals hang), a call made meanwhile returns by its own bounds, and
+//     after the thaw the renewal that was in flight does not revive the row (the server's
+//     `expires_at >= now` check), a waiter takes over with a greater token and the old holder's
+//     fenced write is refused.
+//   ServerNemesis.D04ServerClockJumpsForward...: the server's clock (libfaketime preloaded into the
+//     postmaster) jumps 3×TTL ahead: the server sees the lease expired, the holder's renewal is
+//     refused (lost), another client takes over with a greater token, the old fenced write is refused.
+//   ServerNemesis.D04ServerClockJumpsBackward...: 3×TTL back: leases last longer in real time, the
+//     holder keeps renewing, nobody else gets the lock while it holds it.
+//   ServerNemesis.D07SilentPartition...: a holder in a network namespace of its own (veth to the
+//     root namespace, where the server also listens) is cut off by an nftables drop rule for 3×TTL:
+//     it reports the loss before the partition heals, a client in the root namespace takes over after
+//     expiry with a greater token, and after healing the old holder's renew, release and fenced write
+//     are refused.
+// Each step is recorded with its steady-clock time; assertions order events ("lost before the thaw"),
+// they never rely on a sleep's length. Root is needed (cgroups, netns, running the server as
+// postgres): without it these skip outside CI and fail under CI=true.
+#include "test_env.hpp"
+#include "test_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace sqlock_test;
+using namespace std::chrono_literals;
+using sqlock::lease;
+using sqlock::lease_state;
+using steady = std::chrono::steady_clock;
+
+constexpr auto ttl = 2s;
+constexpr auto fault_length = 3 * ttl;  // how long each nemesis lasts
+
+// ------------------------------------------------------------------ recorded history
+
+// What happened, in order, with steady-clock times relative to the test's start: printed on failure.
+class history {
+public:
+    std::int64_t add(std::string what) {
+        auto const t = steady_ns();
+        std::lock_guard lock(mutex_);
+        events_.emplace_back(t, std::move(what));
+        return t;
+    }
+    std::string text() const {
+        std::lock_guard lock(mutex_);
+        std::ostringstream s;
+        s << "history (ms since the test started):\n";
+        for (auto const& [t, what] : events_) s << "  " << (t - start_) / 1000000 << " " << what << "\n";
+        return s.str();
+    }
+
+private:
+    std::int64_t const start_ = steady_ns();
+    mutable std::mutex mutex_;
+    std::vector<std::pair<std::int64_t, std::string>> events_;
+};
+
+// ------------------------------------------------------------------ commands
+
+std::vector<std::string> this_environment() {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    return env;
+}
+
+struct cmd_result {
+    int status = 0;
+    std::string out, err;
+    bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+
+// Runs `args` (args[0] a path) with this environment plus `extra_env`, waits (killed after `limit`).
+cmd_result run(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},
+               std::chrono::milliseconds limit = 60s) {
+    temp_dir files;
+    spawn_file_actions actions;
+    actions.capture_to_files(files.path() / "out", files.path() / "err");
+    auto env = this_environment();
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    pid_t const pid = spawn_process(std::move(args), env, actions.get());
+    cmd_result r;
+    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit)) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &r.status, 0);
+    }
+    r.out = slurp(files.path() / "out");
+    r.err = slurp(files.path() / "err");
+    return r;
+}
+
+std::string join(std::vector<std::string> const& v) {
+    std::string s;
+    for (auto const& a : v) s.append(s.empty() ? "" : " ").append(a);
+    return s;
+}
+
+// Runs `args` and throws, naming the command and its output, when it fails.
+std::string must(std::vector<std::string> args, std::vector<std::string> const& extra_env = {}) {
+    auto const line = join(args);
+    auto r = run(std::move(args), extra_env);
+    if (!r.ok())
+        throw std::runtime_error("`" + line + "` failed (" + exit_text(r.status) + "): " + r.err + r.out);
+    return r.out;
+}
+
+fs::path tool(char const* name) {
+    for (char const* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
+        fs::path p = fs::path(dir) / name;
+        if (fs::exists(p)) return p;
+    }
+    return fs::path("/usr/sbin") / name;
+}
+
+void write_file(fs::path const& p, std::string const& text) {
+    int fd = ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CREAT, 0644);
+    if (fd < 0) throw std::runtime_error("cannot open " + p.string() + ": " + std::strerror(errno));
+    auto n = ::write(fd, text.data(), text.size());
+    int const err = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size()))
+        throw std::runtime_error("cannot write '" + text + "' to " + p.string() + ": " + std::strerror(err));
+}
+
+std::string trim(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    return s;
+}
+
+// ------------------------------------------------------------------ a private PostgreSQL server
+
+// scripts/test-servers.sh start in a temp dir, PostgreSQL only; stopped (and its dir removed) on destruction.
+class private_pg {
+public:
+    struct settings {
+        std::string conf;  // SQLOCK_TEST_PG_CONF
+        std::string hba;   // SQLOCK_TEST_PG_HBA
+        std::string env;   // SQLOCK_TEST_PG_ENV
+    };
+
+    explicit private_pg(settings s) {
+        control_ = dir_.path() / "srv";
+        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
+                     {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql",
+                      "SQLOCK_TEST_PG_CONF=" + s.conf, "SQLOCK_TEST_PG_HBA=" + s.hba, "SQLOCK_TEST_PG_ENV=" + s.env},
+                     120s);
+        started_ = true;  // stop even a half-started server
+        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
+        auto env = slurp(control_ / "env.sh");
+        port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
+        data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
+        postmaster_ = postmaster();
+    }
+    ~private_pg() {
+        if (!started_) return;
+        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"}, {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok() && postmaster_ > 0 && ::kill(postmaster_, SIGKILL) == 0) {  // never leave our server running
+            std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
+                      << "\n";
+        }
+    }
+    private_pg(private_pg const&) = delete;
+    private_pg& operator=(private_pg const&) = delete;
+
+    std::string url(std::string const& host = "127.0.0.1", std::string const& db = "sqlock") const {
+        return "postgresql://sqlock:sqlock@" + host + ":" + port_ + "/" + db;
+    }
+    std::string conninfo(std::string const& host) const {
+        return "host=" + host + " port=" + port_ + " dbname=sqlock user=sqlock password=sqlock connect_timeout=2";
+    }
+    std::string const& port() const { return port_; }
+    fs::path const& dir() const { return dir_.path(); }
+
+    // The postmaster's pid (first line of postmaster.pid).
+    pid_t postmaster() const {
+        std::ifstream in(fs::path(data_) / "postmaster.pid");
+        long pid = 0;
+        in >> pid;
+        if (pid <= 0) throw std::runtime_error("no postmaster.pid in " + data_);
+        return static_cast<pid_t>(pid);
+    }
+
+private:
+    static std::string value_of(std::string const& env, std::string const& var) {
+        std::smatch m;
+        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
+            throw std::runtime_error(var + " missing from the env.sh of the private server");
+        return m[1];
+    }
+
+    temp_dir dir_;
+    fs::path control_;
+    bool started_ = false;
+    std::string port_, data_;
+    pid_t postmaster_ = 0;
+};
+
+// ------------------------------------------------------------------ the cgroup v1 freezer
+
+fs::path const freezer_root = "/sys/fs/cgroup/freezer";
+
+// A freezer cgroup of our own; on destruction: thawed, emptied into the root cgroup, removed.
+class freezer {
+public:
+    freezer() : dir_(freezer_root / ("sqlock-nemesis-" + std::to_string(::getpid()) + "-" + random_hex(8))) {
+        remove_stale();
+        fs::create_directory(dir_);
+    }
+    ~freezer() { empty_and_remove(dir_); }
+    freezer(freezer const&) = delete;
+    freezer& operator=(freezer const&) = delete;
+
+    // Groups left by a run that was killed mid-freeze (its pid, in the name, is gone): thawed and removed,
+    // so their server is not left frozen for ever.
+    static void remove_stale() {
+        std::error_code ec;
+        for (auto const& entry : fs::directory_iterator(freezer_root, ec)) {
+            std::smatch m;
+            auto const name = entry.path().filename().string();
+            if (std::regex_match(name, m, std::regex("sqlock-nemesis-([0-9]+)-[0-9a-f]+")) &&
+                ::kill(static_cast<pid_t>(std::stol(m[1])), 0) != 0 && errno == ESRCH)
+                empty_and_remove(entry.path());
+        }
+    }
+
+private:
+    static void empty_and_remove(fs::path const& dir_) {
+        try {
+            write_file(dir_ / "freezer.state", "THAWED");
+            std::istringstream procs(slurp(dir_ / "cgroup.procs"));
+            for (std::string pid; procs >> pid;) {
+                try {
+                    write_file(freezer_root / "cgroup.procs", pid);
+                } catch (...) {  // it exited meanwhile
+                }
+            }
+        } catch (...) {
+        }
+        for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0; ++i) std::this_thread::sleep_for(50ms);
+    }
+
+public:
+
+    // Moves `root` and then all its descendants here. A child forked after `root` moved is born here.
+    std::size_t adopt_tree(pid_t root) {
+        write_file(dir_ / "cgroup.procs", std::to_string(root));
+        std::vector<pid_t> todo{root};
+        std::size_t moved = 1;
+        while (!todo.empty()) {
+            pid_t parent = todo.back();
+            todo.pop_back();
+            for (pid_t child : children_of(parent)) {
+                try {
+                    write_file(dir_ / "cgroup.procs", std::to_string(child));
+                    ++moved;
+                } catch (...) {  // exited meanwhile
+                }
+                todo.push_back(child);
+            }
+        }
+        return moved;
+    }
+
+    // Writes FROZEN or THAWED and waits until the kernel reports it done (FREEZING is transitional).
+    void set(std::string const& state) {
+        write_file(dir_ / "freezer.state", state);
+        if (!eventually([&] { return trim(slurp(dir_ / "freezer.state")) == state; }, 10s))
+            throw std::runtime_error("the freezer cgroup " + dir_.string() + " did not reach " + state +
+                                     " within 10 s: it says " + slurp(dir_ / "freezer.state"));
+    }
+
+    std::size_t members() const {
+        std::istringstream procs(slurp(dir_ / "cgroup.procs"));
+        std::size_t n = 0;
+        for (std::string pid; procs >> pid;) ++n;
+        return n;
+    }
+
+private:
+    static std::vector<pid_t> children_of(pid_t parent) {
+        std::vector<pid_t> kids;
+        for (auto const& entry : fs::directory_iterator("/proc")) {
+            auto const name = entry.path().filename().string();
+            if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+            auto stat = slurp(entry.path() / "stat");
+            auto close = stat.rfind(')');
+            if (close == std::string::npos) continue;
+            std::istringstream rest(stat.substr(close + 1));
+            std::string state;
+            long ppid = 0;
+            if (rest >> state >> ppid && ppid == parent) kids.push_back(static_cast<pid_t>(std::stol(name)));
+        }
+        return kids;
+    }
+
+    fs::path dir_;
+};
+
+// ------------------------------------------------------------------ the fixture
+
+class ServerNemesis : public ::testing::Test {
+protected:
+    // Root, and the tools of this nemesis: otherwise skipped outside CI, failing under CI.
+    void require(bool present, std::string const& what) {
+        if (present) return;
+        if (in_ci()) GTEST_FAIL() << what << " and CI is set: run the tests as root with scripts/deps.sh --servers installed";
+        GTEST_SKIP() << what << " (not CI, so skipping; with CI set this fails)";
+    }
+    // Root (cgroups, network namespaces, the postgres user) and the tool `present`; false: the test must stop.
+    bool ready(bool present, std::string const& what) {
+        require(::geteuid() == 0, "not root (cgroups, network namespaces, the postgres user)");
+        if (should_stop()) return false;
+        require(present, what);
+        return !should_stop();
+    }
+
+    static sqlock::store_options store_opts(bool create) {
+        return {.pool_size = 4, .create_schema = create, .connect_timeout = 2s, .lock_wait_timeout = 1s,
+                .io_timeout = 1s};
+    }
+
+    // A fenced write to `resource` with `token`, in its own transaction on `s`.
+    static void fenced_write(sqlock::store const& db, soci::session& s, std::string const& resource,
+                             std::int64_t token) {
+        soci::transaction tx(s);
+        sqlock::fence(db).check_and_set(s, resource, token);
+        tx.commit();
+    }
+
+    // Waits until the server runs no client statement but ours (an in-flight one has finished).
+    static bool server_quiet(soci::session& s) {
+        return eventually(
+            [&] {
+                long long busy = 0;
+                s << "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()"
+                     " AND backend_type = 'client backend'",
+                    soci::into(busy);
+                return busy == 0;
+            },
+            10s);
+    }
+
+    // Waits until no server socket of `port` is in CLOSE_WAIT: every connection whose client hung up (a
+    // statement cut off by its deadline while the server was frozen) has been read to its end by its
+    // backend, which ran whatever statement was still in its input first.
+    static bool hung_up_connections_drained(std::string const& port) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, ":%04X", static_cast<unsigned>(std::stoi(port)));
+        return eventually(
+            [&] {
+                for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+                    std::istringstream in(slurp(table));
+                    std::string line;
+                    std::getline(in, line);  // header
+                    while (std::getline(in, line)) {
+                        std::istringstream f(line);
+                        std::string slot, local, remote, state;
+                        f >> slot >> local >> remote >> state;
+                        if (local.size() >= 5 && local.compare(local.size() - 5, 5, hex) == 0 && state == "08")
+                            return false;  // 08: CLOSE_WAIT
+                    }
+                }
+                return true;
+            },
+            10s);
+    }
+
+    void TearDown() override { std::cout << h_.text() << std::flush; }  // the run's story, also when it passed
+
+    history h_;
+    std::string const name_ = random_prefix() + "nemesis";
+};
+
+// ------------------------------------------------------------------ D03
+
+TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
+    if (!ready(fs::exists(freezer_root / "cgroup.procs"), "no cgroup v1 freezer at " + freezer_root.string())) return;
+    private_pg pg({});
+    std::string const url = pg.url();
+    sqlock::store holder_db(url, store_opts(true));
+    sqlock::store waiter_db(url, store_opts(false));
+    auto raw = raw_session(engine::postgresql, url);  // opened now: no new connection while frozen
+
+    std::atomic<int> lost_calls{0};
+    auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t t) {
+                                                        ++lost_calls;
+                                                        h_.add("holder on_lost token " + std::to_string(t));
+                                                    }});
+    auto waiter = sqlock::table_locker(waiter_db, {.ttl = ttl});
+    lease held = holder.acquire(name_, 10s);
+    h_.add("holder acquired token " + std::to_string(held.token()));
+    ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
+
+    freezer fz;
+    fz.adopt_tree(pg.postmaster());
+    std::size_t const frozen_members = fz.members();
+    auto const frozen_at = steady::now();
+    fz.set("FROZEN");
+    h_.add("server frozen (" + std::to_string(frozen_members) + " processes)");
+    auto const thaw_at = frozen_at + fault_length;
+
+    // A call made while the server is frozen returns by its own bounds (io_timeout, connect_timeout).
+    std::atomic<std::int64_t> call_returned{0};
+    std::jthread caller([&] {
+        std::string what;
+        try {
+            auto got = waiter.try_acquire(name_);
+            what = got ? "UNEXPECTED grant token " + std::to_string(got->token()) : "busy";
+        } catch (sqlock::error const& e) {
+            what = describe(e);
+        }
+        call_returned = h_.add("waiter's try_acquire during the freeze returned: " + what);
+    });
+
+    // The holder's deadline thread reports the loss while every renewal hangs on the frozen server.
+    bool const lost_while_frozen = eventually([&] { return held.stop_token().stop_requested(); },
+                                              std::chrono::duration_cast<std::chrono::milliseconds>(thaw_at - steady::now()));
+    h_.add(std::string("lost while frozen: ") + (lost_while_frozen ? "yes" : "no") + ", state " +
+           std::string(sqlock::to_string(held.state())));
+    std::this_thread::sleep_until(thaw_at);  // the fault's length, not an assertion
+    caller.join();                           // bounded: the call has its own deadlines
+    auto const thawed = h_.add("thawing");
+    fz.set("THAWED");
+    long long const db_after_thaw = db_now_us(*raw, engine::postgresql);
+    h_.add("thawed");
+
+    EXPECT_TRUE(lost_while_frozen) << "the lease was not reported lost during a freeze of 3×TTL\n" << h_.text();
+    EXPECT_LT(call_returned.load(), thawed) << "a call blocked until the thaw\n" << h_.text();
+
+    // The renewal in flight at the freeze runs now, on the server: it must not revive the row.
+    ASSERT_TRUE(hung_up_connections_drained(pg.port()))
+        << "connections whose clients hung up during the freeze were not drained 10 s after the thaw\n" << h_.text();
+    ASSERT_TRUE(server_quiet(*raw)) << "statements still running 10 s after the thaw\n" << h_.text();
+    h_.add("server drained: no hung-up connection left, no statement running");
+    auto row = read_row(*raw, engine::postgresql, name_);
+    ASSERT_TRUE(row.has_value()) << h_.text();
+    EXPECT_EQ(row->token, held.token()) << "nobody took the lock yet\n" << h_.text();
+    EXPECT_LT(row->expires_us, db_after_thaw)
+        << "the old holder's row was extended after the thaw: a renewal in flight during the freeze ran after the thaw and revived the row, "
+        << (row->expires_us - db_after_thaw) / 1000 << " ms past the thaw\n"
+        << h_.text();
+    EXPECT_EQ(held.state(), lease_state::lost);
+    EXPECT_THROW(held.renew(), sqlock::lease_lost);
+    EXPECT_EQ(lost_calls.load(), 1);
+
+    lease next = waiter.acquire(name_, 30s);
+    h_.add("waiter acquired token " + std::to_string(next.token()));
+    EXPECT_GT(next.token(), held.token()) << h_.text();
+    EXPECT_EQ(held.state(), lease_state::lost) << "lost stays lost";
+
+    fenced_write(waiter_db, *raw, name_, next.token());
+    EXPECT_THROW(fenced_write(holder_db, *raw, name_, held.token()), sqlock::stale_token)
+        << "the old holder's fenced write was accepted after the new holder's\n"
+        << h_.text();
+    next.release();
+}
+
+// ------------------------------------------------------------------ D04
+
+// A private server whose clock libfaketime moves: `offset("+6s")` jumps it at once (no restart).
+class faked_clock_server {
+public:
+    faked_clock_server() : file_(dir_.path() / "faketime") {
+        write_file(file_, "+0");
+        pg_.emplace(private_pg::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
+                                                " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
+                                                " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
+    }
+    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
+        write_file(file_.string() + ".new", o);
+        fs::rename(file_.string() + ".new", file_);
+    }
+    private_pg& pg() { return *pg_; }
+
+private:
+    temp_dir dir_;
+    fs::path file_;
+    std::optional<private_pg> pg_;
+};
+
+// The server's clock minus this host's, in ms (midpoint of the round trip).
+long long server_ahead_ms(soci::session& s) {
+    auto const before = std::chrono::system_clock::now();
+    long long const db = db_now_us(s, engine::postgresql);
+    auto const after = std::chrono::system_clock::now();
+    auto const mid = std::chrono::duration_cast<std::chrono::microseconds>(
+                         (before + (after - before) / 2).time_since_epoch()).count();
+    return (db - mid) / 1000;
+}
+
+TEST_F(ServerNemesis, D04ServerClockJumpsForwardTheLeaseExpiresAndIsTakenOver) {
+    if (!ready(fs::exists(libfaketime_path()), libfaketime_path().string() + " is missing")) return;
+    faked_clock_server server;
+    std::string const url = server.pg().url();
+    sqlock::store holder_db(url, store_opts(true));
+    sqlock::store other_db(url, store_opts(false));
+    auto raw = raw_session(engine::postgresql, url);
+    long long const skew0 = server_ahead_ms(*raw);
+    ASSERT_LT(std::abs(skew0), 1000) << "the server's clock should start with this host's (offset +0)";
+
+    std::atomic<int> lost_calls{0};
+    auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
+                                                        ++lost_calls;
+                                                        h_.add("holder on_lost");
+                                                    }});
+    auto other = sqlock::table_locker(other_db, {.ttl = ttl});
+    lease held = holder.acquire(name_, 10s);
+    h_.add("holder acquired token " + std::to_string(held.token()));
+    ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
+    ASSERT_FALSE(other.try_acquire(name_).has_value()) << "the lock is held";
+
+    server.offset("+" + std::to_string(std::chrono::seconds(fault_length).count()) + "s");
+    long long const skew1 = server_ahead_ms(*raw);
+    h_.add("server clock jumped: now " + std::to_string(skew1) + " ms ahead");
+    ASSERT_GT(skew1 - skew0, std::chrono::milliseconds(fault_length).count() - 1000)
+        << "the jump is not visible in clock_timestamp()";
+
+    // The server sees the lease expired, though the holder's own validity has not run out.
+    auto row = read_row(*raw, engine::postgresql, name_);
+    ASSERT_TRUE(row.has_value());
+    EXPECT_FALSE(row->live()) << "after a jump of 3×TTL the server should see the row expired";
+    // The holder's next renewal (its own or the watchdog's, whichever comes first) is refused: lost.
+    EXPECT_THROW(held.renew(), sqlock::lease_lost) << h_.text();
+    EXPECT_EQ(held.state(), lease_state::lost);
+    EXPECT_EQ(lost_calls.load(), 1);
+
+    auto next = other.try_acquire(name_);
+    ASSERT_TRUE(next.has_value()) << "another client could not take over the expired lease\n" << h_.text();
+    h_.add("other acquired token " + std::to_string(next->token()));
+    EXPECT_GT(next->token(), held.token());
+
+    fenced_write(other_db, *raw, name_, next->token());
+    EXPECT_THROW(fenced_write(holder_db, *raw, name_, held.token()), sqlock::stale_token)
+        << "the old holder's fenced write was accepted after the new holder's\n"
+        << h_.text();
+    next->release();
+    server.offset("+0");
+}
+
+TEST_F(ServerNemesis, D04ServerClockJumpsBackwardTheHolderKeepsTheLock) {
+    if (!ready(fs::exists(libfaketime_path()), libfaketime_path().string() + " is missing")) return;
+    faked_clock_server server;
+    std::string const url = server.pg().url();
+    sqlock::store holder_db(url, store_opts(true));
+    sqlock::store other_db(url, store_opts(false));
+    auto raw = raw_session(engine::postgresql, url);
+    long long const skew0 = server_ahead_ms(*raw);
+
+    std::atomic<int> lost_calls{0};
+    auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
+                                                        ++lost_calls;
+                                                        h_.add("holder on_lost");
+                                                    }});
+    auto other = sqlock::table_locker(other_db, {.ttl = ttl});
+    lease held = holder.acquire(name_, 10s);
+    ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
+
+    server.offset("-" + std::to_string(std::chrono::seconds(fault_length).count()) + "s");
+    long long const skew1 = server_ahead_ms(*raw);
+    h_.add("server clock jumped: now " + std::to_string(skew1) + " ms ahead");
+    ASSERT_LT(skew1 - skew0, -(std::chrono::milliseconds(fault_length).count() - 1000))
+        << "the jump is not visible in clock_timestamp()";
+
+    // For six renewals (2×TTL of real time) after the jump, the holder keeps the lock and nobody else gets it.
+    auto const renewed0 = holder.stats().renewed;
+    int tries = 0, grants = 0;
+    while (holder.stats().renewed < renewed0 + 6 && held.held()) {
+        if (auto got = other.try_acquire(name_)) {
+            ++grants;
+            h_.add("UNEXPECTED: other acquired token " + std::to_string(got->token()) + " while the holder held");
+        }
+        ++tries;
+        std::this_thread::sleep_for(50ms);
+    }
+    h_.add("holder renewed " + std::to_string(holder.stats().renewed - renewed0) + " times; other tried " +
+           std::to_string(tries) + " times");
+    EXPECT_EQ(grants, 0) << "a second holder while the first held the lock\n" << h_.text();
+    EXPECT_GE(holder.stats().renewed, renewed0 + 6) << "the holder lost the lease after a backward jump\n" << h_.text();
+    EXPECT_EQ(held.state(), lease_state::held);
+    EXPECT_EQ(lost_calls.load(), 0);
+    EXPECT_GT(tries, 0);
+
+    auto const token = held.token();
+    held.release();
+    lease next = other.acquire(name_, 10s);
+    EXPECT_GT(next.token(), token);
+    next.release();
+    server.offset("+0");
+}
+
+// ------------------------------------------------------------------ D07
+
+// A network namespace of our own with a veth pair to the root namespace (a /30 in 10.x), removed on
+// destruction, rules and all.
+class net_namespace {
+public:
+    net_namespace() : name_("sqlock-nem-" + std::to_string(::getpid()) + "-" + random_hex(4)) {
+        auto const tag = random_hex(6);
+        outer_ = "sqn" + tag + "a";
+        inner_ = "sqn" + tag + "b";
+        remove_stale();
+        pick_subnet();
+        must({ip_, "netns", "add", name_});
+        created_ = true;
+        must({ip_, "link", "add", outer_, "type", "veth", "peer", "name", inner_});
+        must({ip_, "link", "set", inner_, "netns", name_});
+        must({ip_, "addr", "add", root_addr_ + "/30", "dev", outer_});
+        must({ip_, "link", "set", outer_, "up"});
+        in_ns({ip_, "addr", "add", ns_addr_ + "/30", "dev", inner_});
+        in_ns({ip_, "link", "set", inner_, "up"});
+        in_ns({ip_, "link", "set", "lo", "up"});
+    }
+    ~net_namespace() {
+        if (!created_) return;
+        (void)run({ip_, "netns", "del", name_});  // takes its end of the veth, its nftables and the pair with it
+        (void)run({ip_, "link", "del", outer_});  // in case the pair outlived it
+    }
+    net_namespace(net_namespace const&) = delete;
+    net_namespace& operator=(net_namespace const&) = delete;
+
+    std::string in_ns(std::vector<std::string> args) {
+        args.insert(args.begin(), {ip_, "netns", "exec", name_});
+        return must(std::move(args));
+    }
+    // Drops every packet to and from `port`, both directions, inside the namespace.
+    void partition(std::string const& port) {
+        in_ns({nft_, "add table inet sqlock_nemesis"});
+        in_ns({nft_, "add chain inet sqlock_nemesis out { type filter hook output priority 0 ; policy accept ; }"});
+        in_ns({nft_, "add chain inet sqlock_nemesis in { type filter hook input priority 0 ; policy accept ; }"});
+        in_ns({nft_, "add rule inet sqlock_nemesis out tcp dport " + port + " drop"});
+        in_ns({nft_, "add rule inet sqlock_nemesis in tcp sport " + port + " drop"});
+    }
+    void heal() { in_ns({nft_, "delete table inet sqlock_nemesis"}); }
+
+    std::string const& name() const { return name_; }
+    std::string const& root_addr() const { return root_addr_; }
+    std::string const& ns_addr() const { return ns_addr_; }
+    std::string subnet() const { return net_ + "/30"; }
+    std::string const& ip() const { return ip_; }
+
+private:
+    // Namespaces left by a run that was killed (its pid, in the name, is gone): deleted with their veth.
+    void remove_stale() {
+        std::istringstream list(run({ip_, "netns", "list"}).out);
+        for (std::string line; std::getline(list, line);) {
+            std::smatch m;
+            if (std::regex_search(line, m, std::regex("^(sqlock-nem-([0-9]+)-[0-9a-f]{4})\\b")) &&
+                ::kill(static_cast<pid_t>(std::stol(m[2])), 0) != 0 && errno == ESRCH)
+                (void)run({ip_, "netns", "del", m[1]});
+        }
+    }
+
+    // A random /30 in 10.0.0.0/8 whose /16 no address or route of this host uses.
+    void pick_subnet() {
+        auto const used = must({ip_, "-4", "addr"}) + must({ip_, "-4", "route"});
+        for (int i = 0; i < 100; ++i) {
+            auto const a = 64 + rng()() % 190, b = rng()() % 256, c = (rng()() % 64) * 4;
+            std::string const sixteen = "10." + std::to_string(a) + ".";
+            if (used.find(sixteen) != std::string::npos) continue;
+            std::string const base = sixteen + std::to_string(b) + ".";
+            net_ = base + std::to_string(c);
+            root_addr_ = base + std::to_string(c + 1);
+            ns_addr_ = base + std::to_string(c + 2);
+            return;
+        }
+        throw std::runtime_error("found no unused 10.x.0.0/16 for the veth pair");
+    }
+
+    std::string const ip_ = tool("ip").string(), nft_ = tool("nft").string();
+    std::string name_, outer_, inner_, net_, root_addr_, ns_addr_;
+    bool created_ = false;
+};
+
+// The worker's stdout lines: "<steady ns> <what> ...".
+struct worker_line {
+    std::int64_t t = 0;
+    std::string what, rest;
+};
+std::vector<worker_line> read_worker(fs::path const& out) {
+    std::vector<worker_line> lines;
+    std::istringstream in(slurp(out));
+    for (std::string line; std::getline(in, line);) {
+        std::istringstream l(line);
+        worker_line w;
+        if (!(l >> w.t >> w.what)) continue;
+        std::getline(l, w.rest);
+        if (!w.rest.empty() && w.rest[0] == ' ') w.rest.erase(0, 1);
+        lines.push_back(std::move(w));
+    }
+    return lines;
+}
+std::optional<worker_line> first(std::vector<worker_line> const& lines, std::string const& what,
+                                 std::string const& rest_prefix = {}) {
+    for (auto const& l : lines)
+        if (l.what == what && l.rest.compare(0, rest_prefix.size(), rest_prefix) == 0) return l;
+    return std::nullopt;
+}
+
+TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealing) {
+    if (!ready(fs::exists(tool("ip")) && fs::exists(tool("nft")), "ip or nft is missing")) return;
+    net_namespace ns;
+    h_.add("namespace " + ns.name() + " with " + ns.ns_addr() + ", server side " + ns.root_addr());
+    private_pg pg({.conf = "listen_addresses = '127.0.0.1," + ns.root_addr() + "'",
+                   .hba = "host all all " + ns.subnet() + " trust"});
+    sqlock::store taker_db(pg.url(), store_opts(true));  // creates the tables
+    auto raw = raw_session(engine::postgresql, pg.url());
+    auto taker = sqlock::table_locker(taker_db, {.ttl = ttl});
+    h_.add("server started");
+
+    temp_dir files;
+    fs::path const out = files.path() / "worker.out", heal_file = files.path() / "healed";
+    spawn_file_actions actions;
+    actions.capture_to_files(out, files.path() / "worker.err");
+    pid_t worker = spawn_process({ns.ip(), "netns", "exec", ns.name(), SQLOCK_NEMESIS_WORKER, pg.url(ns.root_addr()),
+                                  pg.conninfo(ns.root_addr()), name_, heal_file.string()},
+                                 std::nullopt, actions.get());
+    struct reap {
+        pid_t& pid;
+        ~reap() {
+            if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
+                ::kill(pid, SIGKILL);
+                ::waitpid(pid, nullptr, 0);
+            }
+        }
+    } reaper{worker};
+    auto worker_text = [&] { return "worker stdout:\n" + slurp(out) + "worker stderr:\n" + slurp(files.path() / "worker.err"); };
+
+    // The worker holds the lock from inside the namespace, and renews through the veth.
+    ASSERT_TRUE(eventually([&] { return first(read_worker(out), "event", "renewed").has_value(); }, 30s))
+        << "the worker never acquired and renewed\n" << worker_text();
+    auto const acquired = first(read_worker(out), "acquired");
+    ASSERT_TRUE(acquired.has_value()) << worker_text();
+    std::int64_t const old_token = std::stoll(acquired->rest);
+    h_.add("worker holds token " + std::to_string(old_token) + " and has renewed");
+    ASSERT_FALSE(taker.try_acquire(name_).has_value()) << "the lock is held by the worker";
+
+    ns.partition(pg.port());
+    auto const partitioned = h_.add("partitioned (nft drop, both directions, port " + pg.port() + ")");
+    auto const heal_at = steady::now() + fault_length;
+
+    // The client in the root namespace takes over once the row expires on the server.
+    std::optional<lease> next;
+    std::int64_t sent_before_grant = 0;
+    while (!next && steady::now() < heal_at) {
+        sent_before_grant = steady_ns();
+        next = taker.try_acquire(name_);
+        if (!next) std::this_thread::sleep_for(20ms);
+    }
+    if (next) h_.add("taker acquired token " + std::to_string(next->token()));
+    std::this_thread::sleep_until(heal_at);  // the fault's length, not an assertion
+    ASSERT_TRUE(next.has_value()) << "nobody could take over a lease whose holder was cut off for 3×TTL\n"
+                                  << h_.text() << worker_text();
+    EXPECT_GT(next->token(), old_token);
+    fenced_write(taker_db, *raw, name_, next->token());
+
+    auto const healed = h_.add("healing");
+    ns.heal();
+    write_file(heal_file, "healed");
+    ASSERT_TRUE(eventually([&] { return first(read_worker(out), "done").has_value(); }, 60s))
+        << "the worker did not finish after healing\n" << h_.text() << worker_text();
+    int status = 0;
+    ASSERT_TRUE(eventually([&] { return ::waitpid(worker, &status, WNOHANG) == worker; }, 30s));
+    worker = 0;
+    h_.add("worker exited");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << exit_text(status) << "\n" << worker_text();
+
+    auto const lines = read_worker(out);
+    auto const lost = first(lines, "event", "lost");
+    ASSERT_TRUE(lost.has_value()) << "the partitioned holder never reported the loss\n" << worker_text();
+    EXPECT_GT(lost->t, partitioned) << worker_text();
+    EXPECT_LT(lost->t, healed) << "the partitioned holder reported the loss only after the partition healed\n"
+                               << h_.text() << worker_text();
+    // Its renewals were bounded: they failed (timed out) instead of hanging until the heal.
+    auto const failed = first(lines, "event", "renew_failed");
+    if (failed) {
+        EXPECT_LT(failed->t, healed) << worker_text();
+    }
+    h_.add("worker lost at +" + std::to_string((lost->t - partitioned) / 1000000) + " ms after the partition; taker's "
+           "granting attempt sent at +" + std::to_string((sent_before_grant - partitioned) / 1000000) + " ms");
+
+    auto const renew = first(lines, "renew"), release = first(lines, "release"), fence = first(lines, "fence");
+    ASSERT_TRUE(renew && release && fence) << worker_text();
+    EXPECT_EQ(renew->rest, "lease_lost") << worker_text();
+    EXPECT_EQ(release->rest, "lease_lost") << worker_text();
+    EXPECT_EQ(fence->rest.rfind("stale", 0), 0u) << "the old holder's fenced write was not refused\n" << worker_text();
+    auto row = read_row(*raw, engine::postgresql, name_);
+    ASSERT_TRUE(row.has_value()) << "the old holder's release deleted the new holder's row";
+    EXPECT_EQ(row->token, next->token());
+    EXPECT_TRUE(next->held());
+    next->release();
+}
+
+}  // namespace
