@@ -81,7 +81,7 @@ private:
     bool db_add_hold() override {
         return on_connection(
             [&](pooled_session s) {
-                (void)store_->dialect().keep_row_lock(s, ttl());
+                (void)store_->dialect().keep_row_lock(s, name(), ttl());
                 return true;
             },
             false, std::min(io_deadline(), valid_until()));
@@ -92,7 +92,7 @@ private:
     std::optional<renewal> db_renew(milliseconds ttl) override {
         return on_connection(
             [&](pooled_session s) -> std::optional<renewal> {
-                auto now = store_->dialect().keep_row_lock(s, ttl);
+                auto now = store_->dialect().keep_row_lock(s, name(), ttl);
                 return renewal{now + duration_cast<microseconds>(ttl).count(), now};
             },
             std::optional<renewal>{}, std::min(io_deadline(), valid_until()));
@@ -140,7 +140,7 @@ protected:
                     if (clock::now() - sent > options_.ttl / 10) {
                         // We queued a while: count validity from a fresh round trip.
                         sent = clock::now();
-                        (void)d.keep_row_lock(c->pooled(), options_.ttl);
+                        (void)d.keep_row_lock(c->pooled(), name, options_.ttl);
                     }
                     if (guard.disarm()) throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
                                                                   " got no answer within its deadline");

@@ -269,9 +269,11 @@ public:
     /// (a durable commit), on a connection of its own.
     [[nodiscard]] virtual std::int64_t draw_token(pooled_session s, std::string const& name) const = 0;
 
-    /// A statement on the holding transaction that resets the server's idle
-    /// limit (to `ttl`) and proves the transaction is alive; the database's now.
-    [[nodiscard]] virtual std::int64_t keep_row_lock(pooled_session s, std::chrono::milliseconds ttl) const = 0;
+    /// A statement on the holding transaction (of the row lock of `name`) that
+    /// resets the server's idle limit (to `ttl`) and proves the transaction is
+    /// alive; the database's now.
+    [[nodiscard]] virtual std::int64_t keep_row_lock(pooled_session s, std::string const& name,
+                                                     std::chrono::milliseconds ttl) const = 0;
 
     /// COMMIT (or ROLLBACK) the holding transaction and restore the session.
     virtual void end_row_lock(pooled_session s, bool commit) const = 0;

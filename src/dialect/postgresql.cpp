@@ -387,7 +387,7 @@ public:
         return grant{true, c.token, at, 0};
     }
 
-    std::int64_t keep_row_lock(pooled_session ps, std::chrono::milliseconds ttl) const override {
+    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds ttl) const override {
         auto& c = cache(ps);
         c.idle = std::to_string(std::max<long long>(1000, ttl.count()));
         if (!c.row_keep)

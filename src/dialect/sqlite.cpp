@@ -368,7 +368,7 @@ public:
         return grant{true, drawn, locked, 0};
     }
 
-    std::int64_t keep_row_lock(pooled_session ps, std::chrono::milliseconds) const override {
+    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds) const override {
         auto& c = static_cast<lite_cache&>(cache(ps));
         long long now = 0;
         c.now.start(handle_of(ps), keep_sql_).run([&](sqlite3_stmt* st) { now = sqlite3_column_int64(st, 0); });
