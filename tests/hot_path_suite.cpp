@@ -9,6 +9,10 @@
 //       the same for the row lock: its BEGIN, lock (the try, the waiting and the
 //       busy paths), token record, keep-alive, COMMIT and ROLLBACK are prepared
 //       on the connection it holds, and are the same statements cycle after cycle
+//   Engines/HotPathServer.RowLockStatementsArePreparedAgainAfterTheConnectionIsLost/<engine>
+//       PostgreSQL and MariaDB: when the server ends the holder's session, the
+//       lease is lost, the statements prepared on that session are dropped with
+//       it, and the reopened connection prepares them once again and reuses them
 //   HotPathMariaDB.RowLockPreparesNothingAfterItsFirstCycles
 //       MariaDB (counted through a proxy): after the first cycles, row-lock cycles
 //       send no COM_STMT_PREPARE and no statement text (COM_QUERY), only
@@ -38,6 +42,33 @@ using namespace sqlock_test;
 
 namespace {
 
+// The SQL of the statements the engine holds prepared on the one pooled
+// connection of `db` (PostgreSQL: pg_prepared_statements; SQLite: sqlite3_next_stmt).
+std::vector<std::string> prepared_on(sqlock::store& db, engine e) {
+    return db.impl()->run("probe", [&](sqlock::detail::pooled_session s) {
+        std::vector<std::string> out;
+        if (e == engine::postgresql) {
+            // A one-time query (unnamed): it does not list itself.
+            std::string all;
+            soci::indicator ind = soci::i_null;
+            s.session << "SELECT string_agg(statement, chr(31) ORDER BY statement) FROM pg_prepared_statements",
+                soci::into(all, ind);
+            for (std::size_t at = 0; ind == soci::i_ok && at <= all.size();) {
+                auto end = std::min(all.find('\x1f', at), all.size());
+                out.push_back(all.substr(at, end - at));
+                at = end + 1;
+            }
+            return out;
+        }
+        auto* backend = static_cast<soci::sqlite3_session_backend*>(s.session.get_backend());
+        for (auto* st = sqlite_api::sqlite3_next_stmt(backend->conn_, nullptr); st != nullptr;
+             st = sqlite_api::sqlite3_next_stmt(backend->conn_, st))
+            out.emplace_back(sqlite_api::sqlite3_sql(st));
+        std::sort(out.begin(), out.end());
+        return out;
+    });
+}
+
 class HotPath : public engine_fixture {
 protected:
     void open_store() override {
@@ -64,30 +95,7 @@ protected:
     }
 
     // The SQL of the statements the engine holds prepared on the store's one pooled connection.
-    std::vector<std::string> prepared_sql() {
-        return db_->impl()->run("probe", [&](sqlock::detail::pooled_session s) {
-            std::vector<std::string> out;
-            if (e_ == engine::postgresql) {
-                // A one-time query (unnamed): it does not list itself.
-                std::string all;
-                soci::indicator ind = soci::i_null;
-                s.session << "SELECT string_agg(statement, chr(31) ORDER BY statement) FROM pg_prepared_statements",
-                    soci::into(all, ind);
-                for (std::size_t at = 0; ind == soci::i_ok && at <= all.size();) {
-                    auto end = std::min(all.find('\x1f', at), all.size());
-                    out.push_back(all.substr(at, end - at));
-                    at = end + 1;
-                }
-                return out;
-            }
-            auto* backend = static_cast<soci::sqlite3_session_backend*>(s.session.get_backend());
-            for (auto* st = sqlite_api::sqlite3_next_stmt(backend->conn_, nullptr); st != nullptr;
-                 st = sqlite_api::sqlite3_next_stmt(backend->conn_, st))
-                out.emplace_back(sqlite_api::sqlite3_sql(st));
-            std::sort(out.begin(), out.end());
-            return out;
-        });
-    }
+    std::vector<std::string> prepared_sql() { return prepared_on(*db_, e_); }
 
     void cycles(sqlock::locker& locks, int n) {
         for (int i = 0; i < n; ++i) {
@@ -161,6 +169,63 @@ TEST_P(HotPath, RowLockStatementsArePreparedOncePerConnection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, HotPath, ::testing::Values(engine::postgresql, engine::sqlite), engine_param_name{});
+
+// ---- PostgreSQL and MariaDB: a lost connection ----
+
+class HotPathServer : public engine_fixture {
+protected:
+    void open_store() override {}  // each test opens its own (MariaDB: through a proxy)
+};
+
+TEST_P(HotPathServer, RowLockStatementsArePreparedAgainAfterTheConnectionIsLost) {
+    std::optional<command_counter> proxy;
+    if (e_ == engine::mysql) proxy.emplace(url_);
+    sqlock::store db(proxy ? proxy->proxied_url() : url_, {.pool_size = 1, .create_schema = true});
+    sqlock::store other_db(url_, {.pool_size = 1});
+    auto locks = sqlock::row_locker(db, {.ttl = 30s, .auto_renew = false});
+    auto other = sqlock::row_locker(other_db, {.ttl = 30s, .auto_renew = false});
+    auto const session_id = [&] {
+        return db.impl()->run("probe", [&](sqlock::detail::pooled_session s) {
+            long long id = 0;
+            s.session << (e_ == engine::postgresql ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()"),
+                soci::into(id);
+            return id;
+        });
+    };
+    row_cycles(locks, other, prefix_, 4);
+    auto const before = e_ == engine::postgresql ? prepared_on(db, e_) : std::vector<std::string>{};
+    auto const lost_session = session_id();  // the one pooled connection: the next lease holds it
+    auto held = locks.try_acquire(n("lost"));
+    ASSERT_TRUE(held.has_value());
+    if (e_ == engine::postgresql) {
+        int pid = static_cast<int>(lost_session);
+        *raw_ << "SELECT pg_terminate_backend(:p)", soci::use(pid, "p");
+    } else {
+        *raw_ << "KILL CONNECTION " + std::to_string(lost_session);
+    }
+    EXPECT_THROW(held->renew(), sqlock::lease_lost);
+    EXPECT_FALSE(held->held());
+
+    // The next acquires reopen the connection and prepare the statements on it.
+    row_cycles(locks, other, prefix_, 4);
+    EXPECT_NE(session_id(), lost_session) << "the connection of the lost lease was not reopened";
+    auto const at = proxy ? proxy->commands().size() : 0;
+    auto const first = e_ == engine::postgresql ? prepared_on(db, e_) : std::vector<std::string>{};
+    row_cycles(locks, other, prefix_, 20);
+    if (e_ == engine::postgresql) {
+        EXPECT_EQ(first, before) << "the new session does not hold the row lock's statements once each";
+        EXPECT_EQ(prepared_on(db, e_), first) << "statements were prepared again (or leaked) on the new session";
+    } else {
+        auto const all = proxy->commands();
+        std::vector<int> const sent(all.begin() + static_cast<std::ptrdiff_t>(at), all.end());
+        ASSERT_FALSE(sent.empty());
+        EXPECT_EQ(std::count(sent.begin(), sent.end(), 0x17), static_cast<std::ptrdiff_t>(sent.size()))
+            << "commands other than COM_STMT_EXECUTE on the reopened connection:" << command_list(sent);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, HotPathServer, ::testing::Values(engine::postgresql, engine::mysql),
+                         engine_param_name{});
 
 // ---- MariaDB ----
 
