@@ -213,6 +213,7 @@ TEST_P(HotPathServer, RowLockStatementsArePreparedAgainAfterTheConnectionIsLost)
     auto const first = e_ == engine::postgresql ? prepared_on(db, e_) : std::vector<std::string>{};
     row_cycles(locks, other, prefix_, 20);
     if (e_ == engine::postgresql) {
+        EXPECT_GE(before.size(), 8U) << "the row lock's statements are not prepared:" << joined(before);
         EXPECT_EQ(first, before) << "the new session does not hold the row lock's statements once each";
         EXPECT_EQ(prepared_on(db, e_), first) << "statements were prepared again (or leaked) on the new session";
     } else {
