@@ -158,7 +158,7 @@ struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
-        row_now, row_commit, row_rollback;
+        row_keep, row_commit, row_rollback;
     long long idle_seconds = 0;  // idle_transaction_timeout as the row lock last set it (0: unknown)
 };
 
@@ -231,9 +231,9 @@ public:
         record_sql_ = "UPDATE " + rows + " SET token = ?, owner = ?,"
                       " locked_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') WHERE name = ?";
         exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = ?";
-        now_sql_ = "SELECT ";
-        now_sql_ += epoch_us_sql("NOW(6)");
-        now_sql_ += " FROM " + rows + " WHERE name = ?";
+        keep_sql_ = "SELECT ";
+        keep_sql_ += epoch_us_sql("NOW(6)");
+        keep_sql_ += " FROM " + rows + " WHERE name = ?";
     }
 
     sqlock::engine engine() const noexcept override { return engine::mysql; }
@@ -518,11 +518,11 @@ public:
         // table and a KILL QUERY can interrupt it like any statement of the
         // holder (a prepared table-less SELECT was never interrupted in
         // 500,000 tries: the server had no point at which to look).
-        prepared(c.row_now, ps, now_sql_);
+        prepared(c.row_keep, ps, keep_sql_);
         unsigned long name_length = 0;
         std::array<MYSQL_BIND, 1> params{bytes_param(name, name_length)};
         std::array<long long, 1> now{};
-        (void)on(c.row_now, [&](server_statement& st) { return st.execute(params.data(), now); });
+        (void)on(c.row_keep, [&](server_statement& st) { return st.execute(params.data(), now); });
         return now[0];
     }
 
@@ -618,7 +618,7 @@ private:
     std::string exists_sql_;
     std::string row_bounds_sql_;
     std::string row_idle_sql_;
-    std::string now_sql_;
+    std::string keep_sql_;
 
     // idle_transaction_timeout and innodb_lock_wait_timeout of the session.
     void set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const {
