@@ -5,7 +5,12 @@
 #   majority_token.pml -DLOSS          the same with a member that restarts without its data:
 #                                      spin must find a violation (durable counters are required);
 #   tests/spin/one_round_shortcut.pml  per-member tokens, client takes the max: spin must find
-#                                      a violation.
+#                                      a violation;
+#   tests/spin/majority_exclusion.pml  exclusion in real time (Redlock's timing argument): must hold
+#                                      plain and with delayed rejoin after data loss; spin must find
+#                                      two acting holders under a member clock jump, a holder pause,
+#                                      and data loss without delayed rejoin (the documented limits),
+#                                      and a run with a hand-over (so "holds" is not vacuous).
 # Prints one line; -v also prints the hand-outs of each counter-example.
 # Exit: 0 as expected, 1 not (or spin missing under CI=true), 77 spin missing outside CI (skipped).
 set -euo pipefail
@@ -67,7 +72,8 @@ check() {
       trails+=("  $label:" "$(sed 's/^/    /' <<<"$handouts")")
       local tokens
       tokens=$(sed -n 's/.*hands out token \([0-9]*\).*/\1/p' <<<"$handouts" | paste -sd' ' | sed 's/ / then /g')
-      results+=("$label violated as expected (tokens $tokens; $(grep -m1 -o 'assertion violated.*(at' "$log" | sed 's/ (at$//; s/  */ /g'))")
+      [[ -n $tokens ]] && tokens="tokens $tokens; "
+      results+=("$label violated as expected (${tokens}$(grep -m1 -o 'assertion violated.*(at' "$log" | sed 's/ (at$//; s/  */ /g'))")
     else
       failures+=("$label: spin found no violation, but one was expected")
     fi
@@ -80,6 +86,12 @@ check "majority_token 2 clients x 2 rounds, any order" majority_token.pml hold -
 check "majority_token 3 clients" majority_token.pml hold -DNCLIENTS=3 -DNACQ=1 -DMAXROUNDS=1
 check "majority_token with data loss" majority_token.pml violate -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DLOSS
 check "one_round_shortcut" one_round_shortcut.pml violate
+check "majority_exclusion" majority_exclusion.pml hold
+check "majority_exclusion with delayed rejoin after data loss" majority_exclusion.pml hold -DNACQ=1 -DLOSS -DREJOIN
+check "majority_exclusion hands over (non-vacuity)" majority_exclusion.pml violate -DVACUITY
+check "majority_exclusion with a member clock jump" majority_exclusion.pml violate -DJUMP
+check "majority_exclusion with a holder pause" majority_exclusion.pml violate -DPAUSE
+check "majority_exclusion with data loss, no delayed rejoin" majority_exclusion.pml violate -DLOSS
 
 if $verbose; then printf '%s\n' "${trails[@]}"; fi
 join() { local out=$1; shift; for x in "$@"; do out+="; $x"; done; echo "$out"; }

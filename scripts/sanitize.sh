@@ -7,9 +7,10 @@
 # (workers, the sqlock and sqlock-reaper commands) is instrumented as well; any ASan or UBSan
 # report aborts that process, which fails its test; leaks are reported at exit (LeakSanitizer).
 # Default selection: every suite except the ones that
-# restart or kill the servers (labels "restart" and "crash") and the spin model check ("model": no
-# sqlock code runs in it); SQLOCK_SANITIZE_EXCLUDE changes the
-# regex): they exercise the servers more than sqlock, and run in the main test run.
+# restart, kill, freeze or partition the servers (labels "restart", "crash", "nemesis"), the spin model
+# check ("model": no sqlock code runs in it) and the characterization tier (run outside CI);
+# SQLOCK_SANITIZE_EXCLUDE changes the regex: they exercise the servers more than sqlock, and run in the
+# main test run.
 # Arguments replace the default selection and go to ctest, e.g.  scripts/sanitize.sh -R sqlite
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,7 +37,7 @@ fi
 # running when the test process exited (tests/sanitizers/lsan.supp). Majority.ProcessContentionIsExclusive
 # (four processes over three databases) is liveness-bound: under ASan's slowdown split votes make it run
 # out of its 120 s for grants; its safety checks run in the main test run.
-exclude=${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model}
+exclude=${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model|nemesis|characterization}
 bash scripts/with-servers.sh bash -c '
   ctest --test-dir build/asan --output-on-failure -LE "$1" -E "^Majority\." || exit
   ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0 \

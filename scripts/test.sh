@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds sqlock and runs its tests (ctest) against private PostgreSQL and MariaDB servers.
-# Extra arguments go to ctest, e.g.  scripts/test.sh -R postgres -j2
+# Runs the two CI tiers, `ctest -L 'conformance|fault-smoke'` (docs/guarantees.md); extra arguments replace
+# that selection and go to ctest, e.g.  scripts/test.sh -R postgres -j2
 # The servers are always stopped on exit; the exit code is ctest's (or the failing step's).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,6 +23,7 @@ bash scripts/test-servers.sh start >/dev/null
 # shellcheck source=/dev/null
 source "$SQLOCK_TEST_DIR/env.sh"
 
+(($#)) || set -- -L 'conformance|fault-smoke'
 rc=0
 ctest --test-dir build --output-on-failure "$@" || rc=$?
 exit "$rc"

@@ -58,6 +58,11 @@ void lease_row::mark_lost(std::string_view why) noexcept {
     stop_.request_stop();
 }
 
+void lease_row::note_in_doubt() noexcept {
+    int expected = st_held;
+    state_.compare_exchange_strong(expected, st_in_doubt);
+}
+
 bool lease_row::add_hold() {
     std::lock_guard lock(io_);
     if (state_.load() == st_lost || state_.load() == st_released || clock::now() >= valid_until()) return false;
@@ -96,7 +101,16 @@ void lease_row::release_hold() {
                          "(and renew, or raise the ttl, for work this long)");
     }
     bool last = holds_ == 1;
-    bool ours = last ? db_delete() : db_drop_hold();
+    bool ours = false;
+    try {
+        ours = last ? db_delete() : db_drop_hold();
+    } catch (error const&) {
+        // The outcome is unknown (the DELETE may have run): in doubt, not held,
+        // until a renewal settles it or the safe deadline passes.
+        int expected = st_held;
+        state_.compare_exchange_strong(expected, st_in_doubt);
+        throw;
+    }
     if (!ours) {
         lock.unlock();
         mark_lost("release found the row expired and taken over, or released by someone else");

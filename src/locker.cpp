@@ -92,6 +92,10 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)),
     if (!options_.owner.empty()) validate_text("owner", options_.owner);
     if (options_.backoff_min <= std::chrono::milliseconds::zero() || options_.backoff_max < options_.backoff_min)
         throw usage_error("sqlock: backoff_min must be positive and backoff_max at least backoff_min");
+    if (options_.max_hold != std::chrono::milliseconds::zero() && options_.max_hold < options_.ttl)
+        throw usage_error("sqlock: max_hold " + std::to_string(options_.max_hold.count()) +
+                          " ms is below the ttl (" + std::to_string(options_.ttl.count()) +
+                          " ms): use 0 for no limit, or at least the ttl");
     std::random_device rd;
     char id[17];
     std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
@@ -269,7 +273,11 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
     {
         std::lock_guard lock(watch_->mutex);
         watch_->auto_renew = options_.auto_renew;
-        row->schedule().next = clock::now() + row->ttl() / 3;
+        auto const now = clock::now();
+        row->schedule().next = now + row->ttl() / 3;
+        row->schedule().renew_until = options_.max_hold == std::chrono::milliseconds::zero()
+                                          ? clock::time_point::max()
+                                          : now + options_.max_hold;
         watch_->rows.push_back({row});
         wake = wake_for(*watch_, options_.auto_renew
                                      ? std::min(row->schedule().next + renewal_slack(row->ttl()), row->valid_until())
@@ -289,18 +297,20 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
         auto now = clock::now();
         auto wake = now + std::chrono::seconds(60);
         bool queued = false;
-        std::vector<std::shared_ptr<lease_row>> expired;
+        std::vector<std::shared_ptr<lease_row>> expired, held_too_long;
         std::erase_if(state->rows, [&](watched& w) {
             auto row = w.row.lock();
             if (!row) return true;
             auto s = row->state_at(now);
             if (s == lease_state::released) return true;
+            auto& plan = row->schedule();
             if (s == lease_state::lost) {
-                expired.push_back(std::move(row));  // validity ran out: say so now, whatever the I/O is doing
+                // validity ran out: say so now, whatever the I/O is doing
+                (plan.next >= plan.renew_until ? held_too_long : expired).push_back(std::move(row));
                 return true;
             }
-            auto& plan = row->schedule();
-            if (state->auto_renew && !plan.queued && now >= plan.next) {
+            bool const renewing = plan.next < plan.renew_until;  // locker_options::max_hold
+            if (state->auto_renew && !plan.queued && now >= plan.next && renewing) {
                 state->renewals.push_back(row);
                 plan.queued = true;
                 queued = true;
@@ -312,16 +322,20 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
             // wake-up (a renewal is due at a third of the TTL, long before the
             // lease runs out): with many leases, one scan of them all per due
             // renewal would cost a core.
-            if (state->auto_renew && !plan.queued) wake = std::min(wake, plan.next + renewal_slack(row->ttl()));
+            if (state->auto_renew && !plan.queued && renewing)
+                wake = std::min(wake, plan.next + renewal_slack(row->ttl()));
             return false;
         });
         lock.unlock();
         if (queued) state->renew_cv.notify_all();
         // mark_lost takes no lock a renewal holds: it is never delayed by I/O.
         for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded");
+        for (auto& row : held_too_long)
+            row->mark_lost("it was held for max_hold, and the watchdog stopped renewing it (locker_options::max_hold)");
         // Drop strong references before sleeping: the last one may destroy the
         // locker, which only detaches this thread; from here on only `state` is used.
         expired.clear();
+        held_too_long.clear();
         lock.lock();
         state->sleeping_until = wake;
         state->cv.wait_until(lock, stop, wake, [&] { return std::exchange(state->changed, false); });

@@ -524,6 +524,7 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
                         .backoff_min = options.backoff_min,
                         .backoff_max = options.backoff_max,
                         .auto_renew = options.auto_renew,
+                        .max_hold = options.max_hold,
                         .on_lost = std::move(options.on_lost),
                         .on_event = std::move(options.on_event)};
     return locker(std::make_shared<detail::majority_locker_impl>(std::move(list), std::move(base), member_timeout, drift));

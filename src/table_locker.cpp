@@ -65,7 +65,10 @@ private:
              .io_deadline = valid_until(),
              .pool_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::max(clock::duration::zero(), valid_until() - clock::now())),
-             .reserved = true});
+             .reserved = true,
+             // The attempt broke or got no answer in time: in doubt now, not only
+             // once the reconnect (bounded by connect_timeout) has failed too.
+             .on_broken = [this] { note_in_doubt(); }});
         if (r) store_->record_clock(r->now_us, before, sys_clock::now());
         return r;
     }

@@ -297,13 +297,19 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     fs::path const counter_file = files.path() / "counter";
     std::ofstream(counter_file) << 0 << "\n";
 
+    fs::path const go_file = files.path() / "go";
+
     std::vector<pid_t> pids;
-    std::vector<fs::path> record_files;
+    std::vector<fs::path> record_files, ready_files;
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
+        ready_files.push_back(files.path() / std::string("ready.").append(std::to_string(p)));
         pids.push_back(spawn_process({SQLOCK_TEST_WORKER, url_, name, counter_file.string(),
-                                     record_files.back().string(), std::to_string(iterations)}));
+                                     record_files.back().string(), std::to_string(iterations),
+                                     ready_files.back().string(), go_file.string()}));
     }
+    // The start barrier: every worker has connected before any of them starts.
+    EXPECT_TRUE(release_start_barrier(ready_files, go_file, 60s)) << "not every worker was ready within 60 s";
 
     // Wait for all, with a generous bound so a hung worker fails the test
     // instead of hanging it.
@@ -342,7 +348,15 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     std::vector<cs_record> all = read_records(record_files);
     EXPECT_EQ(all.size(), std::size_t{procs} * iterations);
     EXPECT_EQ(check_history(all), "");
-    RecordProperty("handoffs", static_cast<int>(count_handoffs(all)));
+    // The processes really contended: some acquire was waiting while another
+    // process was inside its critical section, and the lock passed between them.
+    auto const contended = count_contended(all);
+    auto const handoffs = count_handoffs(all);
+    EXPECT_GT(contended, 0u) << "no acquire was ever waiting while another process held the lock: "
+                                "the processes did not contend";
+    EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
+    RecordProperty("contended", static_cast<int>(contended));
+    RecordProperty("handoffs", static_cast<int>(handoffs));
     EXPECT_FALSE(row(name).has_value()) << "a row is left after every worker released";
     expect_no_server_errors(log);
 }
@@ -388,13 +402,16 @@ TEST_P(TableLock, WaiterGetsLockAfterRelease) {
     lease a = A.acquire(name, 0ms);
     std::int64_t const a_token = a.token();
 
+    // Release once B has found the lock busy (its counter says so), not after a
+    // sleep: B really waits, however the threads are scheduled.
     std::thread releaser([&] {
-        std::this_thread::sleep_for(200ms);
+        eventually([&] { return B.stats().busy >= 1; }, 30s);
         a.release();
     });
     std::optional<lease> b;
-    EXPECT_NO_THROW(b.emplace(B.acquire(name, 30s)));
+    EXPECT_NO_THROW(b.emplace(B.acquire(name, 60s)));
     releaser.join();
+    EXPECT_GE(B.stats().busy, 1u) << "B never found the lock busy: it did not wait";
     ASSERT_TRUE(b.has_value());
     EXPECT_GT(b->token(), a_token);
     auto r = row(name);
@@ -411,14 +428,25 @@ TEST_P(TableLock, ExpiredLeaseIsTakenOver) {
     std::string const name = n("expiry");
 
     lease a = A.acquire(name, 0ms);
-    EXPECT_FALSE(B.try_acquire(name).has_value()) << "taken over before it expired";
+    auto const a_row = row(name);
+    ASSERT_TRUE(a_row.has_value());
+    // An early try is busy, unless (on a slow machine) the TTL already ran out:
+    // judged by the database's recorded times, not by how fast this thread ran.
+    std::optional<lease> b = B.try_acquire(name);
+    if (b) {
+        auto const b_row = row(name);
+        ASSERT_TRUE(b_row.has_value());
+        EXPECT_GE(b_row->created_us, a_row->expires_us)
+            << "taken over before it expired (by the database's clock): granted at " << b_row->created_us
+            << " us, the first lease ran until " << a_row->expires_us << " us";
+    }
     // Sleeping lets database time pass; what is asserted is the outcome.
     std::this_thread::sleep_for(2 * 200ms + 50ms);
     EXPECT_FALSE(a.held()) << "a lease must not believe it is held past its TTL";
     EXPECT_EQ(a.state(), sqlock::lease_state::lost);
     EXPECT_EQ(a.remaining(), std::chrono::steady_clock::duration::zero());
 
-    std::optional<lease> b = B.try_acquire(name);
+    if (!b) b = B.try_acquire(name);
     ASSERT_TRUE(b.has_value()) << "an expired lock must be taken over";
     EXPECT_GT(b->token(), a.token());
 

@@ -7,10 +7,17 @@
 //     proxy.stall();    // nothing is relayed any more, every connection stays open (a hung server)
 //     proxy.resume();   // relay again
 //     proxy.delay(200ms);  // hold every relayed chunk 200 ms before forwarding it (latency)
+//     proxy.blackhole();   // accept, read and drop everything, never answer, never close
+//     proxy.swallow_replies();  // forward requests, drop the server's answers, keep connections open
+//     proxy.reset_next_reply(); // the next answer of the server is dropped and both ends get an RST
+//     proxy.reset();       // RST every forwarded connection now (mid-stream)
+//     proxy.restore();     // end blackhole/swallow; connections that lost bytes get an RST
 //
 // One thread accepts, one thread per connection relays bytes both ways. Only
 // the relay thread of a connection closes its sockets (under the mutex), so
 // block() never touches a descriptor that was closed and reused meanwhile.
+// Each connection has an eventfd the other threads use to make its relay
+// thread look at the modes again (reset(), restore()).
 #pragma once
 
 #include <netdb.h>
@@ -149,22 +156,109 @@ public:
     /// connection, so a request and its reply are each held once.
     void delay(std::chrono::milliseconds latency) { delay_ms_ = latency.count(); }
 
+    /// A black hole: every connection, open or new, stays open and is read, and
+    /// everything is dropped in both directions; nothing is ever answered or
+    /// closed. New connections are accepted but never reach the server (it does
+    /// not see them). The client's writes succeed; its reads never return. Unlike
+    /// stall(), nothing is kept for later: restore() resets what lost bytes.
+    void blackhole() { set_mode(mode::blackhole); }
+
+    /// Forward what clients send (the server executes it) and drop every answer
+    /// of the server, keeping the connections open: a reply lost on the way back
+    /// (an ambiguous outcome for the client). New connections too.
+    void swallow_replies() { set_mode(mode::swallow); }
+
+    /// The next chunk the server sends on any connection is dropped, and both
+    /// ends of that connection get an RST: the request was executed, its answer
+    /// is lost, the client sees "connection reset". One-shot.
+    void reset_next_reply() { reset_next_reply_ = true; }
+
+    /// Close every forwarded connection with an RST to both ends, now.
+    void reset() {
+        std::lock_guard lock(mutex_);
+        for (auto& l : links_) request_reset(*l);
+    }
+
+    /// End blackhole() and swallow_replies(): relay normally again. A connection
+    /// that lost bytes meanwhile cannot carry on (its protocol stream has a hole),
+    /// so it is closed with an RST to both ends, as is every connection the black
+    /// hole accepted (it never reached the server); the others go on.
+    void restore() {
+        std::lock_guard lock(mutex_);
+        mode_ = mode::relay;
+        for (auto& l : links_)
+            if (l->lost_bytes.load() || l->server < 0) request_reset(*l);
+    }
+
     /// Connections forwarded so far / closed at once because the proxy was blocked.
     [[nodiscard]] std::size_t forwarded() const noexcept { return forwarded_.load(); }
     [[nodiscard]] std::size_t refused() const noexcept { return refused_.load(); }
+    /// Connections accepted into the black hole (never connected to the server).
+    [[nodiscard]] std::size_t blackholed() const noexcept { return blackholed_.load(); }
+    /// Chunks dropped: client→server (blackhole) / server→client (blackhole, swallow, reset_next_reply).
+    [[nodiscard]] std::size_t dropped_requests() const noexcept { return dropped_requests_.load(); }
+    [[nodiscard]] std::size_t dropped_replies() const noexcept { return dropped_replies_.load(); }
+    /// Connections closed with an RST (reset(), reset_next_reply(), restore()).
+    [[nodiscard]] std::size_t resets() const noexcept { return resets_.load(); }
 
 private:
+    enum class mode { relay, blackhole, swallow };
+
     struct link {
         int client = -1;
-        int server = -1;
+        int server = -1;  // -1: a black-holed connection, never connected to the server
+        int wake = -1;    // eventfd: look at the modes again
         std::thread thread;
         std::atomic<bool> done{false};
+        std::atomic<bool> reset{false};       // close with an RST
+        std::atomic<bool> lost_bytes{false};  // something was dropped: the stream has a hole
     };
 
     // Caller holds mutex_. Wakes the relay thread, which closes the sockets.
     static void cut(link& l) {
         if (l.client >= 0) ::shutdown(l.client, SHUT_RDWR);
         if (l.server >= 0) ::shutdown(l.server, SHUT_RDWR);
+        poke(l);
+    }
+
+    // Caller holds mutex_.
+    static void request_reset(link& l) {
+        l.reset = true;
+        poke(l);
+    }
+
+    static void poke(link& l) {
+        std::uint64_t one = 1;
+        if (l.wake >= 0) (void)!::write(l.wake, &one, sizeof one);
+    }
+
+    void set_mode(mode m) {
+        std::lock_guard lock(mutex_);
+        mode_ = m;
+        for (auto& l : links_) poke(*l);
+    }
+
+    mode current_mode() {
+        std::lock_guard lock(mutex_);
+        return mode_;
+    }
+
+    // Close a link's sockets (only its relay thread does). With an RST: SO_LINGER
+    // of zero makes close() abort the connection instead of sending a FIN.
+    void close_link(link& l, bool with_reset) {
+        std::lock_guard lock(mutex_);
+        for (int fd : {l.client, l.server}) {
+            if (fd < 0) continue;
+            if (with_reset) {
+                linger const abort_now{1, 0};
+                ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
+            }
+            ::close(fd);
+        }
+        if (with_reset) ++resets_;
+        ::close(l.wake);
+        l.client = l.server = l.wake = -1;
+        l.done = true;
     }
 
     int connect_target() const {
@@ -207,6 +301,7 @@ private:
             if ((fds[0].revents & POLLIN) == 0) continue;
             int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
             if (client < 0) continue;
+            bool into_blackhole = false;
             {
                 std::lock_guard lock(mutex_);
                 reap_finished();
@@ -215,6 +310,13 @@ private:
                     ++refused_;
                     continue;
                 }
+                into_blackhole = mode_ == mode::blackhole;
+            }
+            if (into_blackhole) {
+                std::lock_guard lock(mutex_);
+                start_link(client, -1);
+                ++blackholed_;
+                continue;
             }
             int server = connect_target();
             if (server < 0) {
@@ -235,14 +337,19 @@ private:
             int const nodelay = 1;
             ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
             ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
-            auto l = std::make_unique<link>();
-            l->client = client;
-            l->server = server;
-            link* raw = l.get();
-            links_.push_back(std::move(l));
-            raw->thread = std::thread([this, raw] { relay(*raw); });
+            start_link(client, server);
             ++forwarded_;
         }
+    }
+
+    void start_link(int client, int server) {  // caller holds mutex_
+        auto l = std::make_unique<link>();
+        l->client = client;
+        l->server = server;
+        l->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        link* raw = l.get();
+        links_.push_back(std::move(l));
+        raw->thread = std::thread([this, raw] { relay(*raw); });
     }
 
     static bool send_all(int fd, char const* data, std::size_t n) {
@@ -261,12 +368,15 @@ private:
     // While stalled: wait, reading nothing, until resumed; false when the link
     // was cut meanwhile (block(), the destructor shut both of its sockets down).
     // A peer that hangs up is not noticed: a silent network does not say so.
-    bool wait_while_stalled(int const (&ends)[2]) {
+    bool wait_while_stalled(link const& l, int const (&ends)[2]) {
         auto constexpr gone = POLLHUP | POLLERR | POLLNVAL;
         while (stalled_.load()) {
+            if (l.reset.load() || stopping_.load()) return false;
             pollfd fds[2] = {{ends[0], 0, 0}, {ends[1], 0, 0}};  // only POLLHUP/POLLERR are reported
             if (::poll(fds, 2, 20) < 0 && errno != EINTR) return false;
-            if ((fds[0].revents & gone) != 0 && (fds[1].revents & gone) != 0) return false;
+            bool const client_gone = (fds[0].revents & gone) != 0;
+            bool const server_gone = ends[1] < 0 || (fds[1].revents & gone) != 0;
+            if (client_gone && server_gone) return false;
             // One end hung up: poll() now returns at once; wait without spinning.
             if ((fds[0].revents | fds[1].revents) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -276,31 +386,55 @@ private:
     void relay(link& l) {
         int const ends[2] = {l.client, l.server};  // only this thread closes them
         char buf[16384];
+        bool with_reset = false;
         for (bool open = true; open;) {
-            open = wait_while_stalled(ends);
+            open = wait_while_stalled(l, ends);
             if (!open) break;
-            pollfd fds[2] = {{ends[0], POLLIN, 0}, {ends[1], POLLIN, 0}};
-            if (::poll(fds, 2, -1) < 0) {
+            if (l.reset.load()) {
+                with_reset = true;
+                break;
+            }
+            pollfd fds[3] = {{ends[0], POLLIN, 0}, {ends[1], POLLIN, 0}, {l.wake, POLLIN, 0}};
+            if (::poll(fds, 3, -1) < 0) {
                 if (errno == EINTR) continue;
                 break;
+            }
+            if (fds[2].revents != 0) {
+                std::uint64_t n = 0;
+                (void)!::read(l.wake, &n, sizeof n);
+                continue;  // look at the modes (and the reset flag) again
             }
             for (int i = 0; i < 2 && open; ++i) {
                 if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
                 if (stalled_.load()) break;  // stalled meanwhile: leave it in the socket
                 ssize_t r = ::recv(ends[i], buf, sizeof buf, 0);
                 if (r < 0 && errno == EINTR) continue;
-                if (r > 0) {
-                    if (auto ms = delay_ms_.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                    open = wait_while_stalled(ends);
+                if (r <= 0) {
+                    open = false;
+                    break;
                 }
-                open = open && r > 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
+                bool const reply = i == 1;
+                auto const m = current_mode();
+                if (m == mode::blackhole || (reply && m == mode::swallow)) {
+                    l.lost_bytes = true;
+                    ++(reply ? dropped_replies_ : dropped_requests_);
+                    continue;
+                }
+                if (reply && reset_next_reply_.exchange(false)) {
+                    ++dropped_replies_;
+                    l.reset = true;
+                    break;
+                }
+                if (auto ms = delay_ms_.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                open = wait_while_stalled(l, ends);
+                open = open && ends[1 - i] >= 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
+            }
+            if (l.reset.load()) {
+                with_reset = true;
+                break;
             }
         }
-        std::lock_guard lock(mutex_);
-        ::close(l.client);
-        ::close(l.server);
-        l.client = l.server = -1;
-        l.done = true;
+        close_link(l, with_reset || l.reset.load());
     }
 
     std::string target_host_;
@@ -313,8 +447,14 @@ private:
     std::atomic<std::size_t> refused_{0};
     std::atomic<bool> stalled_{false};
     std::atomic<long long> delay_ms_{0};
+    std::atomic<bool> reset_next_reply_{false};
+    std::atomic<std::size_t> blackholed_{0};
+    std::atomic<std::size_t> dropped_requests_{0};
+    std::atomic<std::size_t> dropped_replies_{0};
+    std::atomic<std::size_t> resets_{0};
     std::mutex mutex_;
     bool blocked_ = false;  // guarded by mutex_
+    mode mode_ = mode::relay;  // guarded by mutex_
     std::list<std::unique_ptr<link>> links_;  // guarded by mutex_
     std::thread acceptor_;
 };

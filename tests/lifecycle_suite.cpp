@@ -13,10 +13,14 @@
 // something happened: waits for an event are bounded polls with generous limits.
 #include "fault_proxy.hpp"
 #include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/sqlock.hpp>
 
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,10 +30,15 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
+
+#ifndef SQLOCK_TEST_WORKER
+#error "SQLOCK_TEST_WORKER (path of sqlock_test_worker) must be defined by the build"
+#endif
 
 namespace {
 
@@ -184,10 +193,13 @@ std::string state_of(lease const& l) { return std::string(sqlock::to_string(l.st
 // ============================================================ 1. the watchdog
 
 // Auto-renew keeps a lease past its TTL: nobody else gets the lock, the row's
-// expiry moves forward, and the lease is still ours to release.
+// expiry moves forward, and the lease is still ours to release. The TTL is a
+// second, not a few hundred ms: the renewer (due at a third of it) then has
+// over 600 ms of slack, so a busy machine's scheduling cannot decide the outcome.
 TEST_P(Lifecycle, AutoRenewKeepsALockPastItsTtl) {
+    constexpr milliseconds ttl = 1s;
     auto events = std::make_shared<event_log>();
-    locker holder = make_locker({.ttl = 300ms, .on_event = event_log::hook(events)});  // auto_renew by default
+    locker holder = make_locker({.ttl = ttl, .on_event = event_log::hook(events)});  // auto_renew by default
     locker other = make_locker();
     std::string const name = n("auto-renew");
 
@@ -197,9 +209,9 @@ TEST_P(Lifecycle, AutoRenewKeepsALockPastItsTtl) {
     auto const first_row = row(name);
     ASSERT_TRUE(first_row.has_value());
 
-    // Hold for ~4x the TTL (sleeping is how database time passes); nobody else may get in.
+    // Hold for ~3x the TTL (sleeping is how database time passes); nobody else may get in.
     int attempts = 0;
-    auto const until = steady::now() + 4 * 300ms;
+    auto const until = steady::now() + 3 * ttl;
     while (steady::now() < until) {
         std::optional<lease> stolen = other.try_acquire(name);
         ++attempts;
@@ -542,71 +554,185 @@ TEST_P(Lifecycle, AMovedLeaseDoesNotOpenTheDoor) {
 
 // ============================================================ 6. wake-up
 
-// A waiter whose backoff is an hour gets the lock promptly after a release:
-// only a wake-up can explain it. On PostgreSQL the holder is on another store
-// object, so only LISTEN/NOTIFY reaches the waiter; elsewhere the releasing
-// thread wakes waiters of its own process.
+// A waiter's poll interval in the wake-up and cancellation tests: its backoff
+// (backoff_min = backoff_max) and its deadline. Each sleep between polls is
+// drawn from [0, poll) (full jitter), so a poll lands in any window of length
+// w with probability w / poll: with `prompt` = poll / 1000, a waiter that
+// answers within `prompt` of the event was woken by it, not by a poll, with a
+// chance of error below 1/1000. The bound is relative to the poll interval,
+// not a budget for how fast the machine is (28.8 s).
+constexpr milliseconds parked_poll = std::chrono::hours(8);
+constexpr milliseconds prompt = parked_poll / 1000;
+
+/// steady_ns() stored when it goes out of scope: when a call returned, or threw.
+struct return_stamp {
+    std::atomic<std::int64_t>& at;
+    ~return_stamp() { at = steady_ns(); }
+};
+
+/// Triggers a stop_source when it goes out of scope. Declared after the future
+/// of a parked waiter, so a failed assertion cancels the waiter instead of
+/// leaving the future's destructor waiting hours for it.
+struct stop_on_exit {
+    std::stop_source& source;
+    ~stop_on_exit() { source.request_stop(); }
+};
+
+std::string ms_text(std::int64_t ns) { return std::to_string(ns / 1000000) + " ms"; }
+
+/// PostgreSQL: waits until `listening`'s LISTEN connection (started by its
+/// first waiting acquire) delivers notifications, by releasing probe locks
+/// with force_release() on `notifying` (which always NOTIFYs) until one arrives.
+/// A release before that would reach nobody (then the wake-up test could only
+/// pass by the listener's "anything may have been released" wake at connect).
+bool listener_ready(sqlock::store& notifying, sqlock::store& listening, std::string const& probe) {
+    locker prober = sqlock::table_locker(notifying, {.ttl = 60s});
+    std::uint64_t const before = listening.stats().notifications;
+    auto const until = steady::now() + 30s;
+    while (steady::now() < until) {
+        if (auto l = prober.try_acquire(probe)) {
+            (void)sqlock::force_release(notifying, probe);
+            l.reset();  // already gone: its release reports lost, quietly in the destructor
+        }
+        if (eventually([&] { return listening.stats().notifications > before; }, 500ms)) return true;
+    }
+    return false;
+}
+
+// A waiter that polls only every 8 hours (parked_poll, also its deadline) is
+// parked when the holder releases: it must get the lock within parked_poll /
+// 1000 of the release (both times recorded here on the steady clock), which
+// only a wake-up explains. Without one it would sleep on; the test then
+// cancels it and fails.
+//  - PostgreSQL: the holder is on another store object (its own pool), so only
+//    the release's NOTIFY, through the waiter store's LISTEN connection, can
+//    reach the waiter: the wake-up that also works across processes.
+//  - MariaDB, SQLite: the engines have no wake-up across processes (waiters of
+//    other processes poll, docs/choosing-a-lock.md); what they have is the
+//    in-process one, the store's release hub: the holder shares the waiter's
+//    store, and that is what this instance proves.
 TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
     std::optional<sqlock::store> other_store;
     if (e_ == engine::postgresql) other_store.emplace(url_, sqlock::store_options{.create_schema = true});
     sqlock::store& holder_store = other_store ? *other_store : *db_;
+    RecordProperty("wake_up", e_ == engine::postgresql ? "NOTIFY from another store (works across processes)"
+                                                       : "in-process release hub (no wake-up across processes)");
 
     locker holder = sqlock::table_locker(holder_store, {.ttl = 60s});
-    locker waiter = make_locker({.backoff_min = 1h, .backoff_max = 1h});
+    locker waiter = make_locker({.backoff_min = parked_poll, .backoff_max = parked_poll});
     std::string const name = n("wake-up");
 
     lease h = holder.acquire(name, 0ms);
-    auto got = std::async(std::launch::async, [&] { return waiter.acquire(name, 30s); });
+    std::stop_source give_up;
+    std::atomic<std::int64_t> returned_ns{0};
+    auto got = std::async(std::launch::async, [&] {
+        return_stamp stamp{returned_ns};
+        return waiter.acquire(name, parked_poll, give_up.get_token());
+    });
+    stop_on_exit const cancel_at_exit{give_up};
 
-    // Park the waiter: it has tried (and found the lock busy); give the
-    // PostgreSQL listener time to connect and LISTEN.
-    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 10s)) << "the waiter never tried";
-    std::this_thread::sleep_for(1s);
+    // Parked: it has tried once and found the lock busy. On PostgreSQL its
+    // store's LISTEN connection must be up before the release.
+    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
+    if (e_ == engine::postgresql) {
+        ASSERT_TRUE(listener_ready(holder_store, *db_, n("wake-up-probe")))
+            << "the waiter's store never received a notification: its LISTEN connection is not up";
+    }
     ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
     std::uint64_t const notifications_before = db_->stats().notifications;
-    h.release();
 
-    ASSERT_EQ(got.wait_for(60s), std::future_status::ready);
+    std::int64_t const released_ns = steady_ns();
+    h.release();
+    if (got.wait_for(prompt) != std::future_status::ready) {
+        give_up.request_stop();  // do not leave it parked for 8 hours
+        got.wait_for(60s);
+        FAIL() << "the waiter was still parked " << prompt.count() << " ms (its poll interval / 1000) after the "
+               << "release: no wake-up reached it (" << sqlock::to_string(lease_event::kind::busy) << " "
+               << waiter.stats().busy << " times)";
+    }
     std::optional<lease> w;
     try {
         w.emplace(got.get());
-    } catch (sqlock::timeout const& e) {
-        FAIL() << "the waiter was not woken by the release and timed out: " << e.what();
+    } catch (std::exception const& e) {
+        FAIL() << "the woken waiter did not get the lock: " << describe(e);
     }
+    std::int64_t const handoff_ns = returned_ns.load() - released_ns;
+    EXPECT_LT(handoff_ns, std::chrono::nanoseconds(prompt).count())
+        << "the hand-off took " << ms_text(handoff_ns) << ": a poll (every " << parked_poll.count()
+        << " ms, full jitter) may explain that, not only a wake-up";
+    RecordProperty("handoff_us", static_cast<int>(handoff_ns / 1000));
     EXPECT_TRUE(w->held());
     EXPECT_GT(w->token(), h.token());
     if (e_ == engine::postgresql) {
-        EXPECT_GE(db_->stats().notifications, 1u) << "the waiter's store received no notification";
-        EXPECT_GT(db_->stats().notifications, notifications_before);
+        EXPECT_GT(db_->stats().notifications, notifications_before)
+            << "the waiter's store received no notification of the release";
     }
     EXPECT_NO_THROW(w->release());
 }
 
 // ============================================================ 7. cancellation
 
+// A waiter parked between polls (every 8 hours) is cancelled through its
+// stop_token: it must throw `cancelled` within parked_poll / 1000 of the
+// request (recorded here on the steady clock), which only a wait that watches
+// the stop_token explains (a check between polls would come hours later), and
+// leave no row. If it does not return, the holder releases (which wakes it in
+// this process) and the test fails.
 TEST_P(Lifecycle, CancelledWaiterThrowsAndLeavesNoRow) {
     auto events = std::make_shared<event_log>();
     std::string const waiter_owner = n("waiter");
     locker holder = make_locker();
-    locker waiter = make_locker({.owner = waiter_owner, .on_event = event_log::hook(events)});
+    locker waiter = make_locker({.owner = waiter_owner,
+                                 .backoff_min = parked_poll,
+                                 .backoff_max = parked_poll,
+                                 .on_event = event_log::hook(events)});
     std::string const name = n("cancel");
 
-    lease h = holder.acquire(name, 0ms);
+    std::optional<lease> h = holder.acquire(name, 0ms);
     std::stop_source stop;
-    auto got = std::async(std::launch::async, [&] { return waiter.acquire(name, 60s, stop.get_token()); });
-    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 10s)) << "the waiter never tried";
-    stop.request_stop();
+    std::atomic<std::int64_t> returned_ns{0};
+    auto got = std::async(std::launch::async, [&] {
+        return_stamp stamp{returned_ns};
+        return waiter.acquire(name, parked_poll, stop.get_token());
+    });
+    stop_on_exit const cancel_at_exit{stop};
+    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
+    // On PostgreSQL the LISTEN connection's first "anything may have been
+    // released" wakes the waiter once more: let that pass, so the waiter is
+    // parked, not between polls, when it is cancelled.
+    if (e_ == engine::postgresql) {
+        ASSERT_TRUE(listener_ready(*db_, *db_, n("cancel-probe"))) << "the store's LISTEN connection is not up";
+    }
+    ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished while the lock was held";
 
-    ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "the cancelled waiter kept waiting";
+    std::int64_t const cancelled_ns = steady_ns();
+    stop.request_stop();
+    bool const prompt_return = got.wait_for(prompt) == std::future_status::ready;
+    if (!prompt_return) {
+        h.reset();  // the release wakes it: it notices the request at last
+        ASSERT_EQ(got.wait_for(60s), std::future_status::ready) << "the cancelled waiter kept waiting";
+    }
+    std::int64_t const took_ns = returned_ns.load() - cancelled_ns;
+    EXPECT_TRUE(prompt_return) << "the parked waiter was still waiting " << prompt.count()
+                               << " ms (its poll interval / 1000) after its stop_token was triggered: the wait "
+                                  "does not watch the stop_token";
+    if (prompt_return) {
+        EXPECT_LT(took_ns, std::chrono::nanoseconds(prompt).count())
+            << "cancelling took " << ms_text(took_ns) << ": a poll (every " << parked_poll.count()
+            << " ms, full jitter) may explain that";
+    }
+    RecordProperty("cancel_us", static_cast<int>(took_ns / 1000));
     EXPECT_THROW((void)got.get(), sqlock::cancelled);
     EXPECT_EQ(waiter.stats().cancelled, 1u);
     EXPECT_EQ(waiter.stats().acquired, 0u);
     EXPECT_EQ(events->count(lease_event::kind::cancelled, name), 1u) << events->dump();
     EXPECT_EQ(count_rows_owned_by(*raw_, waiter_owner), 0) << "a cancelled waiter left a row";
-    auto r = row(name);
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->owner, h.owner()) << "the holder's row changed hands";
-    EXPECT_NO_THROW(h.release());
+    if (h) {
+        auto r = row(name);
+        ASSERT_TRUE(r.has_value());
+        EXPECT_EQ(r->owner, h->owner()) << "the holder's row changed hands";
+        EXPECT_NO_THROW(h->release());
+    }
 }
 
 // ============================================================ 8. deadline
@@ -662,11 +788,13 @@ TEST_P(Lifecycle, ExplicitRenew) {
     EXPECT_EQ(r1->token, token);
 
     std::this_thread::sleep_for(20ms);
-    ASSERT_NO_THROW(l.renew(2s));
+    // 10 s against the 1.5 s TTL: told apart even if reading the row back is slow.
+    ASSERT_NO_THROW(l.renew(10s));
     auto r2 = row(name);
     ASSERT_TRUE(r2.has_value());
-    EXPECT_GT(r2->expires_us, r1->expires_us) << "renew(2s) did not move expires_at forward";
-    EXPECT_GT(r2->expires_us - r2->now_us, 1500LL * 1000) << "renew(2s) did not extend to ~2 s";
+    EXPECT_GT(r2->expires_us, r1->expires_us) << "renew(10s) did not move expires_at forward";
+    EXPECT_GT(r2->expires_us - r2->now_us, 5000LL * 1000) << "renew(10s) did not extend to ~10 s";
+    EXPECT_LE(r2->expires_us - r2->now_us, 10000LL * 1000) << "renew(10s) extended past 10 s";
     EXPECT_LE(std::llabs(r2->expires_us - us_of(l.expires_at())), 1000);
     EXPECT_EQ(l.token(), token);
     EXPECT_EQ(L.stats().renewed, 2u);
@@ -696,6 +824,8 @@ TEST_P(Lifecycle, ExplicitRenew) {
 
 // ============================================================ 10. clock skew
 
+// Telemetry is sampled, and a database on this host shows no large skew (a
+// sanity check only: ClockSkewMatchesAKnownOffset checks the value).
 TEST_P(Lifecycle, ClockSkewTelemetry) {
     locker L = make_locker();
     for (int i = 0; i < 5; ++i) {
@@ -709,6 +839,65 @@ TEST_P(Lifecycle, ClockSkewTelemetry) {
     if (e_ != engine::postgresql) {
         EXPECT_EQ(st.notifications, 0u);
     }
+}
+
+/// libfaketime: SQLOCK_TEST_LIBFAKETIME, else Debian's faketime package (one
+/// multiarch directory or the other); a path that may not exist.
+// The skew estimate against a known offset, in a worker process
+// (sqlock_test_worker skew) whose clock differs from the database's by 30 s:
+//  - PostgreSQL, MariaDB: the worker runs under libfaketime, its clock 30 s
+//    ahead (FAKETIME=+30s; DONT_FAKE_MONOTONIC=1 keeps its steady clock true),
+//    so database time minus its time is about -30 s;
+//  - SQLite: the database's clock is the worker's own (there is no server), so
+//    libfaketime would move both; the worker shifts SQLite's clock alone 30 s
+//    ahead (a VFS with a shifted current time), so the skew is about +30 s.
+// A constant or a sign error cannot pass. libfaketime missing: skipped outside
+// CI, a failure under CI (scripts/deps.sh --servers installs it).
+TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
+    constexpr auto offset = 30s;
+    std::vector<std::string> args{SQLOCK_TEST_WORKER, "skew", url_, n("skew-known-"), "5"};
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::chrono::microseconds expected{};
+    if (e_ == engine::sqlite) {
+        args.push_back(std::to_string(std::chrono::milliseconds(offset).count()));
+        expected = offset;
+    } else {
+        fs::path const faketime = libfaketime_path();
+        if (!fs::exists(faketime)) {
+            if (in_ci()) FAIL() << faketime << " is missing and CI is set: run scripts/deps.sh --servers";
+            GTEST_SKIP() << faketime << " is missing (not CI, so skipping; with CI set this fails): "
+                         << "install faketime (scripts/deps.sh --servers)";
+        }
+        env.push_back(std::string("LD_PRELOAD=").append(faketime.string()));
+        env.push_back(std::string("FAKETIME=+").append(std::to_string(offset.count())).append("s"));
+        env.push_back("DONT_FAKE_MONOTONIC=1");
+        expected = -offset;
+    }
+    temp_dir files;
+    spawn_file_actions actions;
+    actions.capture_to_files(files.path() / "out", files.path() / "err");
+    pid_t const pid = spawn_process(args, env, actions.get());
+    int status = 0;
+    bool const done = eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 120s);
+    if (!done) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        FAIL() << "the skew worker still ran after 120 s: killed";
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the skew worker failed: " << exit_text(status) << "; stderr: " << slurp(files.path() / "err");
+
+    std::istringstream out(slurp(files.path() / "out"));
+    std::string w1, w2;
+    long long skew_us = 0, samples = 0;
+    ASSERT_TRUE(out >> w1 >> skew_us >> w2 >> samples && w1 == "skew_us" && w2 == "samples")
+        << "unexpected worker output: " << out.str();
+    EXPECT_GE(samples, 5) << "fewer clock samples than acquires";
+    RecordProperty("skew_us", std::to_string(skew_us));
+    EXPECT_LT(std::llabs(skew_us - expected.count()), std::chrono::microseconds(3s).count())
+        << "clock skew (database time minus the worker's) reported as " << skew_us << " us; with the clocks "
+        << "set apart it is " << expected.count() << " us";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Lifecycle,

@@ -470,15 +470,7 @@ TEST_F(Majority, ProcessContentionIsExclusive) {
         actions.capture_to_files(out_files.back(), files.path() / ("err." + tag));
         pids.push_back(spawn_process(args, std::nullopt, actions.get()));
     }
-    bool const ready = eventually(
-        [&] {
-            for (auto const& f : ready_files)
-                if (!fs::exists(f)) return false;
-            return true;
-        },
-        60s);
-    EXPECT_TRUE(ready) << "not every worker connected within 60 s";
-    std::ofstream(go_file) << "go\n";
+    EXPECT_TRUE(release_start_barrier(ready_files, go_file, 60s)) << "not every worker connected within 60 s";
 
     // A generous bound, so a hung worker fails the test instead of hanging it.
     std::vector<int> status(procs, -1);
@@ -520,9 +512,13 @@ TEST_F(Majority, ProcessContentionIsExclusive) {
     EXPECT_EQ(all.size(), std::size_t{procs} * grants);
     EXPECT_EQ(check_history(all), "");
     auto const handoffs = count_handoffs(all);
+    auto const contended = count_contended(all);
     EXPECT_GT(busy, 0) << "no attempt was ever busy: the processes did not contend";
+    EXPECT_GT(contended, 0u) << "no grant was tried for while another process held the lock: "
+                                "the processes did not contend";
     EXPECT_GT(handoffs, 0u) << "the lock never passed from one process to another";
     RecordProperty("busy_attempts", static_cast<int>(busy));
+    RecordProperty("contended", static_cast<int>(contended));
     RecordProperty("handoffs", static_cast<int>(handoffs));
     EXPECT_EQ(holders_of(name), "none") << "rows left after every worker released";
 }

@@ -8,7 +8,8 @@
 // times: try_acquire(LOCK_NAME); when busy, count it and pause 0-2 ms; when
 // granted, read the integer in COUNTER_FILE, pause a little, write it back plus
 // one (plain file I/O: only the lock protects it), append "token enter_ns
-// exit_ns pid" to RECORD_FILE (CLOCK_MONOTONIC, comparable across processes),
+// exit_ns pid invoke_ns" to RECORD_FILE (CLOCK_MONOTONIC, comparable across
+// processes; invoke_ns is the first try of the tries that ended in this grant),
 // release, pause 0-2 ms. Prints "granted N busy M" on stdout and exits 0; on
 // any error (or no GRANTS grants within 120 s), a message on stderr and exit 2.
 #include "worker_common.hpp"
@@ -60,19 +61,16 @@ int main(int argc, char** argv) {
         std::ofstream records = open_records(record_file);
         std::minstd_rand rng(static_cast<unsigned>(pid));
 
-        std::ofstream(ready_file) << pid << "\n";
-        auto const barrier_limit = std::chrono::steady_clock::now() + 60s;
-        while (!std::filesystem::exists(go_file)) {
-            if (std::chrono::steady_clock::now() > barrier_limit) throw std::runtime_error("no start signal in 60 s");
-            std::this_thread::sleep_for(1ms);
-        }
+        start_barrier(ready_file, go_file);
 
         long granted = 0, busy = 0;
+        std::int64_t invoke = -1;  // the first try towards the next grant
         auto const limit = std::chrono::steady_clock::now() + 120s;
         while (granted < grants) {
             if (std::chrono::steady_clock::now() > limit)
                 throw std::runtime_error("only " + std::to_string(granted) + " of " + std::to_string(grants) +
                                          " grants in 120 s (" + std::to_string(busy) + " busy)");
+            if (invoke < 0) invoke = steady_ns();
             auto l = locks.try_acquire(name);
             if (!l) {
                 ++busy;
@@ -82,7 +80,8 @@ int main(int argc, char** argv) {
             std::int64_t const enter = steady_ns();
             bump_counter(counter_file, [&] { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500)); });
             std::int64_t const exit = steady_ns();
-            write_record(records, l->token(), enter, exit, pid);
+            write_record(records, l->token(), enter, exit, pid, invoke);
+            invoke = -1;
             l->release();
             ++granted;
             std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));

@@ -64,6 +64,17 @@ inline std::string describe(std::exception const& e) { return std::string(typeid
 
 inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
 
+/// libfaketime's preload library (Debian's faketime/libfaketime packages; scripts/deps.sh --servers),
+/// or SQLOCK_TEST_LIBFAKETIME. May not exist: callers skip outside CI and fail under CI.
+inline fs::path libfaketime_path() {
+    if (auto set = getenv_nonempty("SQLOCK_TEST_LIBFAKETIME")) return *set;
+    for (char const* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"}) {
+        fs::path p = fs::path(dir) / "faketime" / "libfaketime.so.1";
+        if (fs::exists(p)) return p;
+    }
+    return "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+}
+
 /// THE check for a test-environment variable (server URL, log path, restart
 /// command). Sets `out` when the variable is set. Otherwise, under CI (env CI
 /// non-empty) the test fails; elsewhere it is skipped. The skip and the CI failure
@@ -420,6 +431,7 @@ struct cs_record {
     std::int64_t enter_ns = 0;
     std::int64_t exit_ns = 0;
     long who = 0;  // thread index or pid
+    std::int64_t invoke_ns = -1;  // when its acquire was invoked (-1: not recorded)
 };
 
 /// Sorts by entry and checks that no two critical sections overlap and that
@@ -462,10 +474,52 @@ inline std::vector<cs_record> read_records(std::vector<fs::path> const& files) {
     std::vector<cs_record> all;
     for (auto const& f : files) {
         std::ifstream in(f);
-        cs_record r;
-        while (in >> r.token >> r.enter_ns >> r.exit_ns >> r.who) all.push_back(r);
+        std::string line;
+        while (std::getline(in, line)) {
+            std::istringstream fields(line);
+            cs_record r;
+            if (!(fields >> r.token >> r.enter_ns >> r.exit_ns >> r.who)) continue;
+            if (!(fields >> r.invoke_ns)) r.invoke_ns = -1;  // the invoke time is optional
+            all.push_back(r);
+        }
     }
     return all;
+}
+
+/// Evidence that contenders really contended: the records whose attempt (from
+/// its acquire's invocation to its entry) overlapped another contender's
+/// critical section, i.e. the lock was held by someone else while it was
+/// asked for, so that acquire had to wait or was busy. Records without an
+/// invoke time count for nothing.
+inline std::size_t count_contended(std::vector<cs_record> const& recs) {
+    std::size_t n = 0;
+    for (auto const& r : recs) {
+        if (r.invoke_ns < 0) continue;
+        for (auto const& o : recs) {
+            if (o.who != r.who && r.invoke_ns < o.exit_ns && o.enter_ns < r.enter_ns) {
+                ++n;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/// The test's side of a start barrier (worker_common.hpp's start_barrier()):
+/// wait until every file of `ready_files` exists, at most `limit`, then create
+/// `go_file`, releasing all workers at once. Returns false (and still creates
+/// `go_file`, so no worker waits for ever) when some worker was not ready.
+inline bool release_start_barrier(std::vector<fs::path> const& ready_files, fs::path const& go_file,
+                                  std::chrono::milliseconds limit) {
+    auto const until = std::chrono::steady_clock::now() + limit;
+    bool ready = false;
+    for (;;) {
+        ready = std::all_of(ready_files.begin(), ready_files.end(), [](fs::path const& f) { return fs::exists(f); });
+        if (ready || std::chrono::steady_clock::now() >= until) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::ofstream(go_file) << "go\n";
+    return ready;
 }
 
 /// How often the lock passed from one contender to another (in entry order):

@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <typeinfo>
 
 namespace sqlock_test {
@@ -52,10 +54,38 @@ inline std::ofstream open_records(std::string const& record_file) {
     return records;
 }
 
-/// One critical section: "token enter_ns exit_ns pid", flushed at once.
+/// One critical section: "token enter_ns exit_ns pid [invoke_ns]", flushed at
+/// once. `invoke` (when not negative) is when the worker started asking for
+/// this grant: an invoke inside another process's critical section is evidence
+/// that the processes contended (test_env.hpp's count_contended()).
 inline void write_record(std::ostream& records, std::int64_t token, std::int64_t enter, std::int64_t exit,
-                         long pid) {
-    records << token << ' ' << enter << ' ' << exit << ' ' << pid << '\n' << std::flush;
+                         long pid, std::int64_t invoke = -1) {
+    records << token << ' ' << enter << ' ' << exit << ' ' << pid;
+    if (invoke >= 0) records << ' ' << invoke;
+    records << '\n' << std::flush;
+}
+
+/// The worker's side of a start barrier: create `ready_file` (holding the
+/// pid), then wait for the test to create `go_file` once every worker is
+/// ready, so that none starts before all of them can contend. Throws when no
+/// start signal comes within `limit`.
+inline void start_barrier(std::filesystem::path const& ready_file, std::filesystem::path const& go_file,
+                          std::chrono::seconds limit = std::chrono::seconds(60)) {
+    {
+        std::ofstream ready(ready_file);
+        ready << ::getpid() << "\n";
+        if (!ready) throw std::runtime_error(std::string("cannot write the ready file ").append(ready_file.string()));
+    }
+    auto const until = std::chrono::steady_clock::now() + limit;
+    while (!std::filesystem::exists(go_file)) {
+        if (std::chrono::steady_clock::now() > until)
+            throw std::runtime_error(std::string("no start signal (")
+                                         .append(go_file.string())
+                                         .append(") within ")
+                                         .append(std::to_string(limit.count()))
+                                         .append(" s: did the test die?"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 /// A worker's error exit: "<program>[<pid>]: <type>: <what>" on stderr, and 2.

@@ -22,8 +22,9 @@ using db_time = std::chrono::sys_time<std::chrono::microseconds>;
 /// Where a lease stands.
 enum class lease_state {
     held,      ///< ours, and its local validity has not run out
-    in_doubt,  ///< the last renewal could not reach the database; still ours
-               ///< until the local safe deadline passes
+    in_doubt,  ///< the last renewal or release could not reach the database (a
+               ///< release of unknown outcome may have deleted the row); still
+               ///< ours until the local safe deadline passes
     lost,      ///< the database said the row is not ours, or the safe deadline passed
     released,  ///< released by us (or moved from)
 };
@@ -125,6 +126,12 @@ public:
     /// @throws usage_error          called in a forked child of the acquiring process
     /// @throws backend_unavailable  the database could not be reached; the row
     ///                              expires by its TTL, and release() may be retried
+    /// @throws in_doubt             the connection broke while the DELETE was in
+    ///                              flight and the clean-up could not run: the row
+    ///                              may be gone or not. After either of these the
+    ///                              lease is `in_doubt` (not `held`) until a renewal
+    ///                              or a retried release settles it, or its safe
+    ///                              deadline passes.
     void release();
 
     /// Internal: lockers build leases from their rows.

@@ -40,6 +40,10 @@ struct majority_options {
     /// stays held only while a majority renews within its validity.
     bool auto_renew = true;
 
+    /// As `locker_options::max_hold`: the watchdog stops renewing a lease
+    /// held that long (0: no limit; otherwise at least the ttl).
+    std::chrono::milliseconds max_hold = std::chrono::milliseconds::zero();
+
     /// As `locker_options::on_lost` and `on_event`.
     std::function<void(std::string_view name, std::int64_t token)> on_lost;
     std::function<void(lease_event const&)> on_event;

@@ -83,6 +83,17 @@ struct locker_options {
     /// reach the database is retried until the lease's local validity runs out.
     bool auto_renew = true;
 
+    /// The longest the watchdog keeps a lease, from its grant. Once the next
+    /// renewal would be due past `max_hold`, the watchdog stops renewing it:
+    /// the lease runs out at its deadline and is lost (stop token, `on_lost`),
+    /// and its row expires by the TTL. So a worker that is stuck (a deadlock,
+    /// an endless loop) while the watchdog thread still runs cannot hold the
+    /// lock forever: it holds it at most about `max_hold` plus one TTL.
+    /// Explicit `lease::renew()` calls are not limited: they
+    /// come from the worker itself. 0 (the default): no limit; otherwise at
+    /// least the TTL.
+    std::chrono::milliseconds max_hold = std::chrono::milliseconds::zero();
+
     /// Called once when a lease is lost (renewal refused, validity gone, or a
     /// release found another owner), with its name and token. Runs on the
     /// thread that noticed (often the renewer): keep it short and non-throwing.

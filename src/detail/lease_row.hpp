@@ -68,6 +68,7 @@ public:
     struct renewal_schedule {
         clock::time_point next;  // when the next renewal is due
         bool queued = false;     // handed to the renewal thread, not finished yet
+        clock::time_point renew_until = clock::time_point::max();  // locker_options::max_hold
     };
     renewal_schedule& schedule() const noexcept { return schedule_; }
 
@@ -78,6 +79,10 @@ protected:
     virtual bool db_drop_hold() = 0;
     /// The new expiry (and the database's now), or empty when refused.
     virtual std::optional<renewal> db_renew(std::chrono::milliseconds ttl) = 0;
+
+    /// A renewal in flight lost its connection or its answer: in doubt (if held)
+    /// until it succeeds or the safe deadline passes.
+    void note_in_doubt() noexcept;
 
     std::shared_ptr<locker_impl> locker_;
 

@@ -178,6 +178,9 @@ public:
         std::optional<std::chrono::milliseconds> pool_wait;
         /// Use the reserved pool (renewals, token draws).
         bool reserved = false;
+        /// Called when an attempt's connection broke or got no answer within its
+        /// bound, before reconnecting (a renewal's lease is in doubt from then on).
+        std::function<void()> on_broken;
     };
 
     /// Run `op(session)` on a pooled connection under a client-side deadline.
@@ -345,6 +348,7 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
             }
             if (f == failure::connection) c.mark_broken();
             if (f != failure::connection) raise(e, f, what);
+            if (how.on_broken) how.on_broken();
             if (reconnected && how.on_reconnect)
                 throw in_doubt_error(overran ? "the retry got no answer within its deadline too"
                                              : "broke again after reconnecting (" + e.get_error_message() + ")",

@@ -6,6 +6,30 @@
 // never throws on a violation; it throws std::invalid_argument only for input it cannot read.
 // Every checker has self-tests on a known-good and a known-bad synthetic history
 // (tests/faults/checker_selftest.cpp), so a checker that cannot fail is caught.
+//
+// Operations. The client-history checkers (K2–K7, K9) pair each completion (ok/fail/info) with the latest
+// outstanding invoke of the same op and lock on the same (proc, pid, thread), as Jepsen does; an invoke left
+// without completion is `info`: it may have happened, concurrent with everything after it. An event written
+// without an invoke (`lost`, the renewer's renew, a completion whose invoke is missing) is an operation of its own
+// instant, whose start is unknown: checks that order an operation by its invoke leave it out (K3/K7 real-time
+// order, K2's acquire windows, K5's renew-after-release and after-loss).
+// renew/release/lost events belong to the grant (an acquire ok) of the same proc, pid and lock that carries their
+// token, so the library's renewer thread may write them; without a token, to the latest grant of the same thread.
+//
+// Changes to the first version of this interface (names unchanged):
+// - K1 compares a takeover with the row's expiry as last written, also when a renew audited at or after the
+//   previous expiry wrote it: such a renew is counted ("late_renews"), not reported, because the audit's db_time
+//   is read after the statement waited for the row lock, while the renew's condition used its statement time.
+// - K4 follows Jepsen's `info`: final >= completed and final <= completed + indeterminate writes.
+// - K5 counts a second release ok of one grant ("double_release") instead of reporting it: the library's
+//   release() is idempotent (a second call does nothing). A renew ok after a release ok is reported.
+// - K7 reads the history only when the audit is empty (a majority run audits member rows, whose tokens are not
+//   the majority token the history records).
+// - K6 reports a late or missing grant only if an acquire still waited when the bound ran out ("gave_up"
+//   otherwise), and not when the history ends before the bound ("undecided").
+// - K9: sqlock::backend_error (an engine error the library does not handle) is not a typed outcome.
+// - run_final / read_final: the format of final.json, for check_directory; report::asserted (final.json's
+//   "asserted" list: the others are only reported); check_directory also reads remaining*.jsonl for K8.
 #pragma once
 
 #include "history.hpp"
@@ -60,6 +84,9 @@ struct report {
     std::string checker;
     std::vector<violation> violations;
     std::map<std::string, std::int64_t> counts;  ///< what was measured (grants, overlaps, max gap ms, ...)
+    /// false: the run only reports this checker (final.json's "asserted" leaves it out), so its
+    /// violations do not fail the run. ok() still says whether it found any.
+    bool asserted = true;
     [[nodiscard]] bool ok() const noexcept { return violations.empty(); }
     /// "K1 ok (grants=120, ...)" or "K1 FAILED: 2 violations: ..." (first few listed).
     [[nodiscard]] std::string summary() const;
@@ -94,7 +121,10 @@ report k5_sequencing(std::vector<event> const& history);
 
 /// K6 — availability after faults: for each nemesis fault that ends (stop phase, or instant), the
 /// next acquire ok of any lock that had waiters happens within `bound_ms` of the fault ending;
-/// counts "max_gap_ms". Waiting is known from acquire invokes outstanding at the fault's end.
+/// counts "max_gap_ms". Waiting is known from acquire invokes outstanding at the fault's end, by
+/// processes alive afterwards. A late or missing grant is reported only if an acquire still waited
+/// when the bound ran out (waiters that gave up are counted "gave_up"), and not when the history
+/// ends before the bound ("undecided").
 report k6_availability(std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
                        std::int64_t bound_ms);
 
@@ -115,8 +145,33 @@ report k8_leftovers(std::vector<audit_row> const& remaining, std::vector<std::st
 /// locked", "could not serialize access", "deadlock").
 report k9_typed_errors(std::vector<event> const& history);
 
+/// What a run measured once every worker stopped: final.json of the run directory.
+/// {"counters": {"lock": value, ...}, "remaining": [audit rows of kind "row"], "live_owners": [...],
+///  "k6_bound_ms": 4200, "k2_expect_zero": true, "asserted": ["K1", "K3", ...]}; every key is
+/// optional, other keys (scenario, seed, ...) are ignored.
+struct run_final {
+    std::map<std::string, std::int64_t> counters;  ///< K4: each unfenced counter read after the run
+    std::vector<audit_row> remaining;              ///< K8: the lock table's rows after quiescence
+    bool has_remaining = false;                    ///< "remaining" was present (K8 runs on an empty table too)
+    std::vector<std::string> live_owners;          ///< K8: holders still running
+    std::optional<std::int64_t> k6_bound_ms;       ///< K6 runs only with a bound
+    bool k2_expect_zero = true;                    ///< false for pause/partition/clock runs
+    /// The checkers the run asserts; the others are only reported (report::asserted false), and K2
+    /// then counts overlaps without reporting them. Absent: every checker is asserted.
+    std::optional<std::vector<std::string>> asserted;
+};
+nlohmann::json to_json(run_final const& f);
+/// @throws std::invalid_argument the file cannot be read or is not in this format
+run_final read_final(std::string const& path);
+
 /// Runs every checker that applies to what is in `dir` (history*.jsonl, audit*.jsonl,
-/// nemesis.jsonl, final.json) and returns their reports: the replay of a failed run.
+/// nemesis*.jsonl, remaining*.jsonl, final.json) and returns their reports: the replay of a failed
+/// run. K1 runs on an audit; K2, K5, K9 on a history; K3 when it has write_fenced events; K4 when
+/// it has write_unfenced events or final.json has counters; K6 with a nemesis log and final.json's
+/// k6_bound_ms; K7 always; K8 when there is a remaining*.jsonl (the lock table's rows, as audit
+/// rows of kind "row") or final.json has "remaining".
+/// @throws std::invalid_argument `dir` is not a directory, holds neither a history nor an audit,
+///         or a file in it cannot be read
 std::vector<report> check_directory(std::string const& dir);
 
 }  // namespace sqlock_battery

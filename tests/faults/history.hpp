@@ -118,8 +118,11 @@ private:
     std::mutex mutex_;
 };
 
-/// Reads every complete line of a history file (a torn last line, from a kill -9 mid-write, is
-/// ignored: its event is treated as never written).
+/// Reads every complete line of a history file. A torn line (a kill -9 mid-write) is ignored, its
+/// event treated as never written: the last line without its newline, or a fragment that the next
+/// writer of a shared file appended its own line to (that line is kept).
+/// @throws std::invalid_argument the file cannot be opened, or a line is neither an event nor a
+///         torn fragment followed by one
 std::vector<event> read_history(std::string const& path);
 
 }  // namespace sqlock_battery

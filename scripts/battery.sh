@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The reliability battery's tiers (docs/guarantees.md), each on private PostgreSQL and MariaDB servers
+# (scripts/with-servers.sh) and SQLite files:
+#   bash scripts/battery.sh conformance        deterministic behaviour on every engine (minutes; CI runs it)
+#   bash scripts/battery.sh fault-smoke        faults injected with CI durations (CI runs it)
+#   bash scripts/battery.sh soak [--rounds N] [--seed S]
+#                                              the battery's scenarios (label "battery") with 10x durations
+#                                              (SQLOCK_SOAK=1) and a fresh random seed per round, repeated
+#                                              until the first failure or N rounds (default 10)
+#   bash scripts/battery.sh characterization   the documented limits (relaxed durability, majority without
+#                                              delayed rejoin, client-time negative controls): tests that
+#                                              assert the limit is real
+# Extra arguments after `--` go to ctest. Builds build/ (RelWithDebInfo) first, as scripts/test.sh does.
+# A failed scenario keeps its run directory (history, audit dump, nemesis log) and prints its replay
+# command; safety failures are never retried (no --repeat until-pass anywhere).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--rounds N] [--seed S] [-- CTEST-ARGS...]"
+(($#)) || { echo "$usage" >&2; exit 64; }
+tier=$1
+shift
+rounds=10 seed=
+ctest_args=()
+while (($#)); do
+  case $1 in
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --seed) seed=${2:?--seed needs a number}; shift 2 ;;
+    --) shift; ctest_args=("$@"); break ;;
+    *) echo "battery.sh: unknown argument '$1' ($usage)" >&2; exit 64 ;;
+  esac
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "battery.sh: --rounds must be a positive number, not '$rounds'" >&2; exit 64; }
+
+bash scripts/deps.sh --servers
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j2
+
+case $tier in
+  conformance | fault-smoke | characterization)
+    exec bash scripts/with-servers.sh ctest --test-dir build --output-on-failure -L "^$tier\$" "${ctest_args[@]}" ;;
+  soak)
+    export SQLOCK_SOAK=1
+    for ((r = 1; r <= rounds; r++)); do
+      s=${seed:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+      echo "=== battery.sh soak: round $r of $rounds, SQLOCK_BATTERY_SEED=$s ==="
+      SQLOCK_BATTERY_SEED=$s bash scripts/with-servers.sh \
+        ctest --test-dir build --output-on-failure -L '^battery$' "${ctest_args[@]}" || {
+        echo "battery.sh: soak round $r failed; replay it with: SQLOCK_SOAK=1 SQLOCK_BATTERY_SEED=$s bash scripts/battery.sh soak --rounds 1 --seed $s" >&2
+        exit 1
+      }
+    done
+    echo "battery.sh: soak: $rounds rounds passed" ;;
+  *) echo "battery.sh: unknown tier '$tier' ($usage)" >&2; exit 64 ;;
+esac
