@@ -36,7 +36,7 @@ public:
         if (!conn_ || !in_owning_process()) return;
         try {
             store_impl::io_guard guard(*store_, conn_->session(), deadline_after(store_->options().io_timeout));
-            store_->dialect().end_row_lock(conn_->session(), false);
+            store_->dialect().end_row_lock(conn_->pooled(), false);
             if (guard.disarm()) conn_->mark_broken();
         } catch (...) {
             conn_->mark_broken();
@@ -54,7 +54,7 @@ private:
         if (!conn_) return when_gone;
         store_impl::io_guard guard(*store_, conn_->session(), deadline);
         try {
-            return op(conn_->session());
+            return op(conn_->pooled());
         } catch (soci::soci_error const&) {
             guard.disarm();
             // Close the connection rather than trust a ROLLBACK on it: the server
@@ -69,7 +69,7 @@ private:
 
     bool db_delete() override {
         bool committed = on_connection(
-            [&](soci::session& s) {
+            [&](pooled_session s) {
                 store_->dialect().end_row_lock(s, true);
                 return true;
             },
@@ -80,8 +80,8 @@ private:
 
     bool db_add_hold() override {
         return on_connection(
-            [&](soci::session& s) {
-                (void)store_->dialect().keep_row_lock(s, ttl());
+            [&](pooled_session s) {
+                (void)store_->dialect().keep_row_lock(s, name(), ttl());
                 return true;
             },
             false, std::min(io_deadline(), valid_until()));
@@ -91,8 +91,8 @@ private:
 
     std::optional<renewal> db_renew(milliseconds ttl) override {
         return on_connection(
-            [&](soci::session& s) -> std::optional<renewal> {
-                auto now = store_->dialect().keep_row_lock(s, ttl);
+            [&](pooled_session s) -> std::optional<renewal> {
+                auto now = store_->dialect().keep_row_lock(s, name(), ttl);
                 return renewal{now + duration_cast<microseconds>(ttl).count(), now};
             },
             std::optional<renewal>{}, std::min(io_deadline(), valid_until()));
@@ -135,13 +135,12 @@ protected:
             bool missing = false;
             store_impl::io_guard guard(*store_, c->session(), deadline_after(wait + opts.io_timeout));
             try {
-                d.begin_row_lock(c->session(), options_.ttl);
-                auto g = d.lock_row(c->session(), name, owner, wait, draw, missing);
+                auto g = d.lock_row(c->pooled(), name, owner, options_.ttl, wait, draw, missing);
                 if (g) {
                     if (clock::now() - sent > options_.ttl / 10) {
                         // We queued a while: count validity from a fresh round trip.
                         sent = clock::now();
-                        (void)d.keep_row_lock(c->session(), options_.ttl);
+                        (void)d.keep_row_lock(c->pooled(), name, options_.ttl);
                     }
                     if (guard.disarm()) throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
                                                                   " got no answer within its deadline");
@@ -149,13 +148,13 @@ protected:
                     return std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
                                                        valid_until(sent, options_.ttl), std::move(*c));
                 }
-                d.end_row_lock(c->session(), false);
+                d.end_row_lock(c->pooled(), false);
             } catch (soci::soci_error const& e) {
                 bool const overran = guard.disarm();
                 auto f = overran ? failure::connection : d.classify(e, c->session());
                 if (f != failure::connection) {
                     try {
-                        d.end_row_lock(c->session(), false);
+                        d.end_row_lock(c->pooled(), false);
                     } catch (...) {
                         c->mark_broken();
                     }
@@ -180,7 +179,7 @@ protected:
                 // The token draw failed (its own error says why): nothing is held.
                 guard.disarm();
                 try {
-                    d.end_row_lock(c->session(), false);
+                    d.end_row_lock(c->pooled(), false);
                 } catch (...) {
                     c->mark_broken();
                 }

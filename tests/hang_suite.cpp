@@ -622,8 +622,11 @@ TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
             *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(:t in query) > 0",
                 soci::into(k), soci::use(rows);
         } else {
-            std::string const pattern = "%" + rows + "%FOR UPDATE WAIT%";
-            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND INFO LIKE :p",
+            // The waiting lock is a prepared statement (COMMAND 'Execute'), bounded
+            // by innodb_lock_wait_timeout: its text ends with FOR UPDATE.
+            std::string const pattern = "%" + rows + "% FOR UPDATE";
+            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND IN ('Query', 'Execute') AND "
+                     "INFO LIKE :p",
                 soci::into(k), soci::use(pattern);
         }
         return k > 0;

@@ -182,9 +182,7 @@ private:
 
 // ------------------------------------------------------------------ the fixture
 
-/// The engine_fixture with a row locker on a store of 12 connections. Lock
-/// names (n()) hold no '%', '_' or '\': they are matched with LIKE against
-/// MariaDB's statement text.
+/// The engine_fixture with a row locker on a store of 12 connections.
 class RowLock : public engine_fixture {
 protected:
     void open_store() override {
@@ -222,6 +220,9 @@ protected:
     /// open transaction holds the row lock of `name`. PostgreSQL: the holder's
     /// UPDATE left its xid in the committed row version's xmax. MariaDB: the
     /// transaction blocking a waiter parked on `name` (a waiter must be parked).
+    /// MariaDB shows a prepared statement's text with its placeholders, so
+    /// waiters are found by the key of the record lock they wait for
+    /// (innodb_locks.lock_data, a VARBINARY key in hex).
     std::optional<long long> holder_session(std::string const& name) {
         long long id = 0;
         if (e_ == engine::postgresql) {
@@ -229,13 +230,13 @@ protected:
                      " WHERE r.name = :n AND l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'",
                 soci::into(id), soci::use(name);
         } else {
-            std::string const pattern = "%" + name + "%";
-            *raw_ << "SELECT DISTINCT CAST(b.trx_mysql_thread_id AS SIGNED)"
-                     " FROM information_schema.innodb_lock_waits w"
-                     " JOIN information_schema.innodb_trx r ON r.trx_id = w.requesting_trx_id"
-                     " JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id"
-                     " WHERE r.trx_query LIKE :p AND b.trx_state = 'RUNNING'",
-                soci::into(id), soci::use(pattern);
+            std::string sql = "SELECT DISTINCT CAST(b.trx_mysql_thread_id AS SIGNED)"
+                              " FROM information_schema.innodb_lock_waits w"
+                              " JOIN information_schema.innodb_locks l ON l.lock_id = w.requested_lock_id"
+                              " JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id"
+                              " WHERE b.trx_state = 'RUNNING' AND ";
+            sql += waited_row_sql();
+            *raw_ << sql, soci::into(id), soci::use(name, "n");
         }
         if (!raw_->got_data()) return std::nullopt;
         return id;
@@ -244,7 +245,7 @@ protected:
     /// How many sessions wait in the engine's lock queue for the row of
     /// `name`: PostgreSQL, the backends in the blocking chain behind `holder`
     /// whose wait_event_type is 'Lock'; MariaDB, the transactions in state
-    /// 'LOCK WAIT' whose statement names the lock.
+    /// 'LOCK WAIT' for the record lock of `name` in the rows table.
     long long parked_waiters(std::string const& name, std::optional<long long> holder) {
         long long count = 0;
         if (e_ == engine::postgresql) {
@@ -256,12 +257,18 @@ protected:
                      " WHERE a.wait_event_type = 'Lock' AND a.application_name = 'sqlock'",
                 soci::into(count), soci::use(h, "h");
         } else {
-            std::string const pattern = "%" + name + "%";
-            *raw_ << "SELECT COUNT(*) FROM information_schema.innodb_trx"
-                     " WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE :p",
-                soci::into(count), soci::use(pattern);
+            std::string sql = "SELECT COUNT(*) FROM information_schema.innodb_trx t"
+                              " JOIN information_schema.innodb_locks l ON l.lock_id = t.trx_requested_lock_id"
+                              " WHERE t.trx_state = 'LOCK WAIT' AND ";
+            sql += waited_row_sql();
+            *raw_ << sql, soci::into(count), soci::use(name, "n");
         }
         return count;
+    }
+
+    /// MariaDB: the record lock `l` (information_schema.innodb_locks) is on the row of `:n` in sqlock_rows.
+    static std::string waited_row_sql() {
+        return "l.lock_table = CONCAT('`', DATABASE(), '`.`sqlock_rows`') AND l.lock_data = CONCAT('0x', HEX(:n))";
     }
 
     /// `eventually` for conditions read from the server's views. MariaDB

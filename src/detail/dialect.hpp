@@ -236,24 +236,25 @@ public:
     [[nodiscard]] std::optional<lock_listing> force_release(soci::session& s, std::string const& name) const;
 
     // ---- the row lock (SELECT ... FOR UPDATE in a transaction held open) ----
+    // The statements that run at every acquire, keep-alive and release are
+    // prepared once per pooled connection and kept in its statement cache (see
+    // cache()), like the table lock's.
 
     /// Create the lock row of `name` if missing (autocommit, idempotent).
     virtual void ensure_row(soci::session& s, std::string const& name) const = 0;
 
     /// Open the holding transaction with the server-side bounds derived from
-    /// `ttl`: an idle-in-transaction limit and TCP keepalives, where the engine
-    /// has them. (SQLite: nothing; its lock is taken by `lock_row`.)
-    virtual void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const = 0;
-
-    /// Inside the holding transaction: lock the row of `name`, waiting up to
-    /// `wait` in the engine's own queue (zero: do not wait), obtain a token that
-    /// is durable before it is returned, and record the owner. Engines with row
-    /// locks call `draw` once the row is locked: it commits the name's next
-    /// token on another connection (the row lock orders the draws). Empty when
-    /// the row is locked by someone else (or, `missing` set, when it does not
-    /// exist). The caller ends the transaction in either case.
-    [[nodiscard]] virtual std::optional<grant> lock_row(soci::session& s, std::string const& name,
-                                                        std::string const& owner, std::chrono::milliseconds wait,
+    /// `ttl` (an idle-in-transaction limit and TCP keepalives, where the engine
+    /// has them), then lock the row of `name`, waiting up to `wait` in the
+    /// engine's own queue (zero: do not wait), obtain a token that is durable
+    /// before it is returned, and record the owner. Engines with row locks call
+    /// `draw` once the row is locked: it commits the name's next token on
+    /// another connection (the row lock orders the draws). Empty when the row is
+    /// locked by someone else (or, `missing` set, when it does not exist). The
+    /// caller ends the transaction in either case (end_row_lock).
+    [[nodiscard]] virtual std::optional<grant> lock_row(pooled_session s, std::string const& name,
+                                                        std::string const& owner, std::chrono::milliseconds ttl,
+                                                        std::chrono::milliseconds wait,
                                                         std::function<std::int64_t()> const& draw,
                                                         bool& missing) const = 0;
 
@@ -268,12 +269,14 @@ public:
     /// (a durable commit), on a connection of its own.
     [[nodiscard]] virtual std::int64_t draw_token(pooled_session s, std::string const& name) const = 0;
 
-    /// A statement on the holding transaction that resets the server's idle
-    /// limit (to `ttl`) and proves the transaction is alive; the database's now.
-    [[nodiscard]] virtual std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const = 0;
+    /// A statement on the holding transaction (of the row lock of `name`) that
+    /// resets the server's idle limit (to `ttl`) and proves the transaction is
+    /// alive; the database's now.
+    [[nodiscard]] virtual std::int64_t keep_row_lock(pooled_session s, std::string const& name,
+                                                     std::chrono::milliseconds ttl) const = 0;
 
     /// COMMIT (or ROLLBACK) the holding transaction and restore the session.
-    virtual void end_row_lock(soci::session& s, bool commit) const = 0;
+    virtual void end_row_lock(pooled_session s, bool commit) const = 0;
 
     /// Row-lock transactions (on `<prefix>_rows`) open longer than `threshold`,
     /// where the engine can tell (PostgreSQL); empty elsewhere.

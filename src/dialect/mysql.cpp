@@ -156,6 +156,10 @@ MYSQL_BIND integer_param(long long& value) {
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
+    // The row lock's.
+    std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
+        row_keep, row_commit, row_rollback;
+    long long idle_seconds = 0;  // idle_transaction_timeout as the row lock last set it (0: unknown)
 };
 
 /// `slot`'s statement, prepared on `s`'s connection if it is not yet.
@@ -209,12 +213,27 @@ public:
 
         auto const rows = prefix_ + "_rows";
         ensure_row_sql_ = "INSERT IGNORE INTO " + rows + " (name, created_at) VALUES (:name, NOW(6))";
+        // The holding transaction's bounds: the server ends a holder idle in it
+        // for a TTL, and a waiting lock gives up after innodb_lock_wait_timeout
+        // (FOR UPDATE WAIT n takes no parameter: it could not be prepared once).
+        // The same statement puts both back to the session's defaults.
+        row_bounds_sql_ = "SET SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?";
+        row_idle_sql_ = "SET SESSION idle_transaction_timeout = ?";
+        // SYSDATE(6), unlike NOW(6), is read when the row is returned, so after
+        // it was locked: when the lock was granted, recorded by the UPDATE below
+        // without reading it back.
+        std::string lock = "SELECT token, ";  // appended: GCC 12 warns falsely on "lit" + string&& (bug 105329)
+        lock += epoch_us_sql("SYSDATE(6)");
+        lock += " FROM " + rows + " WHERE name = ? FOR UPDATE";
         // SKIP LOCKED answers "busy" without an error (MariaDB 10.6+).
-        try_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED";
-        wait_lock_sql_ = "SELECT token FROM " + rows + " WHERE name = :name FOR UPDATE WAIT ";
-        record_sql_ = "UPDATE " + rows + " SET token = :token, owner = :owner, locked_at = NOW(6) WHERE name = :name";
-        recorded_sql_ = "SELECT token, " + epoch_us_sql("locked_at") + " FROM " + rows + " WHERE name = :name";
-        exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
+        try_lock_sql_ = lock + " SKIP LOCKED";
+        wait_lock_sql_ = lock;
+        record_sql_ = "UPDATE " + rows + " SET token = ?, owner = ?,"
+                      " locked_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') WHERE name = ?";
+        exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = ?";
+        keep_sql_ = "SELECT ";
+        keep_sql_ += epoch_us_sql("NOW(6)");
+        keep_sql_ += " FROM " + rows + " WHERE name = ?";
     }
 
     sqlock::engine engine() const noexcept override { return engine::mysql; }
@@ -425,11 +444,15 @@ public:
         s << ensure_row_sql_, soci::use(name, "name");
     }
 
-    void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
-        // The server ends a holder idle in its transaction for a TTL. Its TCP
-        // keepalive settings are global (tcp_keepalive_time): see docs. On our
-        // side, probe the connection so a holder learns soon that the server vanished.
-        auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+    std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds ttl, std::chrono::milliseconds wait,
+                                  std::function<std::int64_t()> const& draw, bool& missing) const override {
+        auto& c = cache(ps);
+        missing = false;
+        // The server's TCP keepalive settings are global (tcp_keepalive_time):
+        // see docs. On our side, probe the connection so a holder learns soon
+        // that the server vanished.
+        auto* backend = static_cast<soci::mysql_session_backend*>(ps.session.get_backend());
         if (auto fd = mysql_get_socket(backend->conn_); fd >= 0) {
             int on = 1;
             int idle = static_cast<int>(std::max<long long>(1, ttl.count() / 3000));
@@ -439,59 +462,78 @@ public:
             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
         }
-        s << "SET SESSION idle_transaction_timeout = " + std::to_string(idle_seconds(ttl));
-        s.begin();
-    }
-
-    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const& draw,
-                                  bool& missing) const override {
-        missing = false;
-        long long token = 0, locked = 0;
-        // WAIT takes whole seconds; the caller polls what is left below a second.
-        // A wait also stays below the client's read timeout (see connect_string),
-        // or the client would give up on a healthy server: the caller waits again.
-        auto seconds = std::min<long long>(wait.count() / 1000, max_wait_seconds);
+        // A wait is in whole seconds; the caller polls what is left below a
+        // second. It also stays below the client's read timeout (see
+        // connect_string), or the client would give up on a healthy server: the
+        // caller waits again.
+        long long const seconds = std::min<long long>(wait.count() / 1000, max_wait_seconds);
+        set_bounds(c, ps, idle_seconds(ttl), std::max<long long>(1, seconds));
+        run(c.row_begin, ps, "START TRANSACTION");
+        unsigned long name_length = 0;
+        std::array<MYSQL_BIND, 1> by_name{bytes_param(name, name_length)};
+        std::array<long long, 2> row{};  // token, when locked
         bool got = false;
         if (seconds == 0) {
-            s << try_lock_sql_, soci::use(name, "name"), soci::into(token);
-            got = s.got_data();
+            prepared(c.row_try, ps, try_lock_sql_);
+            got = on(c.row_try, [&](server_statement& st) { return st.execute(by_name.data(), row); });
             if (!got) {
-                int rows = 0;
-                s << exists_sql_, soci::use(name, "name"), soci::into(rows);
-                missing = rows == 0;
+                prepared(c.row_exists, ps, exists_sql_);
+                std::array<long long, 1> count{};
+                (void)on(c.row_exists, [&](server_statement& st) { return st.execute(by_name.data(), count); });
+                missing = count[0] == 0;
             }
         } else {
+            prepared(c.row_wait, ps, wait_lock_sql_);
             try {
-                s << wait_lock_sql_ + std::to_string(seconds), soci::use(name, "name"), soci::into(token);
+                got = on(c.row_wait, [&](server_statement& st) { return st.execute(by_name.data(), row); });
             } catch (soci::soci_error const& e) {
                 if (native_code(e) == "1205") return std::nullopt;  // waited the whole time: busy
                 throw;
             }
-            got = s.got_data();
             missing = !got;
         }
         if (!got) return std::nullopt;
-        token = draw();
-        s << record_sql_, soci::use(token, "token"), soci::use(owner, "owner"), soci::use(name, "name");
-        s << recorded_sql_, soci::use(name, "name"), soci::into(token), soci::into(locked);
+        long long token = draw(), locked = row[1];
+        unsigned long owner_length = 0;
+        std::array<MYSQL_BIND, 4> params{integer_param(token), bytes_param(owner, owner_length),
+                                         integer_param(locked), bytes_param(name, name_length)};
+        prepared(c.row_record, ps, record_sql_);
+        std::array<long long, 0> none{};
+        (void)on(c.row_record, [&](server_statement& st) { return st.execute(params.data(), none); });
         return grant{true, token, locked, 0};
     }
 
-    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
-        long long now = 0;
-        s << "SET SESSION idle_transaction_timeout = " + std::to_string(idle_seconds(ttl));
-        s << "SELECT " + epoch_us_sql("NOW(6)"), soci::into(now);
-        return now;
+    std::int64_t keep_row_lock(pooled_session ps, std::string const& name,
+                               std::chrono::milliseconds ttl) const override {
+        auto& c = cache(ps);
+        // Any statement resets the idle limit: it is set again only when the TTL changed.
+        if (long long idle = idle_seconds(ttl); idle != c.idle_seconds) {
+            prepared(c.row_idle, ps, row_idle_sql_);
+            std::array<MYSQL_BIND, 1> params{integer_param(idle)};
+            std::array<long long, 0> none{};
+            (void)on(c.row_idle, [&](server_statement& st) { return st.execute(params.data(), none); });
+            c.idle_seconds = idle;
+        }
+        // It reads the locked row, so that it proves the transaction on its
+        // table and a KILL QUERY can interrupt it like any statement of the
+        // holder (a prepared table-less SELECT was never interrupted in
+        // 500,000 tries: the server had no point at which to look).
+        prepared(c.row_keep, ps, keep_sql_);
+        unsigned long name_length = 0;
+        std::array<MYSQL_BIND, 1> params{bytes_param(name, name_length)};
+        std::array<long long, 1> now{};
+        (void)on(c.row_keep, [&](server_statement& st) { return st.execute(params.data(), now); });
+        return now[0];
     }
 
-    void end_row_lock(soci::session& s, bool commit) const override {
+    void end_row_lock(pooled_session ps, bool commit) const override {
+        auto& c = cache(ps);
         if (commit)
-            s.commit();
+            run(c.row_commit, ps, "COMMIT");
         else
-            s.rollback();
-        s << "SET SESSION idle_transaction_timeout = " +
-                 std::to_string(std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000));
+            run(c.row_rollback, ps, "ROLLBACK");
+        auto const wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
+        set_bounds(c, ps, wait_seconds, wait_seconds);  // the session's defaults (see open)
     }
 
     failure classify(soci::soci_error const& e, soci::session&) const override {
@@ -573,8 +615,27 @@ private:
     std::string try_lock_sql_;
     std::string wait_lock_sql_;
     std::string record_sql_;
-    std::string recorded_sql_;
     std::string exists_sql_;
+    std::string row_bounds_sql_;
+    std::string row_idle_sql_;
+    std::string keep_sql_;
+
+    // idle_transaction_timeout and innodb_lock_wait_timeout of the session.
+    void set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const {
+        prepared(c.row_bounds, ps, row_bounds_sql_);
+        std::array<MYSQL_BIND, 2> params{integer_param(idle), integer_param(lock_wait)};
+        std::array<long long, 0> none{};
+        c.idle_seconds = 0;  // unknown until the SET succeeded
+        (void)on(c.row_bounds, [&](server_statement& st) { return st.execute(params.data(), none); });
+        c.idle_seconds = idle;
+    }
+
+    // A statement without parameters or results, prepared on first use.
+    static void run(std::optional<server_statement>& slot, pooled_session ps, char const* sql) {
+        prepared(slot, ps, sql);
+        std::array<long long, 0> none{};
+        (void)on(slot, [&](server_statement& st) { return st.execute(nullptr, none); });
+    }
 
     static constexpr long long max_wait_seconds = 30;  // read_timeout is at least 31 s
     static long long idle_seconds(std::chrono::milliseconds ttl) { return std::max<long long>(1, (ttl.count() + 999) / 1000); }

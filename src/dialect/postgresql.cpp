@@ -122,6 +122,16 @@ private:
     std::jthread thread_;
 };
 
+/// The table lock's statements (statement_cache) and the row lock's, with the
+/// buffers they are bound to.
+struct pg_cache final : statement_cache {
+    std::string idle, probe, lock_timeout;  // in: the holding transaction's settings
+    long long locked = 0;                   // out: when the row was locked
+    int rows = 0;                           // out
+    std::optional<soci::statement> row_begin, row_try, row_wait, row_exists, row_record, row_keep, row_commit,
+        row_rollback;
+};
+
 class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
@@ -162,17 +172,36 @@ public:
                        " LEFT JOIN LATERAL (SELECT pg_notify('" + channel() + "', d.name) WHERE d.waiters) AS n ON true";
 
         auto const rows = prefix_ + "_rows";
-        auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
-        auto const returning = " RETURNING " + epoch_us_sql("r.locked_at");
         ensure_row_sql_ = "INSERT INTO " + rows + " (name, created_at) VALUES (:name, clock_timestamp())"
                           " ON CONFLICT (name) DO NOTHING";
+        // The holding transaction's settings travel in the lock statement (its
+        // FROM list: evaluated before the row is locked or waited for, and kept
+        // there by their volatile functions), so BEGIN, the settings and the lock
+        // are two round trips, all prepared. The server ends a holder that stays
+        // idle in its transaction for a TTL, and probes the connection so that a
+        // vanished host is noticed within about a TTL.
+        auto settings = [](bool waits) {
+            return std::string(" (SELECT set_config('idle_in_transaction_session_timeout', :idle, true),"
+                               " set_config('tcp_keepalives_idle', :probe, true),"
+                               " set_config('tcp_keepalives_interval', :probe2, true),"
+                               " set_config('tcp_keepalives_count', '3', true),"
+                               " set_config('tcp_user_timeout', :idle2, true)") +
+                   (waits ? ", set_config('lock_timeout', :lock_timeout, true)" : "") + ") AS settings";
+        };
+        auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
+        auto const returning = " RETURNING " + epoch_us_sql("r.locked_at");
         // SKIP LOCKED answers "busy" without an error: NOWAIT would raise one,
         // abort the transaction and log it on the server.
         try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED)"
-                        " UPDATE " + rows + " AS r" + record + " FROM l WHERE r.name = l.name" + returning;
-        wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " WHERE r.name = :name" + returning;
+                        " UPDATE " + rows + " AS r" + record + " FROM l," + settings(false) +
+                        " WHERE r.name = l.name" + returning;
+        wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = :name" +
+                         returning;
         record_token_sql_ = "UPDATE " + rows + " SET token = :token WHERE name = :name";
         exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
+        keep_sql_ = "SELECT ";  // appended: GCC 12 warns falsely on "lit" + string&& (bug 105329)
+        keep_sql_ += epoch_us_sql("clock_timestamp()");
+        keep_sql_ += " FROM set_config('idle_in_transaction_session_timeout', :idle, true)";
     }
 
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
@@ -308,61 +337,71 @@ public:
         s << ensure_row_sql_, soci::use(name, "name");
     }
 
-    void begin_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
-        // The server ends a holder that stays idle in its transaction for a TTL,
-        // and probes the connection so a vanished host is noticed within ~TTL.
-        auto ms = std::max<long long>(1000, ttl.count());
-        auto probe_s = std::to_string(std::max<long long>(1, ms / 3000));
-        // BEGIN and the settings in one round trip (a simple query may hold several statements).
-        s << "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + std::to_string(ms) + "', true),"
-             " set_config('tcp_keepalives_idle', '" + probe_s + "', true),"
-             " set_config('tcp_keepalives_interval', '" + probe_s + "', true),"
-             " set_config('tcp_keepalives_count', '3', true),"
-             " set_config('tcp_user_timeout', '" + std::to_string(ms) + "', true)";
-    }
-
-    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const& draw,
-                                  bool& missing) const override {
-        long long locked = 0;
+    std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds ttl, std::chrono::milliseconds wait,
+                                  std::function<std::int64_t()> const& draw, bool& missing) const override {
+        auto& c = cache(ps);
+        auto& s = ps.session;
         missing = false;
+        auto const ms = std::max<long long>(1000, ttl.count());
+        c.name = name;
+        c.owner = owner;
+        c.idle = std::to_string(ms);
+        c.probe = std::to_string(std::max<long long>(1, ms / 3000));
+        run(c.row_begin, s, "BEGIN");
+        bool locked = false;
         if (wait.count() <= 0) {
-            s << try_lock_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(locked);
+            if (!c.row_try)
+                c.row_try.emplace((s.prepare << try_lock_sql_, soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+                                   soci::use(c.idle, "idle"), soci::use(c.probe, "probe"), soci::use(c.probe, "probe2"),
+                                   soci::use(c.idle, "idle2"), soci::into(c.locked)));
+            locked = c.row_try->execute(true);
         } else {
             // lock_timeout is an int of milliseconds.
-            auto ms = std::min<long long>(wait.count(), INT32_MAX);
-            s << "SELECT set_config('lock_timeout', '" + std::to_string(ms) + "', true)";
+            c.lock_timeout = std::to_string(std::min<long long>(wait.count(), INT32_MAX));
+            if (!c.row_wait)
+                c.row_wait.emplace((s.prepare << wait_lock_sql_, soci::use(c.name, "name"),
+                                    soci::use(c.owner, "owner"), soci::use(c.idle, "idle"),
+                                    soci::use(c.probe, "probe"), soci::use(c.probe, "probe2"),
+                                    soci::use(c.idle, "idle2"), soci::use(c.lock_timeout, "lock_timeout"),
+                                    soci::into(c.locked)));
             try {
-                s << wait_lock_sql_, soci::use(owner, "owner"), soci::use(name, "name"), soci::into(locked);
+                locked = c.row_wait->execute(true);
             } catch (soci::soci_error const& e) {
                 if (native_code(e) == "55P03") return std::nullopt;  // waited the whole time: busy
                 throw;
             }
         }
-        if (!s.got_data()) {
-            int rows = 0;
-            s << exists_sql_, soci::use(name, "name"), soci::into(rows);
-            missing = rows == 0;
+        if (!locked) {
+            if (!c.row_exists)
+                c.row_exists.emplace((s.prepare << exists_sql_, soci::use(c.name, "name"), soci::into(c.rows)));
+            c.row_exists->execute(true);
+            missing = c.rows == 0;
             return std::nullopt;
         }
-        long long token = draw();
-        s << record_token_sql_, soci::use(token, "token"), soci::use(name, "name");
-        return grant{true, token, locked, 0};
+        auto const at = c.locked;
+        c.token = draw();
+        if (!c.row_record)
+            c.row_record.emplace((s.prepare << record_token_sql_, soci::use(c.token, "token"), soci::use(c.name, "name")));
+        c.row_record->execute(true);
+        return grant{true, c.token, at, 0};
     }
 
-    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds ttl) const override {
-        long long now = 0;
-        s << "SELECT " + epoch_us_sql("clock_timestamp()") + " FROM set_config('idle_in_transaction_session_timeout', '" +
-                 std::to_string(std::max<long long>(1000, ttl.count())) + "', true)",
-            soci::into(now);
-        return now;
+    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds ttl) const override {
+        auto& c = cache(ps);
+        c.idle = std::to_string(std::max<long long>(1000, ttl.count()));
+        if (!c.row_keep)
+            c.row_keep.emplace((ps.session.prepare << keep_sql_, soci::use(c.idle, "idle"), soci::into(c.now)));
+        c.row_keep->execute(true);
+        return c.now;
     }
 
-    void end_row_lock(soci::session& s, bool commit) const override {
+    void end_row_lock(pooled_session ps, bool commit) const override {
+        auto& c = cache(ps);
         if (commit)
-            s.commit();
+            run(c.row_commit, ps.session, "COMMIT");
         else
-            s.rollback();
+            run(c.row_rollback, ps.session, "ROLLBACK");
     }
 
     failure classify(soci::soci_error const& e, soci::session& s) const override {
@@ -384,6 +423,8 @@ public:
     }
 
 protected:
+    std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<pg_cache>(); }
+
     std::string table_exists_sql() const override {
         return "SELECT CASE WHEN to_regclass(:t) IS NULL THEN 0 ELSE 1 END";
     }
@@ -403,6 +444,14 @@ protected:
     std::string skip_locked_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
 
 private:
+    [[nodiscard]] pg_cache& cache(pooled_session s) const { return static_cast<pg_cache&>(dialect::cache(s)); }
+
+    // A statement without parameters or results, prepared on first use.
+    static void run(std::optional<soci::statement>& st, soci::session& s, char const* sql) {
+        if (!st) st.emplace((s.prepare << sql));
+        st->execute(true);
+    }
+
     std::string acquire_sql_;
     std::string acquire_waiting_sql_;
     std::string draw_sql_;
@@ -412,6 +461,7 @@ private:
     std::string try_lock_sql_;
     std::string wait_lock_sql_;
     std::string exists_sql_;
+    std::string keep_sql_;
 };
 
 }  // namespace

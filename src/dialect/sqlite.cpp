@@ -97,6 +97,8 @@ private:
 
 struct lite_cache final : statement_cache {
     lite_statement token, lock, release, renew, relaxed, durable;
+    // The row lock's.
+    lite_statement begin, commit, rollback, current_token, row_lock, now;
 };
 
 class sqlite_dialect final : public dialect {
@@ -118,6 +120,8 @@ public:
         renew_sql_ = "UPDATE " + locks_ + " SET expires_at = " + now + " + :ttl"
                      " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " + now +
                      " RETURNING expires_at, " + now;
+        current_token_sql_ = "SELECT token FROM " + tokens_ + " WHERE name = :name";
+        keep_sql_ = "SELECT " + now;
         row_lock_sql_ = "INSERT INTO " + prefix_ + "_rows (name, token, owner, locked_at, created_at)"
                         " VALUES (:name, :token, :owner, " + now + ", " + now + ")"
                         " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
@@ -303,7 +307,6 @@ public:
     }
 
     void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
-    void begin_row_lock(soci::session&, std::chrono::milliseconds) const override {}
 
     // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every
     // name at once. A token drawn inside the holding transaction would be rolled
@@ -330,46 +333,57 @@ public:
 
     // The token is drawn and committed here, before the holding transaction (a
     // second connection could not commit while this one holds the file).
-    std::optional<grant> lock_row(soci::session& s, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds wait, std::function<std::int64_t()> const&,
-                                  bool& missing) const override {
+    std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds, std::chrono::milliseconds wait,
+                                  std::function<std::int64_t()> const&, bool& missing) const override {
+        auto& c = static_cast<lite_cache&>(cache(ps));
+        auto* db = handle_of(ps);
         missing = false;
-        set_engine_wait(s, wait);
+        set_engine_wait(ps.session, wait);
         auto begin = [&] {
             try {
-                s << "BEGIN IMMEDIATE";
+                c.begin.start(db, "BEGIN IMMEDIATE").run();
                 return true;
-            } catch (soci::soci_error const& e) {
-                auto* lite = dynamic_cast<soci::sqlite3_soci_error const*>(&e);
-                if (lite != nullptr && (lite->result() & 0xff) == 5) return false;  // SQLITE_BUSY
+            } catch (soci::sqlite3_soci_error const& e) {
+                if ((e.result() & 0xff) == 5) return false;  // SQLITE_BUSY
                 throw;
             }
         };
         long long drawn = 0, current = 0, locked = 0;
         if (!begin()) return std::nullopt;
-        s << token_sql_, soci::use(name, "name"), soci::into(drawn);
-        s << "COMMIT";
+        c.token.start(db, token_sql_).bind(":name", name).run([&](sqlite3_stmt* st) {
+            drawn = sqlite3_column_int64(st, 0);
+        });
+        c.commit.start(db, "COMMIT").run();
         if (!begin()) return std::nullopt;
-        s << "SELECT token FROM " + tokens_ + " WHERE name = :name", soci::use(name, "name"), soci::into(current);
+        c.current_token.start(db, current_token_sql_).bind(":name", name).run([&](sqlite3_stmt* st) {
+            current = sqlite3_column_int64(st, 0);
+        });
         if (current != drawn) return std::nullopt;  // another contender drew later: it goes first
-        s << row_lock_sql_, soci::use(name, "name"), soci::use(drawn, "token"), soci::use(owner, "owner"),
-            soci::into(locked);
+        c.row_lock.start(db, row_lock_sql_)
+            .bind(":name", name)
+            .bind(":token", drawn)
+            .bind(":owner", owner)
+            .run([&](sqlite3_stmt* st) { locked = sqlite3_column_int64(st, 0); });
         return grant{true, drawn, locked, 0};
     }
 
-    std::int64_t keep_row_lock(soci::session& s, std::chrono::milliseconds) const override {
+    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds) const override {
+        auto& c = static_cast<lite_cache&>(cache(ps));
         long long now = 0;
-        s << "SELECT " + now_sql(), soci::into(now);
+        c.now.start(handle_of(ps), keep_sql_).run([&](sqlite3_stmt* st) { now = sqlite3_column_int64(st, 0); });
         return now;
     }
 
-    void end_row_lock(soci::session& s, bool commit) const override {
+    void end_row_lock(pooled_session ps, bool commit) const override {
+        auto& c = static_cast<lite_cache&>(cache(ps));
+        auto* db = handle_of(ps);
         try {
-            s << (commit ? "COMMIT" : "ROLLBACK");
+            (commit ? c.commit.start(db, "COMMIT") : c.rollback.start(db, "ROLLBACK")).run();
         } catch (soci::soci_error const&) {
             if (commit) throw;  // a ROLLBACK without a transaction (BEGIN was busy) is fine
         }
-        set_engine_wait(s, options_.lock_wait_timeout);
+        set_engine_wait(ps.session, options_.lock_wait_timeout);
     }
 
     failure classify(soci::soci_error const& e, soci::session&) const override {
@@ -412,6 +426,8 @@ private:
     std::string token_sql_;
     std::string lock_sql_;
     std::string row_lock_sql_;
+    std::string current_token_sql_;
+    std::string keep_sql_;
     mutable std::string synchronous_ = "full";  // set with the connect string, before any open
     // The release's switch to NORMAL and back, when the URL's setting syncs every commit.
     mutable bool relax_release_ = true;
