@@ -260,6 +260,7 @@ private:
             // The store creates the tables (and MariaDB's procedures) of the run's prefix.
             sqlock::store create(d.url, {.create_schema = true, .table_prefix = tables_});
             d.raw = raw_session(d.e, d.url);
+            if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
             install_audit(*d.raw, d.e, tables_);
         }
     }
@@ -433,6 +434,29 @@ private:
         return live[std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng_)];
     }
 
+    /// A running worker that holds a lock right now (by the lock table: owners are
+    /// "<worker>.<pid>.t<k>"), so that a pause catches a holder; else any running worker.
+    worker_proc* pick_holder() {
+        std::vector<worker_proc*> holders;
+        try {
+            auto& d = dbs_.front();
+            std::vector<std::string> owners(256);
+            *d.raw << "SELECT owner FROM " + tables_ + "_locks WHERE expires_at > " +
+                          (d.e == engine::postgresql ? std::string("clock_timestamp()")
+                           : d.e == engine::mysql    ? std::string("NOW(6)")
+                                                     : audit_now_us_sql(d.e)),
+                soci::into(owners);
+            for (auto const& o : owners)
+                for (auto& w : workers_)
+                    if (w.running && !w.reaper && !w.stopped && o.rfind(w.name + "." + std::to_string(w.pid) + ".", 0) == 0)
+                        holders.push_back(&w);
+        } catch (std::exception const& ex) {
+            std::cout << "[battery] could not read the holders (" << ex.what() << "): pausing a random worker\n";
+        }
+        if (holders.empty()) return pick_running_worker();
+        return holders[std::uniform_int_distribution<std::size_t>(0, holders.size() - 1)(rng_)];
+    }
+
     void sleep_until(std::chrono::steady_clock::time_point t) {
         while (std::chrono::steady_clock::now() < t) {
             poll_children();
@@ -495,7 +519,7 @@ private:
                     break;
                 }
                 case nemesis_kind::stop_cont: {
-                    auto* w = pick_running_worker();
+                    auto* w = pick_holder();
                     if (w == nullptr) break;
                     ::kill(w->pid, SIGSTOP);
                     w->stopped = true;

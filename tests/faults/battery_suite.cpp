@@ -45,7 +45,9 @@ TEST_P(BatteryConformance, B01_CounterStorm) {
 // E01 — the reaper racing renewals: holders hold U(1, 3)×TTL with a TTL of 300 ms, so the
 // watchdog renews them every ~100 ms, while a reaper process deletes expired rows (grace 0)
 // every 10 ms, one row per batch with a pause between batches (failpoint
-// reaper.between_batches). K1: no lease is taken over or deleted before its expiry, and no
+// reaper.between_batches). Worker 1's renewals are held back 180 ms before their statement
+// (failpoint renew.before_statement), so they reach the database around the expiry: some in
+// time, some after it, racing the reaper's delete of the same row. K1: no lease is taken over or deleted before its expiry, and no
 // unexpired row is deleted by anyone but its owner (K1-reap); K3: a holder that lost its lease
 // meanwhile has its late writes refused. The unfenced counter is only reported: a lease can be
 // lost to a slow renewal on a loaded machine, and then the counter is not protected.
@@ -67,7 +69,9 @@ TEST_P(BatteryConformance, E01_ReaperRacesRenewals) {
     s.reaper_grace = 0ms;
     s.reaper_batch = 1;
     s.reaper_env = {"SQLOCK_FAILPOINTS=reaper.between_batches=sleep:5"};
-    battery_run(s, GetParam()).run_and_check();
+    battery_run r(s, GetParam());
+    r.set_slot_env(1, {"SQLOCK_FAILPOINTS=renew.before_statement=sleep:180"});
+    r.run_and_check();
 }
 
 // E03 — token monotonicity across reap and reinsert: TTL 200 ms, no renewals, half the leases
