@@ -12,9 +12,11 @@
 // (an UPDATE that changes none of these, e.g. PostgreSQL's waiters flag, writes nothing).
 // db_time is the database's clock when the trigger runs, after the statement has waited for
 // any row lock: PostgreSQL clock_timestamp(), MariaDB SYSDATE(6), SQLite julianday('now') (fixed
-// for one sqlite3_step, the lock statement's own time). A statement-start time (now(),
-// statement_timestamp(), NOW(6)) would date a grant that waited for a release before that
-// release. seq is the database's own order of the changes (per lock name the changes conflict
+// for one sqlite3_step, the lock statement's own time). A statement-start time would date a grant
+// that waited for a release before that release. A renewal is the exception: its db_time is the
+// time its statement compared expires_at with and extended it from (PostgreSQL
+// statement_timestamp(), MariaDB NOW(6) of the UPDATE), so that K1's "renewed after expiry" check
+// judges the renewal by the time the library's own condition used, not by a later clock reading. seq is the database's own order of the changes (per lock name the changes conflict
 // on its row or unique key, so seq order is their commit order).
 //
 // dump_audit() reads the audit back as checkers.hpp's audit_rows (times in µs since the Unix
@@ -76,7 +78,7 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
                       "    IF NEW.token <> OLD.token THEN\n"
                       "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'takeover', clock_timestamp(), NEW.expires_at);\n"
                       "    ELSIF NEW.expires_at <> OLD.expires_at THEN\n"
-                      "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', clock_timestamp(), NEW.expires_at);\n"
+                      "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', statement_timestamp(), NEW.expires_at);\n"
                       "    ELSIF NEW.holds <> OLD.holds THEN\n"
                       "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'hold', clock_timestamp(), NEW.expires_at);\n"
                       "    END IF;\n"
@@ -104,7 +106,7 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
                       "  IF NEW.token <> OLD.token THEN\n"
                       "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), NEW.expires_at);\n"
                       "  ELSEIF NEW.expires_at <> OLD.expires_at THEN\n"
-                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', SYSDATE(6), NEW.expires_at);\n"
+                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', NOW(6), NEW.expires_at);\n"
                       "  ELSEIF NEW.holds <> OLD.holds THEN\n"
                       "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'hold', SYSDATE(6), NEW.expires_at);\n"
                       "  END IF;\n"

@@ -616,8 +616,11 @@ private:
                              {"counters", counters},
                              {"live_owners", live_owners},
                              {"ttl_ms", s_.ttl.count()},
-                             {"k6_bound_ms", s_.k6_bound_ms},
+                             {"k2_expect_zero", s_.k2},
                              {"asserted", asserted_list()}};
+        final["remaining"] = nlohmann::json::array();
+        for (auto const& r : remaining) final["remaining"].push_back(to_json(r));
+        if (s_.k6) final["k6_bound_ms"] = s_.k6_bound_ms;
         std::ofstream(dir_ / "final.json") << final.dump(2) << '\n';
 
         std::vector<std::string> worker_failures;
