@@ -600,6 +600,12 @@ private:
             if (in) in >> v;
             counters[lock_prefix_ + "L" + std::to_string(i)] = v;
         }
+        // A worker that died of SIGKILL at a failpoint after the nemesis stopped watching is a kill too.
+        if (s_.restart_crashed)
+            for (auto& w : workers_)
+                if (auto it = exits_.find(w.name); it != exits_.end() && WIFSIGNALED(it->second) &&
+                                                   WTERMSIG(it->second) == SIGKILL)
+                    w.killed = true;
         // Owners whose rows may legitimately outlive the run: killed processes' and abandoned leases'.
         std::set<std::string> killed_procs;
         for (auto const& w : workers_)
