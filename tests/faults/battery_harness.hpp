@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -212,6 +213,7 @@ private:
         if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return outcome::failed;
 
         nemesis_.open((dir_ / "nemesis.jsonl").string(), std::ios::app);
+        realtime_minus_mono_ns_ = measure_realtime_minus_mono();
         duration_ = scaled(s_.duration);
         started_ = std::chrono::steady_clock::now();
         end_ = started_ + duration_;
@@ -623,6 +625,7 @@ private:
                              {"live_owners", live_owners},
                              {"ttl_ms", s_.ttl.count()},
                              {"k2_expect_zero", s_.k2},
+                             {"realtime_minus_mono_ns", realtime_minus_mono_ns_},
                              {"asserted", asserted_list()}};
         final["remaining"] = nlohmann::json::array();
         for (auto const& r : remaining) final["remaining"].push_back(to_json(r));
@@ -657,7 +660,8 @@ private:
         reports.push_back({k7_tokens(audit, history), s_.k7, true});
         reports.push_back({k8_leftovers(remaining, live_owners), s_.k8, true});
         reports.push_back({k9_typed_errors(history), s_.k9, true});
-        if (!s_.majority) reports.push_back({live_deletes_are_releases(audit, history), s_.k1, true});
+        if (!s_.majority)
+            reports.push_back({live_deletes_are_releases(audit, history, realtime_minus_mono_ns_), s_.k1, true});
 
         bool safety_failed = !worker_failures.empty();
         bool liveness_failed = false;
@@ -697,13 +701,35 @@ private:
     }
 
     /// K1's other half, which the audit alone cannot decide: a row deleted before its expiry must
-    /// have been deleted by its owner's release (a release invoke of that owner and token exists);
-    /// the reaper, or anyone else, deleting an unexpired lease is a violation.
-    static report live_deletes_are_releases(std::vector<audit_row> const& audit, std::vector<event> const& history) {
+    /// have been deleted by its owner's release, i.e. while a release of that lock, owner and token
+    /// was in flight. The audit's db_time is placed on the raw monotonic clock of the histories by
+    /// the offset between the host's real-time and monotonic clocks measured at the start of the
+    /// run (every database of a run is on this host, so its clock is this host's real-time clock);
+    /// `slack_ms` absorbs the clocks' reading jitter. A live row deleted outside every such window
+    /// (by the reaper, or by anyone else) is a violation.
+    static report live_deletes_are_releases(std::vector<audit_row> const& audit, std::vector<event> const& history,
+                                            std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10) {
         report r{"K1-reap", {}, {}};
-        std::set<std::tuple<std::string, std::string, std::int64_t>> released;
-        for (auto const& ev : history)
-            if (ev.op == "release" && ev.type == "invoke" && ev.token) released.insert({ev.lock, ev.owner, *ev.token});
+        // Release windows [invoke, completion] per (lock, owner, token); no completion: open to the end.
+        std::map<std::tuple<std::string, std::string, std::int64_t>, std::vector<std::pair<std::int64_t, std::int64_t>>>
+            windows;
+        std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::string>, std::int64_t> open;  // proc,pid,thread,lock
+        std::vector<event const*> sorted;
+        for (auto const& ev : history) sorted.push_back(&ev);
+        std::stable_sort(sorted.begin(), sorted.end(), [](auto a, auto b) { return a->mono_ns < b->mono_ns; });
+        for (auto const* ev : sorted) {
+            if (ev->op != "release" || !ev->token) continue;
+            auto key = std::make_tuple(ev->proc, ev->pid, ev->thread, ev->lock);
+            if (ev->type == "invoke") {
+                open[key] = ev->mono_ns;
+                windows[{ev->lock, ev->owner, *ev->token}].push_back({ev->mono_ns, std::numeric_limits<std::int64_t>::max()});
+            } else if (auto it = open.find(key); it != open.end()) {
+                auto& w = windows[{ev->lock, ev->owner, *ev->token}];
+                if (!w.empty()) w.back().second = ev->mono_ns;
+                open.erase(it);
+            }
+        }
+        std::int64_t const slack_ns = slack_ms * 1'000'000;
         r.counts["live_deletes"] = 0;
         r.counts["expired_deletes"] = 0;
         for (auto const& a : audit) {
@@ -713,14 +739,38 @@ private:
                 continue;
             }
             ++r.counts["live_deletes"];
-            if (released.count({a.lock, a.owner, a.token}) == 0)
+            std::int64_t const at = a.db_time_us * 1000 - realtime_minus_mono_ns;  // on the raw monotonic clock
+            bool during_release = false;
+            if (auto it = windows.find({a.lock, a.owner, a.token}); it != windows.end())
+                for (auto const& [from, to] : it->second)
+                    if (at >= from - slack_ns && (to == std::numeric_limits<std::int64_t>::max() || at <= to + slack_ns))
+                        during_release = true;
+            if (!during_release)
                 r.violations.push_back({"K1", "lock " + a.lock + ": the unexpired row of token " + std::to_string(a.token) +
-                                                  " (owner " + a.owner + ", expires_at " + std::to_string(a.expires_at_us) +
-                                                  ") was deleted at db time " + std::to_string(a.db_time_us) +
-                                                  " (audit seq " + std::to_string(a.seq) +
-                                                  ") though its owner never released it"});
+                                                  " (owner " + a.owner + ") was deleted at db time " +
+                                                  std::to_string(a.db_time_us) + ", " +
+                                                  std::to_string((a.expires_at_us - a.db_time_us) / 1000) +
+                                                  " ms before its expiry (audit seq " + std::to_string(a.seq) +
+                                                  "), while its owner was not releasing it"});
         }
         return r;
+    }
+
+    /// CLOCK_REALTIME minus the raw CLOCK_MONOTONIC, from the tightest of a few back-to-back readings.
+    static std::int64_t measure_realtime_minus_mono() {
+        std::int64_t best = 0, best_gap = std::numeric_limits<std::int64_t>::max();
+        for (int i = 0; i < 20; ++i) {
+            auto m1 = raw_monotonic_ns();
+            timespec ts{};
+            ::syscall(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+            auto m2 = raw_monotonic_ns();
+            std::int64_t const real = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+            if (m2 - m1 < best_gap) {
+                best_gap = m2 - m1;
+                best = real - (m1 + m2) / 2;
+            }
+        }
+        return best;
     }
 
     std::vector<std::string> asserted_list() const {
@@ -747,6 +797,7 @@ private:
     std::set<std::string> killed_owners_names_;
     std::ofstream nemesis_;
     milliseconds duration_{0};
+    std::int64_t realtime_minus_mono_ns_ = 0;
     std::chrono::steady_clock::time_point started_, end_;
 };
 
