@@ -153,14 +153,17 @@ private:
         event e{.thread = k, .lock = std::string(ev.name), .owner = owner, .token = ev.token};
         switch (ev.what) {
         case kind::renewed: {
+            // Logged (under the slot's mutex) only while the worker still has the lease in its slot,
+            // which it empties before it logs the release's invoke: a renewal the renewer finished
+            // just before a release, whose hook runs after it, must not appear after that release.
+            std::lock_guard lock(slot.mutex);
+            if (slot.lease == nullptr || slot.lease->token() != ev.token) return;
             e.op = "renew";
             e.type = "ok";
-            std::lock_guard lock(slot.mutex);
-            if (slot.lease != nullptr && slot.lease->token() == ev.token) {
-                e.expires_at_us = us_of(slot.lease->expires_at());
-                e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
-            }
-            break;
+            e.expires_at_us = us_of(slot.lease->expires_at());
+            e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
+            h_.write(std::move(e));
+            return;
         }
         case kind::renew_failed:
             e.op = "renew";
