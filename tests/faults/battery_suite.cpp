@@ -3,7 +3,7 @@
 // tables of its own, applies a nemesis, and checks the histories and the database's own audit with
 // K1–K9 (checkers.hpp); see battery_harness.hpp for the run, the replay line and the seeds.
 //
-//   Engines/BatteryConformance.<Test>/<engine>  B01, E01, E03   labels conformance;battery
+//   Engines/BatteryConformance.<Test>/<engine>  B01 (table and row lock), E01, E03   labels conformance;battery
 //   Engines/BatteryFaults.<Test>/<engine>       C01, C02        labels fault-smoke;battery
 //   BatteryMajority.<Test>                      F01, F05        labels fault-smoke;battery
 //
@@ -38,6 +38,24 @@ TEST_P(BatteryConformance, B01_CounterStorm) {
     s.duration = 10s;
     s.ttl = 10s;
     s.acquire_wait = 10s;
+    s.k2 = true;
+    battery_run(s, GetParam()).run_and_check();
+}
+
+// B01 with the row lock (row_locker, --row): the same storm, exclusion by the engine's row lock
+// held in an open transaction. The audit watches the table lock's rows only, so K1 and K8 have
+// nothing to read here and K7 checks the tokens of the grants in the history instead.
+TEST_P(BatteryConformance, B01_CounterStormRowLock) {
+    scenario s;
+    s.id = "B01-row";
+    s.fixed_seed = 102;
+    s.processes = 4;
+    s.threads = 4;
+    s.locks = 4;
+    s.duration = 10s;
+    s.ttl = 10s;
+    s.acquire_wait = 10s;
+    s.row = true;
     s.k2 = true;
     battery_run(s, GetParam()).run_and_check();
 }
