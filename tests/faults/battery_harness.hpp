@@ -207,10 +207,16 @@ private:
         tables_ = "sqlb_" + random_hex(10);
         res_tables_ = tables_ + "_res";
         lock_prefix_ = "b-" + random_hex(8) + "/";
+        auto setup_stopped = [&] {
+            if (!::testing::Test::HasFatalFailure() && !::testing::Test::IsSkipped()) return false;
+            std::error_code ec;
+            fs::remove_all(dir_, ec);  // nothing ran: nothing to replay
+            return true;
+        };
         open_databases();
-        if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return outcome::failed;
+        if (setup_stopped()) return outcome::failed;
         open_resource();
-        if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return outcome::failed;
+        if (setup_stopped()) return outcome::failed;
 
         nemesis_.open((dir_ / "nemesis.jsonl").string(), std::ios::app);
         realtime_minus_mono_ns_ = measure_realtime_minus_mono();
