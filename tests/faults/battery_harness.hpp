@@ -176,7 +176,16 @@ public:
         seed_ = scenario_seed(s_.fixed_seed);
         bool retried = false;
         for (;;) {
-            auto verdict = run_once();
+            outcome verdict = outcome::failed;
+            try {
+                verdict = run_once();
+            } catch (std::exception const& ex) {
+                ADD_FAILURE() << s_.id << " on " << engine_label() << ": the harness failed: "
+                              << sqlock_test::describe(ex);
+                if (!dir_.empty() && fs::exists(dir_))
+                    std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
+                return;
+            }
             if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
             if (verdict == outcome::flaky_liveness && !retried) {
                 std::cout << "[battery] " << s_.id << ": only the liveness bound (K6) was missed: rerunning once, "
@@ -707,31 +716,32 @@ private:
     }
 
     /// K1's other half, which the audit alone cannot decide: a row deleted before its expiry must
-    /// have been deleted by its owner's release, i.e. while a release of that lock, owner and token
-    /// was in flight. The audit's db_time is placed on the raw monotonic clock of the histories by
-    /// the offset between the host's real-time and monotonic clocks measured at the start of the
-    /// run (every database of a run is on this host, so its clock is this host's real-time clock);
-    /// `slack_ms` absorbs the clocks' reading jitter. A live row deleted outside every such window
-    /// (by the reaper, or by anyone else) is a violation.
+    /// have been deleted by its owner, i.e. while that owner was releasing it (or inside its own
+    /// acquire, which gives back a grant that came too late). The audit's db_time is placed on the
+    /// raw monotonic clock of the histories by the offset between the host's real-time and
+    /// monotonic clocks measured at the start of the run (every database of a run is on this host,
+    /// so its clock is this host's real-time clock); `slack_ms` absorbs the clocks' reading jitter
+    /// (and SQLite's millisecond 'now'). A live row deleted outside every such window (by the
+    /// reaper, or by anyone else) is a violation.
     static report live_deletes_are_releases(std::vector<audit_row> const& audit, std::vector<event> const& history,
                                             std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10) {
         report r{"K1-reap", {}, {}};
-        // Release windows [invoke, completion] per (lock, owner, token); no completion: open to the end.
-        std::map<std::tuple<std::string, std::string, std::int64_t>, std::vector<std::pair<std::int64_t, std::int64_t>>>
-            windows;
-        std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::string>, std::int64_t> open;  // proc,pid,thread,lock
+        // The owner's release and acquire windows [invoke, completion] per (lock, owner); no completion:
+        // open to the end.
+        std::map<std::pair<std::string, std::string>, std::vector<std::pair<std::int64_t, std::int64_t>>> windows;
+        std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::string, std::string>, std::size_t> open;
         std::vector<event const*> sorted;
         for (auto const& ev : history) sorted.push_back(&ev);
         std::stable_sort(sorted.begin(), sorted.end(), [](auto a, auto b) { return a->mono_ns < b->mono_ns; });
         for (auto const* ev : sorted) {
-            if (ev->op != "release" || !ev->token) continue;
-            auto key = std::make_tuple(ev->proc, ev->pid, ev->thread, ev->lock);
+            if (ev->op != "release" && ev->op != "acquire") continue;
+            auto key = std::make_tuple(ev->proc, ev->pid, ev->thread, ev->lock, ev->op);
             if (ev->type == "invoke") {
-                open[key] = ev->mono_ns;
-                windows[{ev->lock, ev->owner, *ev->token}].push_back({ev->mono_ns, std::numeric_limits<std::int64_t>::max()});
+                auto& w = windows[{ev->lock, ev->owner}];
+                w.push_back({ev->mono_ns, std::numeric_limits<std::int64_t>::max()});
+                open[key] = w.size() - 1;
             } else if (auto it = open.find(key); it != open.end()) {
-                auto& w = windows[{ev->lock, ev->owner, *ev->token}];
-                if (!w.empty()) w.back().second = ev->mono_ns;
+                windows[{ev->lock, ev->owner}][it->second].second = ev->mono_ns;
                 open.erase(it);
             }
         }
@@ -747,7 +757,7 @@ private:
             ++r.counts["live_deletes"];
             std::int64_t const at = a.db_time_us * 1000 - realtime_minus_mono_ns;  // on the raw monotonic clock
             bool during_release = false;
-            if (auto it = windows.find({a.lock, a.owner, a.token}); it != windows.end())
+            if (auto it = windows.find({a.lock, a.owner}); it != windows.end())
                 for (auto const& [from, to] : it->second)
                     if (at >= from - slack_ns && (to == std::numeric_limits<std::int64_t>::max() || at <= to + slack_ns))
                         during_release = true;
@@ -757,7 +767,7 @@ private:
                                                   std::to_string(a.db_time_us) + ", " +
                                                   std::to_string((a.expires_at_us - a.db_time_us) / 1000) +
                                                   " ms before its expiry (audit seq " + std::to_string(a.seq) +
-                                                  "), while its owner was not releasing it"});
+                                                  "), while its owner was neither releasing nor acquiring it"});
         }
         return r;
     }
