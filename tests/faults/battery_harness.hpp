@@ -340,8 +340,8 @@ private:
         dbs_.clear();
         res_raw_.reset();
         workers_.clear();
+        exits_.clear();
         nemesis_.close();
-        killed_owners_names_.clear();
     }
 
     // ---------------------------------------------------------------- processes
@@ -673,6 +673,13 @@ private:
             reports.push_back({k6_availability(history, nem, s_.k6_bound_ms), true, false});
         }
         reports.push_back({k7_tokens(audit, history), s_.k7, true});
+        if (s_.majority) {
+            // The audit holds the members' own tokens; the majority tokens the clients got are in the
+            // history: each grant's above every grant that completed before it was asked for.
+            auto majority_tokens = k7_tokens({}, history);
+            majority_tokens.checker = "K7-majority";
+            reports.push_back({std::move(majority_tokens), s_.k7, true});
+        }
         reports.push_back({k8_leftovers(remaining, live_owners), s_.k8, true});
         reports.push_back({k9_typed_errors(history), s_.k9, true});
         if (!s_.majority)
@@ -810,7 +817,6 @@ private:
     std::vector<worker_proc> workers_;
     std::map<std::string, int> exits_;
     std::map<int, std::vector<std::string>> slot_env_;
-    std::set<std::string> killed_owners_names_;
     std::ofstream nemesis_;
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;
