@@ -23,24 +23,8 @@ target_compile_definitions(sqlock_battery_tests
 add_dependencies(sqlock_battery_tests sqlock_battery_worker)
 sqlock_test_target(sqlock_battery_tests)
 
-gtest_discover_tests(sqlock_battery_tests
-  TEST_FILTER "Engines/BatteryConformance.*"
-  NO_PRETTY_VALUES # names stay Engines/<Suite>.<Test>/<engine>
-  TEST_LIST sqlock_battery_conformance_list
-  DISCOVERY_TIMEOUT 60
-  PROPERTIES TIMEOUT 2400 LABELS "conformance;battery")
-gtest_discover_tests(sqlock_battery_tests
-  TEST_FILTER "Engines/BatteryFaults.*:BatteryMajority.*"
-  NO_PRETTY_VALUES
-  TEST_LIST sqlock_battery_faults_list
-  DISCOVERY_TIMEOUT 60
-  PROPERTIES TIMEOUT 2400 LABELS "fault-smoke;battery")
-# CMake < 3.28 flattens a list-valued LABELS in gtest_discover_tests: set the lists again after discovery.
-file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/sqlock_battery_labels.cmake"
-  "if(DEFINED sqlock_battery_conformance_list AND NOT sqlock_battery_conformance_list STREQUAL \"\")\n"
-  "  set_tests_properties(\${sqlock_battery_conformance_list} PROPERTIES LABELS \"conformance;battery\")\n"
-  "endif()\n"
-  "if(DEFINED sqlock_battery_faults_list AND NOT sqlock_battery_faults_list STREQUAL \"\")\n"
-  "  set_tests_properties(\${sqlock_battery_faults_list} PROPERTIES LABELS \"fault-smoke;battery\")\n"
-  "endif()\n")
-set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${CMAKE_CURRENT_BINARY_DIR}/sqlock_battery_labels.cmake")
+# Labels set after discovery by main's sqlock_discover_tests (CMake < 3.28 flattens a list-valued LABELS).
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_conformance FILTER "Engines/BatteryConformance.*"
+                      LABELS conformance battery TIMEOUT 2400)
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_faults FILTER "Engines/BatteryFaults.*:BatteryMajority.*"
+                      LABELS fault-smoke battery TIMEOUT 2400)
