@@ -1,6 +1,7 @@
 // Majority mode: a lease on each of N independent lockers, granted when a
 // majority (N/2+1) grant it within the validity window, with a fencing token
 // settled over the granting members' durable counters.
+#include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
@@ -383,6 +384,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
 
     std::string why;
     bool contended = false;
+    SQLOCK_FAILPOINT("majority.between_members");  // members granted, the token not settled yet
     auto token = settle_token(name, granted, valid_until, why, contended);
     if (!token && !contended && clock::now() < valid_until) {
         give_all_back();

@@ -1,4 +1,5 @@
 // The reaper: batches of one conditional DELETE each, on the database's clock.
+#include "detail/failpoint.hpp"
 #include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
@@ -84,6 +85,7 @@ reap_result reaper::reap_once(std::stop_token stop) {
             r.complete = true;
             break;
         }
+        SQLOCK_FAILPOINT("reaper.between_batches");
         // Counting does not change the table: a second batch would count the same rows.
         if (options_.dry_run) break;
     }

@@ -1,4 +1,5 @@
 // The unique-index INSERT lock: a row per name in <prefix>_locks.
+#include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
@@ -22,6 +23,7 @@ public:
 
 private:
     bool db_delete() override {
+        SQLOCK_FAILPOINT("release.before_statement");
         bool reconnected = false;
         bool deleted = store_->run(
             "releasing lock '" + name() + "'",
@@ -53,6 +55,7 @@ private:
 
     std::optional<renewal> db_renew(std::chrono::milliseconds ttl) override {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(ttl).count();
+        SQLOCK_FAILPOINT("renew.before_statement");
         auto before = sys_clock::now();
         auto r = store_->run(
             "renewing lock '" + name() + "'",
@@ -111,6 +114,7 @@ protected:
             return nullptr;
         }
         if (!g.acquired) return nullptr;
+        SQLOCK_FAILPOINT("acquire.after_commit_before_return");
         store_->record_clock(g.created_us, before, sys_clock::now());
         auto row = std::make_shared<table_row>(shared_from_this(), store_, name, owner, g, options_.ttl,
                                                valid_until(sent, options_.ttl));

@@ -1,0 +1,829 @@
+// sqlock reliability battery — the scenario runner.
+//
+// One scenario run:
+//   1. a run directory (kept when the run fails), tables of the run's own prefix on the lock
+//      database(s) with the ground-truth audit installed (audit.hpp), and a fenced resource on a
+//      separate database (PostgreSQL's SQLOCK_TEST_PG2_URL, or an SQLite file for SQLite runs);
+//   2. P battery_worker processes (history-<name>.jsonl each), plus a reaper process if asked;
+//   3. a nemesis applying faults while they run, logged in nemesis.jsonl on the raw monotonic
+//      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a majority
+//      member stalled through its fault proxy;
+//   4. then audit*.jsonl (the audit of every lock database), remaining.jsonl (the lock rows left),
+//      final.json (the unfenced counters' final values, the owners of killed or abandoning
+//      processes, the scenario's parameters), and the checkers (checkers.hpp) over all of it.
+// The scenario says which reports must be ok(); every report's summary is printed. On failure the
+// directory stays and one line tells how to re-run the checkers on it:
+//     replay: build/tests/faults/sqlock_battery_check <dir>
+// on success it is deleted. A safety failure (K1, K3, K4, K5, K7, K8, K9) is never retried; a
+// liveness miss (K6) alone reruns the scenario once with a new seed and is reported as flaky.
+//
+// Seeds: each scenario has a fixed seed in CI and a random one under SQLOCK_SOAK=1; the seed is
+// printed, and SQLOCK_BATTERY_SEED=<n> replays a schedule (nemesis choices and the workers'
+// random choices; the interleavings themselves are the machine's). SQLOCK_SOAK=1 also makes
+// every duration 10 times longer.
+#pragma once
+
+#include "audit.hpp"
+#include "checkers.hpp"
+#include "history.hpp"
+
+#include "../fault_proxy.hpp"
+#include "../test_env.hpp"
+#include "../test_process.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#ifndef SQLOCK_BATTERY_WORKER
+#error "SQLOCK_BATTERY_WORKER (path of sqlock_battery_worker) must be defined by the build"
+#endif
+
+namespace sqlock_battery {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using sqlock::engine;
+using std::chrono::milliseconds;
+
+inline bool soak_mode() { return sqlock_test::getenv_nonempty("SQLOCK_SOAK").value_or("0") != "0"; }
+
+/// A CI duration, ×10 under SQLOCK_SOAK=1.
+inline milliseconds scaled(milliseconds ci) { return soak_mode() ? ci * 10 : ci; }
+
+/// The seed of a scenario: SQLOCK_BATTERY_SEED, else random under SQLOCK_SOAK=1, else `fixed`.
+inline std::uint64_t scenario_seed(std::uint64_t fixed) {
+    if (auto s = sqlock_test::getenv_nonempty("SQLOCK_BATTERY_SEED")) return std::stoull(*s);
+    if (soak_mode()) return std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+    return fixed;
+}
+
+/// Which nemesis a scenario runs.
+enum class nemesis_kind {
+    none,
+    kill_restart,  ///< SIGKILL a random worker every U(interval) and restart it (new owners) after restart_delay
+    stop_cont,     ///< SIGSTOP a random worker for stop_for, every U(interval)
+    stall_member,  ///< majority: stall a random member's proxy for stop_for, every U(interval)
+};
+
+/// What a scenario runs and what it asserts.
+struct scenario {
+    std::string id;  ///< "B01", ...
+    std::uint64_t fixed_seed = 1;
+    // load
+    int processes = 4;
+    int threads = 4;
+    int locks = 4;
+    milliseconds duration = 10s;  ///< CI value; scaled() under SQLOCK_SOAK
+    milliseconds ttl = 10s;
+    milliseconds acquire_wait = 5s;
+    long long cs_max_us = 5000;
+    milliseconds hold_min = 0ms, hold_max = 0ms;
+    int abandon_pct = 0;
+    bool no_renew = false;
+    bool row = false;
+    bool fenced = true;
+    milliseconds lock_wait_timeout = 1s;
+    milliseconds io_timeout = 2s;
+    std::vector<std::string> worker_env;  ///< extra "KEY=value" for the workers (SQLOCK_FAILPOINTS=...)
+    // reaper process
+    bool reaper = false;
+    milliseconds reaper_interval = 100ms;
+    milliseconds reaper_grace = 0ms;
+    int reaper_batch = 100;
+    std::optional<milliseconds> token_horizon;
+    std::vector<std::string> reaper_env;
+    // nemesis
+    nemesis_kind nemesis = nemesis_kind::none;
+    milliseconds interval_min = 2s, interval_max = 4s;
+    milliseconds stop_for = 0ms;
+    milliseconds restart_delay = 1s;
+    /// Restart a worker that died of SIGKILL by itself (a failpoint's kill), logging it as a kill.
+    bool restart_crashed = false;
+    // majority
+    bool majority = false;
+    milliseconds member_timeout = 0ms;
+    // what must hold
+    bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
+    bool k3_needs_rejection = false;  ///< the fault must have bitten: at least one stale write refused
+    /// Progress floor: at least this many grants (far below what a healthy run makes), so that a
+    /// library that stops granting cannot pass the safety checks by doing nothing.
+    std::size_t min_grants = 1;
+    std::int64_t k6_bound_ms = 0;
+};
+
+/// One database holding lock tables for the run.
+struct lock_db {
+    std::string label;  ///< "" for a single database, else the member's name
+    engine e{};
+    std::string url;    ///< direct
+    std::string worker_url;  ///< what workers connect to (the proxy's, in majority runs)
+    std::unique_ptr<sqlock_test::fault_proxy> proxy;
+    std::unique_ptr<soci::session> raw;
+};
+
+/// A worker process of the run.
+struct worker_proc {
+    std::string name;
+    pid_t pid = -1;
+    bool running = false;
+    bool stopped = false;
+    bool killed = false;
+    int slot = 0;
+    int generation = 0;
+    bool reaper = false;
+};
+
+class battery_run {
+public:
+    battery_run(scenario s, engine e) : s_(std::move(s)), e_(e) {}
+    battery_run(battery_run const&) = delete;
+    battery_run& operator=(battery_run const&) = delete;
+
+    ~battery_run() {
+        for (auto& w : workers_)
+            if (w.running) {
+                if (w.stopped) ::kill(w.pid, SIGCONT);
+                ::kill(w.pid, SIGKILL);
+                int st = 0;
+                ::waitpid(w.pid, &st, 0);
+            }
+        cleanup_tables();
+    }
+
+    /// Extra environment ("KEY=value") for the worker of one slot, its restarts included.
+    void set_slot_env(int slot, std::vector<std::string> env) { slot_env_[slot] = std::move(env); }
+
+    /// Runs the scenario and asserts what it says must hold. Call from a TEST body.
+    void run_and_check() {
+        seed_ = scenario_seed(s_.fixed_seed);
+        bool retried = false;
+        for (;;) {
+            outcome verdict = outcome::failed;
+            try {
+                verdict = run_once();
+            } catch (std::exception const& ex) {
+                ADD_FAILURE() << s_.id << " on " << engine_label() << ": the harness failed: "
+                              << sqlock_test::describe(ex);
+                if (!dir_.empty() && fs::exists(dir_))
+                    std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
+                return;
+            }
+            if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
+            if (verdict == outcome::flaky_liveness && !retried) {
+                std::cout << "[battery] " << s_.id << ": only the liveness bound (K6) was missed: rerunning once, "
+                          << "reported as flaky\n";
+                retried = true;
+                ++seed_;
+                reset_for_retry();
+                continue;
+            }
+            return;
+        }
+    }
+
+private:
+    enum class outcome { ok, failed, flaky_liveness };
+
+    std::string engine_label() const { return s_.majority ? "majority" : sqlock_test::engine_name(e_); }
+
+    outcome run_once() {
+        using namespace sqlock_test;
+        dir_ = fs::temp_directory_path() / "sqlock-battery" /
+               (s_.id + "-" + engine_label() + "-" + std::to_string(seed_) + "-" + random_hex(6));
+        fs::create_directories(dir_);
+        std::cout << "[battery] " << s_.id << " on " << engine_label() << ": seed " << seed_
+                  << " (replay the schedule with SQLOCK_BATTERY_SEED=" << seed_ << "), run dir " << dir_.string()
+                  << (soak_mode() ? ", soak durations" : "") << "\n";
+        rng_.seed(seed_);
+        tables_ = "sqlb_" + random_hex(10);
+        res_tables_ = tables_ + "_res";
+        lock_prefix_ = "b-" + random_hex(8) + "/";
+        auto setup_stopped = [&] {
+            if (!::testing::Test::HasFatalFailure() && !::testing::Test::IsSkipped()) return false;
+            std::error_code ec;
+            fs::remove_all(dir_, ec);  // nothing ran: nothing to replay
+            return true;
+        };
+        open_databases();
+        if (setup_stopped()) return outcome::failed;
+        open_resource();
+        if (setup_stopped()) return outcome::failed;
+
+        nemesis_.open((dir_ / "nemesis.jsonl").string(), std::ios::app);
+        realtime_minus_mono_ns_ = measure_realtime_minus_mono();
+        duration_ = scaled(s_.duration);
+        started_ = std::chrono::steady_clock::now();
+        end_ = started_ + duration_;
+        for (int i = 0; i < s_.processes; ++i) start_worker(i, 0);
+        if (s_.reaper) start_reaper();
+        drive_nemesis();
+        wait_for_workers();
+        return check();
+    }
+
+    // ---------------------------------------------------------------- databases
+
+    void open_databases() {
+        using namespace sqlock_test;
+        if (s_.majority) {
+            struct source {
+                char const* var;
+                char const* label;
+                engine e;
+            };
+            for (auto const& src : {source{"SQLOCK_TEST_PG_URL", "pg", engine::postgresql},
+                                    source{"SQLOCK_TEST_PG2_URL", "pg2", engine::postgresql},
+                                    source{"SQLOCK_TEST_MYSQL_URL", "mariadb", engine::mysql}}) {
+                lock_db d;
+                d.label = src.label;
+                d.e = src.e;
+                require_env(src.var, d.url);
+                if (should_stop()) return;
+                d.proxy = fault_proxy::for_url(d.url);
+                d.worker_url = d.proxy->proxied_url(d.url);
+                dbs_.push_back(std::move(d));
+            }
+        } else {
+            lock_db d;
+            d.e = e_;
+            if (e_ == engine::sqlite) {
+                d.url = sqlite_url(dir_ / "locks.db");
+            } else {
+                require_env(url_var(e_), d.url);
+                if (should_stop()) return;
+            }
+            d.worker_url = d.url;
+            dbs_.push_back(std::move(d));
+        }
+        for (auto& d : dbs_) {
+            // The store creates the tables (and MariaDB's procedures) of the run's prefix.
+            sqlock::store create(d.url, {.create_schema = true, .table_prefix = tables_});
+            d.raw = raw_session(d.e, d.url);
+            if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
+            install_audit(*d.raw, d.e, tables_);
+        }
+    }
+
+    void open_resource() {
+        using namespace sqlock_test;
+        if (!s_.fenced) return;
+        if (e_ == engine::sqlite && !s_.majority) {
+            res_engine_ = engine::sqlite;
+            res_url_ = sqlite_url(dir_ / "resource.db");
+            res_backend_ = "sqlite3";
+            res_connect_ = "db=" + (dir_ / "resource.db").string() + " timeout=30";
+        } else {
+            res_engine_ = engine::postgresql;
+            require_env("SQLOCK_TEST_PG2_URL", res_url_);
+            if (should_stop()) return;
+            res_backend_ = "postgresql";
+            auto p = parse_server_url(res_url_);
+            res_connect_ = "host=" + pg_quote_param(p.host) + " dbname=" + pg_quote_param(p.db) +
+                           " user=" + pg_quote_param(p.user) + " password=" + pg_quote_param(p.password);
+            if (!p.port.empty()) res_connect_ += " port=" + p.port;
+        }
+        sqlock::store create(res_url_, {.create_schema = true, .table_prefix = res_tables_});
+        res_raw_ = raw_session(res_engine_, res_url_);
+        *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ + "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
+    }
+
+    void drop_prefix(soci::session& s, engine e, std::string const& prefix, bool audited) {
+        if (e == engine::sqlite) return;  // the file goes with the run dir
+        if (e == engine::postgresql) s << "SET client_min_messages = warning";  // no NOTICE per missing object
+        if (audited) drop_audit(s, e, prefix);
+        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_values"})
+            s << "DROP TABLE IF EXISTS " + prefix + t;
+        if (e == engine::mysql)
+            for (auto const* r : {"_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+    }
+
+    void cleanup_tables() {
+        for (auto& d : dbs_) {
+            if (!d.raw) continue;
+            try {
+                drop_prefix(*d.raw, d.e, tables_, true);
+            } catch (std::exception const& ex) {
+                ADD_FAILURE() << "could not drop the run's tables " << tables_ << "_* on " << d.url << ": "
+                              << ex.what();
+            }
+        }
+        if (res_raw_) {
+            try {
+                drop_prefix(*res_raw_, res_engine_, res_tables_, false);
+            } catch (std::exception const& ex) {
+                ADD_FAILURE() << "could not drop the resource tables " << res_tables_ << "_*: " << ex.what();
+            }
+        }
+    }
+
+    void reset_for_retry() {
+        cleanup_tables();
+        for (auto& d : dbs_) d.raw.reset();
+        dbs_.clear();
+        res_raw_.reset();
+        workers_.clear();
+        exits_.clear();
+        nemesis_.close();
+    }
+
+    // ---------------------------------------------------------------- processes
+
+    std::vector<std::string> worker_args(worker_proc const& w) {
+        auto ms = [](milliseconds d) { return std::to_string(d.count()); };
+        auto left = std::chrono::duration_cast<milliseconds>(end_ - std::chrono::steady_clock::now());
+        if (left < 0ms) left = 0ms;
+        std::vector<std::string> a{SQLOCK_BATTERY_WORKER,
+                                   "--name", w.name,
+                                   "--history", (dir_ / ("history-" + w.name + ".jsonl")).string(),
+                                   "--run-dir", dir_.string(),
+                                   "--tables", tables_,
+                                   "--lock-prefix", lock_prefix_,
+                                   "--duration-ms", ms(left),
+                                   "--seed", std::to_string(seed_ * 131 + static_cast<std::uint64_t>(w.slot) * 17 +
+                                                            static_cast<std::uint64_t>(w.generation)),
+                                   "--lock-wait-timeout-ms", ms(s_.lock_wait_timeout),
+                                   "--io-timeout-ms", ms(s_.io_timeout)};
+        for (auto const& d : dbs_) {
+            a.push_back("--url");
+            a.push_back(d.worker_url);
+        }
+        if (w.reaper) {
+            a.insert(a.end(), {"--mode", "reaper", "--reaper-interval-ms", ms(s_.reaper_interval),
+                               "--reaper-grace-ms", ms(s_.reaper_grace), "--reaper-batch",
+                               std::to_string(s_.reaper_batch), "--token-horizon-ms",
+                               s_.token_horizon ? ms(*s_.token_horizon) : "-1"});
+            return a;
+        }
+        a.insert(a.end(), {"--threads", std::to_string(s_.threads), "--locks", std::to_string(s_.locks),
+                           "--ttl-ms", ms(s_.ttl), "--acquire-wait-ms", ms(s_.acquire_wait), "--cs-max-us",
+                           std::to_string(s_.cs_max_us), "--hold-min-ms", ms(s_.hold_min), "--hold-max-ms",
+                           ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
+        if (s_.no_renew) a.push_back("--no-renew");
+        if (s_.row) a.push_back("--row");
+        if (s_.majority && s_.member_timeout > 0ms) {
+            a.push_back("--member-timeout-ms");
+            a.push_back(ms(s_.member_timeout));
+        }
+        if (s_.fenced) {
+            a.insert(a.end(), {"--resource-backend", res_backend_, "--resource-connect", res_connect_,
+                               "--resource-tables", res_tables_});
+        }
+        return a;
+    }
+
+    void spawn(worker_proc& w, std::vector<std::string> const& extra_env) {
+        std::vector<std::string> env;
+        for (char** e = environ; *e != nullptr; ++e) {
+            std::string kv = *e;
+            if (kv.rfind("SQLOCK_FAILPOINTS=", 0) == 0) continue;
+            env.push_back(kv);
+        }
+        env.insert(env.end(), extra_env.begin(), extra_env.end());
+        sqlock_test::spawn_file_actions fa;
+        fa.capture_to_files(dir_ / (w.name + ".out"), dir_ / (w.name + ".err"));
+        w.pid = sqlock_test::spawn_process(worker_args(w), env, fa.get());
+        w.running = true;
+    }
+
+    void start_worker(int slot, int generation) {
+        worker_proc w;
+        w.slot = slot;
+        w.generation = generation;
+        w.name = "w" + std::to_string(slot) + (generation > 0 ? "." + std::to_string(generation) : "");
+        auto env = s_.worker_env;
+        if (auto it = slot_env_.find(slot); it != slot_env_.end()) env.insert(env.end(), it->second.begin(), it->second.end());
+        spawn(w, env);
+        workers_.push_back(w);
+    }
+
+    void start_reaper() {
+        worker_proc w;
+        w.name = "reaper";
+        w.reaper = true;
+        spawn(w, s_.reaper_env);
+        workers_.push_back(w);
+    }
+
+    /// Reaps exited children without blocking; records how they ended.
+    void poll_children() {
+        for (auto& w : workers_) {
+            if (!w.running) continue;
+            int st = 0;
+            if (::waitpid(w.pid, &st, WNOHANG) == w.pid) {
+                w.running = false;
+                exits_[w.name] = st;
+            }
+        }
+    }
+
+    void log_nemesis(std::string fault, std::string target, std::string phase, std::string detail = {}) {
+        nemesis_event ev{std::move(fault), std::move(target), std::move(phase), raw_monotonic_ns(), std::move(detail)};
+        nemesis_ << to_json(ev).dump() << '\n' << std::flush;
+    }
+
+    milliseconds pick_interval() {
+        return milliseconds(std::uniform_int_distribution<long long>(s_.interval_min.count(), s_.interval_max.count())(rng_));
+    }
+
+    worker_proc* pick_running_worker() {
+        std::vector<worker_proc*> live;
+        for (auto& w : workers_)
+            if (w.running && !w.reaper && !w.stopped) live.push_back(&w);
+        if (live.empty()) return nullptr;
+        return live[std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng_)];
+    }
+
+    /// A running worker that holds a lock right now (by the lock table: owners are
+    /// "<worker>.<pid>.t<k>"), so that a pause catches a holder; else any running worker.
+    worker_proc* pick_holder() {
+        std::vector<worker_proc*> holders;
+        try {
+            auto& d = dbs_.front();
+            std::vector<std::string> owners(256);
+            *d.raw << "SELECT owner FROM " + tables_ + "_locks WHERE expires_at > " +
+                          (d.e == engine::postgresql ? std::string("clock_timestamp()")
+                           : d.e == engine::mysql    ? std::string("NOW(6)")
+                                                     : audit_now_us_sql(d.e)),
+                soci::into(owners);
+            for (auto const& o : owners)
+                for (auto& w : workers_)
+                    if (w.running && !w.reaper && !w.stopped && o.rfind(w.name + "." + std::to_string(w.pid) + ".", 0) == 0)
+                        holders.push_back(&w);
+        } catch (std::exception const& ex) {
+            std::cout << "[battery] could not read the holders (" << ex.what() << "): pausing a random worker\n";
+        }
+        if (holders.empty()) return pick_running_worker();
+        return holders[std::uniform_int_distribution<std::size_t>(0, holders.size() - 1)(rng_)];
+    }
+
+    void sleep_until(std::chrono::steady_clock::time_point t) {
+        while (std::chrono::steady_clock::now() < t) {
+            poll_children();
+            std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+                20ms, t - std::chrono::steady_clock::now()));
+        }
+    }
+
+    void drive_nemesis() {
+        using clock = std::chrono::steady_clock;
+        if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed) return;
+        // Faults only in the first part of the run, so that the last part shows recovery.
+        auto const quiet = end_ - std::max<clock::duration>(s_.ttl * 2, duration_ / 5);
+        struct pending_restart {
+            clock::time_point at;
+            int slot;
+            int generation;
+        };
+        std::vector<pending_restart> restarts;
+        auto next = clock::now() + pick_interval() / 2;
+        while (clock::now() < end_) {
+            auto now = clock::now();
+            if (s_.restart_crashed) {
+                for (std::size_t i = 0; i < workers_.size(); ++i) {
+                    auto& w = workers_[i];
+                    if (w.running || w.killed || w.reaper || exits_.count(w.name) == 0) continue;
+                    int st = exits_[w.name];
+                    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)) continue;
+                    w.killed = true;
+                    log_nemesis("kill", w.name, "instant", "died at a failpoint (SIGKILL)");
+                    restarts.push_back({now + s_.restart_delay, w.slot, w.generation + 1});
+                }
+            }
+            for (auto it = restarts.begin(); it != restarts.end();) {
+                if (it->at <= now && now < end_ - 1s) {
+                    start_worker(it->slot, it->generation);
+                    log_nemesis("restart", workers_.back().name, "instant");
+                    it = restarts.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            if (now >= next && now < quiet) {
+                next = now + pick_interval();
+                switch (s_.nemesis) {
+                case nemesis_kind::kill_restart: {
+                    auto* w = pick_running_worker();
+                    if (w == nullptr) break;
+                    ::kill(w->pid, SIGKILL);
+                    log_nemesis("kill", w->name, "instant", "SIGKILL pid " + std::to_string(w->pid));
+                    int st = 0;
+                    ::waitpid(w->pid, &st, 0);
+                    w->running = false;
+                    w->killed = true;
+                    exits_[w->name] = st;
+                    int gen = 0;
+                    for (auto const& o : workers_)
+                        if (!o.reaper && o.slot == w->slot) gen = std::max(gen, o.generation + 1);
+                    restarts.push_back({clock::now() + s_.restart_delay, w->slot, gen});
+                    break;
+                }
+                case nemesis_kind::stop_cont: {
+                    auto* w = pick_holder();
+                    if (w == nullptr) break;
+                    ::kill(w->pid, SIGSTOP);
+                    w->stopped = true;
+                    log_nemesis("stop", w->name, "start", "SIGSTOP pid " + std::to_string(w->pid));
+                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                    ::kill(w->pid, SIGCONT);
+                    w->stopped = false;
+                    log_nemesis("stop", w->name, "stop", "SIGCONT pid " + std::to_string(w->pid));
+                    break;
+                }
+                case nemesis_kind::stall_member: {
+                    auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
+                    d.proxy->stall();
+                    log_nemesis("stall", d.label, "start", "fault proxy stalled");
+                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                    d.proxy->resume();
+                    log_nemesis("stall", d.label, "stop", "fault proxy resumed");
+                    break;
+                }
+                case nemesis_kind::none: break;
+                }
+            }
+            sleep_until(std::min(clock::now() + 20ms, end_));
+        }
+    }
+
+    void wait_for_workers() {
+        // Workers stop on their own at the end of the duration; an acquire in flight may take up to
+        // its wait, a hold its hold, a release its io bound.
+        auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + 60s;
+        for (;;) {
+            poll_children();
+            bool any = false;
+            for (auto const& w : workers_) any = any || w.running;
+            if (!any) break;
+            if (std::chrono::steady_clock::now() > limit) {
+                for (auto& w : workers_)
+                    if (w.running) {
+                        ADD_FAILURE() << "worker " << w.name << " (pid " << w.pid
+                                      << ") did not finish in time: killed; see " << (dir_ / (w.name + ".err")).string();
+                        ::kill(w.pid, SIGKILL);
+                        int st = 0;
+                        ::waitpid(w.pid, &st, 0);
+                        w.running = false;
+                    }
+                break;
+            }
+            std::this_thread::sleep_for(50ms);
+        }
+    }
+
+    // ---------------------------------------------------------------- the checks
+
+    outcome check() {
+        // The audit of every lock database, the rows left, the counters.
+        std::vector<audit_row> audit;
+        std::vector<audit_row> remaining;
+        for (auto& d : dbs_) {
+            auto a = dump_audit(*d.raw, d.e, tables_, d.label);
+            write_audit((dir_ / ("audit" + (d.label.empty() ? "" : "-" + d.label) + ".jsonl")).string(), a);
+            audit.insert(audit.end(), a.begin(), a.end());
+            auto r = lock_table_rows(*d.raw, d.e, tables_, d.label);
+            write_audit((dir_ / "remaining.jsonl").string(), r);
+            remaining.insert(remaining.end(), r.begin(), r.end());
+        }
+        std::vector<event> history;
+        for (auto const& entry : fs::directory_iterator(dir_)) {
+            auto const fname = entry.path().filename().string();
+            if (fname.rfind("history-", 0) == 0 && entry.path().extension() == ".jsonl") {
+                auto h = read_history(entry.path().string());
+                history.insert(history.end(), h.begin(), h.end());
+            }
+        }
+        std::map<std::string, std::int64_t> counters;
+        for (int i = 0; i < s_.locks; ++i) {
+            std::ifstream in(dir_ / ("counter-" + std::to_string(i)));
+            long long v = 0;
+            if (in) in >> v;
+            counters[lock_prefix_ + "L" + std::to_string(i)] = v;
+        }
+        // A worker that died of SIGKILL at a failpoint after the nemesis stopped watching is a kill too.
+        if (s_.restart_crashed)
+            for (auto& w : workers_)
+                if (auto it = exits_.find(w.name); it != exits_.end() && WIFSIGNALED(it->second) &&
+                                                   WTERMSIG(it->second) == SIGKILL)
+                    w.killed = true;
+        // Owners whose rows may legitimately outlive the run: killed processes' and abandoned leases'.
+        std::set<std::string> killed_procs;
+        for (auto const& w : workers_)
+            if (w.killed) killed_procs.insert(w.name);
+        std::set<std::string> excused;
+        for (auto const& ev : history)
+            if (killed_procs.count(ev.proc) != 0 || ev.op == "abandon" || ev.op == "lost")
+                if (!ev.owner.empty()) excused.insert(ev.owner);
+        std::vector<std::string> live_owners(excused.begin(), excused.end());
+
+        nlohmann::json final{{"scenario", s_.id},
+                             {"engine", engine_label()},
+                             {"seed", seed_},
+                             {"counters", counters},
+                             {"live_owners", live_owners},
+                             {"ttl_ms", s_.ttl.count()},
+                             {"k2_expect_zero", s_.k2},
+                             {"realtime_minus_mono_ns", realtime_minus_mono_ns_},
+                             {"asserted", asserted_list()}};
+        // The rows left are in remaining.jsonl (check_directory adds final.json's "remaining" to them: not both).
+        if (s_.k6) final["k6_bound_ms"] = s_.k6_bound_ms;
+        std::ofstream(dir_ / "final.json") << final.dump(2) << '\n';
+
+        std::vector<std::string> worker_failures;
+        for (auto const& [name, st] : exits_) {
+            bool killed = false;
+            for (auto const& w : workers_)
+                if (w.name == name && w.killed) killed = true;
+            if (!killed && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+                worker_failures.push_back(name + ": " + sqlock_test::exit_text(st) + ": " +
+                                          sqlock_test::slurp(dir_ / (name + ".err")));
+        }
+
+        struct item {
+            report r;
+            bool asserted;
+            bool safety;
+        };
+        std::vector<item> reports;
+        reports.push_back({k1_db_disjoint(audit), s_.k1, true});
+        reports.push_back({k2_belief_overlap(history, s_.k2), s_.k2, true});
+        reports.push_back({k3_fenced(history), s_.k3, true});
+        if (s_.k4 || !counters.empty()) reports.push_back({k4_counter(history, counters), s_.k4, true});
+        reports.push_back({k5_sequencing(history), s_.k5, true});
+        if (s_.k6) {
+            std::vector<nemesis_event> nem = read_nemesis((dir_ / "nemesis.jsonl").string());
+            reports.push_back({k6_availability(history, nem, s_.k6_bound_ms), true, false});
+        }
+        reports.push_back({k7_tokens(audit, history), s_.k7, true});
+        if (s_.majority) {
+            // The audit holds the members' own tokens; the majority tokens the clients got are in the
+            // history: each grant's above every grant that completed before it was asked for.
+            auto majority_tokens = k7_tokens({}, history);
+            majority_tokens.checker = "K7-majority";
+            reports.push_back({std::move(majority_tokens), s_.k7, true});
+        }
+        reports.push_back({k8_leftovers(remaining, live_owners), s_.k8, true});
+        reports.push_back({k9_typed_errors(history), s_.k9, true});
+        if (!s_.majority)
+            reports.push_back({live_deletes_are_releases(audit, history, realtime_minus_mono_ns_), s_.k1, true});
+
+        bool safety_failed = !worker_failures.empty();
+        bool liveness_failed = false;
+        std::size_t acquired = 0;
+        for (auto const& ev : history)
+            if (ev.op == "acquire" && ev.type == "ok") ++acquired;
+        std::cout << "[battery] " << s_.id << " on " << engine_label() << ": " << history.size() << " events, "
+                  << acquired << " grants, " << audit.size() << " audit rows\n";
+        for (auto const& it : reports) {
+            std::cout << "[battery]   " << (it.asserted ? "" : "(reported) ") << it.r.summary() << "\n";
+            if (!it.asserted || it.r.ok()) continue;
+            (it.safety ? safety_failed : liveness_failed) = true;
+            ADD_FAILURE() << s_.id << " on " << engine_label() << ": " << it.r.summary();
+        }
+        for (auto const& f : worker_failures) ADD_FAILURE() << s_.id << ": worker failed: " << f;
+        if (acquired < s_.min_grants) {
+            safety_failed = true;
+            ADD_FAILURE() << s_.id << ": only " << acquired << " grants (at least " << s_.min_grants
+                          << " expected): the run exercised next to nothing; see the workers' *.err and K9";
+        }
+        if (s_.k3_needs_rejection) {
+            auto k3 = k3_fenced(history);
+            auto it = k3.counts.find("rejected");
+            if (it == k3.counts.end() || it->second < 1) {
+                safety_failed = true;
+                ADD_FAILURE() << s_.id << ": the fault never bit: no stale fenced write was refused (" << k3.summary()
+                              << "); the scenario proves nothing";
+            }
+        }
+        if (safety_failed || liveness_failed) {
+            std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
+            if (!safety_failed) return outcome::flaky_liveness;
+            return outcome::failed;
+        }
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+        return outcome::ok;
+    }
+
+    /// K1's other half, which the audit alone cannot decide: a row deleted before its expiry must
+    /// have been deleted by its owner, i.e. while that owner was releasing it (or inside its own
+    /// acquire, which gives back a grant that came too late). The audit's db_time is placed on the
+    /// raw monotonic clock of the histories by the offset between the host's real-time and
+    /// monotonic clocks measured at the start of the run (every database of a run is on this host,
+    /// so its clock is this host's real-time clock); `slack_ms` absorbs the clocks' reading jitter
+    /// (and SQLite's millisecond 'now'). A live row deleted outside every such window (by the
+    /// reaper, or by anyone else) is a violation.
+    static report live_deletes_are_releases(std::vector<audit_row> const& audit, std::vector<event> const& history,
+                                            std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10) {
+        report r{"K1-reap", {}, {}};
+        // The owner's release and acquire windows [invoke, completion] per (lock, owner); no completion:
+        // open to the end.
+        std::map<std::pair<std::string, std::string>, std::vector<std::pair<std::int64_t, std::int64_t>>> windows;
+        std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::string, std::string>, std::size_t> open;
+        std::vector<event const*> sorted;
+        for (auto const& ev : history) sorted.push_back(&ev);
+        std::stable_sort(sorted.begin(), sorted.end(), [](auto a, auto b) { return a->mono_ns < b->mono_ns; });
+        for (auto const* ev : sorted) {
+            if (ev->op != "release" && ev->op != "acquire") continue;
+            auto key = std::make_tuple(ev->proc, ev->pid, ev->thread, ev->lock, ev->op);
+            if (ev->type == "invoke") {
+                auto& w = windows[{ev->lock, ev->owner}];
+                w.push_back({ev->mono_ns, std::numeric_limits<std::int64_t>::max()});
+                open[key] = w.size() - 1;
+            } else if (auto it = open.find(key); it != open.end()) {
+                windows[{ev->lock, ev->owner}][it->second].second = ev->mono_ns;
+                open.erase(it);
+            }
+        }
+        std::int64_t const slack_ns = slack_ms * 1'000'000;
+        r.counts["live_deletes"] = 0;
+        r.counts["expired_deletes"] = 0;
+        for (auto const& a : audit) {
+            if (a.kind != "delete") continue;
+            if (a.db_time_us >= a.expires_at_us) {
+                ++r.counts["expired_deletes"];
+                continue;
+            }
+            ++r.counts["live_deletes"];
+            std::int64_t const at = a.db_time_us * 1000 - realtime_minus_mono_ns;  // on the raw monotonic clock
+            bool during_release = false;
+            if (auto it = windows.find({a.lock, a.owner}); it != windows.end())
+                for (auto const& [from, to] : it->second)
+                    if (at >= from - slack_ns && (to == std::numeric_limits<std::int64_t>::max() || at <= to + slack_ns))
+                        during_release = true;
+            if (!during_release)
+                r.violations.push_back({"K1", "lock " + a.lock + ": the unexpired row of token " + std::to_string(a.token) +
+                                                  " (owner " + a.owner + ") was deleted at db time " +
+                                                  std::to_string(a.db_time_us) + ", " +
+                                                  std::to_string((a.expires_at_us - a.db_time_us) / 1000) +
+                                                  " ms before its expiry (audit seq " + std::to_string(a.seq) +
+                                                  "), while its owner was neither releasing nor acquiring it"});
+        }
+        return r;
+    }
+
+    /// CLOCK_REALTIME minus the raw CLOCK_MONOTONIC, from the tightest of a few back-to-back readings.
+    static std::int64_t measure_realtime_minus_mono() {
+        std::int64_t best = 0, best_gap = std::numeric_limits<std::int64_t>::max();
+        for (int i = 0; i < 20; ++i) {
+            auto m1 = raw_monotonic_ns();
+            timespec ts{};
+            ::syscall(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+            auto m2 = raw_monotonic_ns();
+            std::int64_t const real = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+            if (m2 - m1 < best_gap) {
+                best_gap = m2 - m1;
+                best = real - (m1 + m2) / 2;
+            }
+        }
+        return best;
+    }
+
+    std::vector<std::string> asserted_list() const {
+        std::vector<std::string> out;
+        bool const flags[] = {s_.k1, s_.k2, s_.k3, s_.k4, s_.k5, s_.k6, s_.k7, s_.k8, s_.k9};
+        for (int i = 0; i < 9; ++i)
+            if (flags[i]) out.push_back("K" + std::to_string(i + 1));
+        return out;
+    }
+
+    scenario s_;
+    engine e_;
+    std::uint64_t seed_ = 0;
+    std::mt19937_64 rng_;
+    fs::path dir_;
+    std::string tables_, res_tables_, lock_prefix_;
+    std::vector<lock_db> dbs_;
+    engine res_engine_ = engine::postgresql;
+    std::string res_url_, res_backend_, res_connect_;
+    std::unique_ptr<soci::session> res_raw_;
+    std::vector<worker_proc> workers_;
+    std::map<std::string, int> exits_;
+    std::map<int, std::vector<std::string>> slot_env_;
+    std::ofstream nemesis_;
+    milliseconds duration_{0};
+    std::int64_t realtime_minus_mono_ns_ = 0;
+    std::chrono::steady_clock::time_point started_, end_;
+};
+
+}  // namespace sqlock_battery

@@ -1,0 +1,444 @@
+// sqlock reliability battery — the load of a scenario: one worker process.
+//
+// T threads loop acquire -> critical section -> release on L locks for D ms, each with a
+// locker of its own (owner "<name>.<pid>.t<k>", so a restarted process has new owners), and
+// append every step to a history (history.hpp): invoke before acting, ok/fail/info after.
+// The critical section:
+//   - a fenced write (sqlock::fence) on the resource database, logged as write_fenced: ok with
+//     `value`, the resource's own serial number of accepted writes for that lock (its commit
+//     order), or fail "sqlock::stale_token: ..." when the fence refused it;
+//   - the unfenced counter, a file per lock under the run dir: read, sleep U(0, cs-max-us),
+//     write +1 (by rename, so a kill -9 never leaves a torn file), logged as write_unfenced
+//     with the value written — only while the lease still says it is held;
+//   - optionally a hold of U(hold-min-ms, hold-max-ms) and a second fenced write after it
+//     (so a holder paused mid-hold writes again, stale, when it resumes).
+// Renewals, failed renewals and losses the locker reports are logged as renew ok (with the
+// validity then left) / renew fail / lost ok.
+// --mode reaper runs a reaper loop instead (reap ok with `value` = rows purged).
+// Built to be killed (SIGKILL) or paused (SIGSTOP) at any moment: every line is flushed as it
+// is written, the counter is replaced atomically, and nothing is done at exit that a kill skips.
+#include "history.hpp"
+
+#include <sqlock/fence.hpp>
+#include <sqlock/majority.hpp>
+#include <sqlock/sqlock.hpp>
+
+#include <CLI/CLI.hpp>
+#include <soci/postgresql/soci-postgresql.h>
+#include <soci/soci.h>
+#include <soci/sqlite3/soci-sqlite3.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <typeinfo>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using sqlock_battery::event;
+using sqlock_battery::history_writer;
+using std::chrono::milliseconds;
+using clock_type = std::chrono::steady_clock;
+
+struct config {
+    std::string mode = "worker";
+    std::string name = "w";
+    std::string history;
+    std::string run_dir;
+    std::vector<std::string> urls;  // one: single mode; several: majority over them
+    std::string tables = "sqlock";
+    std::string lock_prefix = "battery/";
+    int threads = 4;
+    int locks = 1;
+    long long duration_ms = 5000;
+    long long ttl_ms = 10000;
+    long long acquire_wait_ms = 5000;
+    long long cs_max_us = 5000;
+    long long hold_min_ms = 0;
+    long long hold_max_ms = 0;
+    bool row = false;
+    bool no_renew = false;
+    int abandon_pct = 0;
+    std::string resource_backend = "none";  // postgresql | sqlite3 | none
+    std::string resource_connect;
+    std::string resource_tables = "sqlock";
+    long long lock_wait_timeout_ms = 1000;
+    long long io_timeout_ms = 2000;
+    long long member_timeout_ms = 0;
+    std::uint64_t seed = 1;
+    // reaper mode
+    long long reaper_interval_ms = 100;
+    long long reaper_grace_ms = 0;
+    int reaper_batch = 100;
+    long long token_horizon_ms = -1;  // < 0: never purge counters
+};
+
+std::int64_t us_of(sqlock::db_time t) { return t.time_since_epoch().count(); }
+
+/// "sqlock::<type>: <what>" for the library's errors (K9 reads the prefix); other exceptions
+/// keep their own type name, which K9 then reports as untyped.
+std::string error_text(std::exception const& e) {
+    std::string type;
+    if (dynamic_cast<sqlock::stale_token const*>(&e)) type = "sqlock::stale_token";
+    else if (dynamic_cast<sqlock::timeout const*>(&e)) type = "sqlock::timeout";
+    else if (dynamic_cast<sqlock::cancelled const*>(&e)) type = "sqlock::cancelled";
+    else if (dynamic_cast<sqlock::lease_lost const*>(&e)) type = "sqlock::lease_lost";
+    else if (dynamic_cast<sqlock::schema_missing const*>(&e)) type = "sqlock::schema_missing";
+    else if (dynamic_cast<sqlock::backend_unavailable const*>(&e)) type = "sqlock::backend_unavailable";
+    else if (dynamic_cast<sqlock::in_doubt const*>(&e)) type = "sqlock::in_doubt";
+    else if (dynamic_cast<sqlock::backend_error const*>(&e)) type = "sqlock::backend_error";
+    else if (dynamic_cast<sqlock::usage_error const*>(&e)) type = "sqlock::usage_error";
+    else type = typeid(e).name();
+    return type + ": " + e.what();
+}
+
+/// The lease a thread holds, for its locker's event hook (renewals report the validity left).
+struct held_slot {
+    std::mutex mutex;
+    sqlock::lease const* lease = nullptr;
+};
+
+class worker {
+public:
+    explicit worker(config c) : c_(std::move(c)), h_(c_.history, c_.name) {
+        sqlock::store_options so{.pool_size = static_cast<std::size_t>(c_.threads) + 4,
+                                 .table_prefix = c_.tables,
+                                 .connect_timeout = 5s,
+                                 .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
+                                 .io_timeout = milliseconds(c_.io_timeout_ms)};
+        for (auto const& url : c_.urls) stores_.emplace_back(url, so);
+    }
+
+    int run() {
+        std::vector<std::thread> threads;
+        for (int k = 0; k < c_.threads; ++k) threads.emplace_back([this, k] { thread_main(k); });
+        for (auto& t : threads) t.join();
+        return failed_.load() ? 2 : 0;
+    }
+
+private:
+    sqlock::locker make_locker(std::string const& owner, std::shared_ptr<held_slot> const& slot, int k) {
+        auto hook = [this, slot, owner, k](sqlock::lease_event const& ev) { on_event(ev, *slot, owner, k); };
+        auto const ttl = milliseconds(c_.ttl_ms);
+        if (c_.urls.size() == 1) {
+            sqlock::locker_options o{.ttl = ttl, .owner = owner, .auto_renew = !c_.no_renew, .on_event = hook};
+            return c_.row ? sqlock::row_locker(stores_.front(), o) : sqlock::table_locker(stores_.front(), o);
+        }
+        std::vector<sqlock::locker> members;
+        for (auto const& s : stores_) {
+            sqlock::locker_options o{.ttl = ttl, .owner = owner, .auto_renew = false};
+            members.push_back(c_.row ? sqlock::row_locker(s, o) : sqlock::table_locker(s, o));
+        }
+        sqlock::majority_options mo{.owner = owner, .auto_renew = !c_.no_renew, .on_event = hook};
+        if (c_.member_timeout_ms > 0) mo.member_timeout = milliseconds(c_.member_timeout_ms);
+        return sqlock::majority_locker(std::move(members), mo);
+    }
+
+    void on_event(sqlock::lease_event const& ev, held_slot& slot, std::string const& owner, int k) {
+        using kind = sqlock::lease_event::kind;
+        event e{.thread = k, .lock = std::string(ev.name), .owner = owner, .token = ev.token};
+        switch (ev.what) {
+        case kind::renewed: {
+            // Logged (under the slot's mutex) only while the worker still has the lease in its slot,
+            // which it empties before it logs the release's invoke: a renewal the renewer finished
+            // just before a release, whose hook runs after it, must not appear after that release.
+            std::lock_guard lock(slot.mutex);
+            if (slot.lease == nullptr || slot.lease->token() != ev.token) return;
+            e.op = "renew";
+            e.type = "ok";
+            e.expires_at_us = us_of(slot.lease->expires_at());
+            e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
+            h_.write(std::move(e));
+            return;
+        }
+        case kind::renew_failed:
+            e.op = "renew";
+            e.type = "fail";
+            e.error = "sqlock::backend_unavailable: " + std::string(ev.detail);
+            break;
+        case kind::lost:
+            e.op = "lost";
+            e.type = "ok";
+            e.error = "sqlock::lease_lost: " + std::string(ev.detail);
+            break;
+        default: return;
+        }
+        h_.write(std::move(e));
+    }
+
+    std::unique_ptr<soci::session> open_resource() {
+        if (c_.resource_backend == "postgresql")
+            return std::make_unique<soci::session>(*soci::factory_postgresql(), c_.resource_connect);
+        if (c_.resource_backend == "sqlite3")
+            return std::make_unique<soci::session>(*soci::factory_sqlite3(), c_.resource_connect);
+        return nullptr;
+    }
+
+    /// The fenced write: fence check and the resource's serial number of the lock, one transaction.
+    void fenced_write(soci::session& res, sqlock::fence const& fence, event base) {
+        base.op = "write_fenced";
+        base.type = "invoke";
+        h_.write(base);
+        bool const lite = c_.resource_backend == "sqlite3";
+        std::string const values = c_.resource_tables + "_values";
+        try {
+            res << (lite ? "BEGIN IMMEDIATE" : "BEGIN");
+            long long serial = 0;
+            try {
+                fence.check_and_set(res, base.lock, *base.token);
+                res << "INSERT INTO " + values + " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO UPDATE SET "
+                       "value = " + values + ".value + 1 RETURNING value",
+                    soci::use(base.lock), soci::into(serial);
+                res << "COMMIT";
+            } catch (...) {
+                try {
+                    res << "ROLLBACK";
+                } catch (...) {
+                }
+                throw;
+            }
+            base.type = "ok";
+            base.value = serial;
+        } catch (sqlock::stale_token const& e) {
+            base.type = "fail";
+            base.error = error_text(e);
+        } catch (std::exception const& e) {
+            base.type = "info";  // the resource failed: not the lock's doing
+            base.error = "resource: " + error_text(e);
+            failed_ = true;
+            std::cerr << c_.name << ": resource write failed: " << e.what() << "\n";
+        }
+        h_.write(std::move(base));
+    }
+
+    /// The unfenced counter of lock i: read, pause, write + 1 (atomically by rename).
+    void unfenced_write(int i, event base, std::mt19937_64& rng) {
+        auto const path = std::filesystem::path(c_.run_dir) / ("counter-" + std::to_string(i));
+        base.op = "write_unfenced";
+        base.type = "invoke";
+        h_.write(base);
+        long long value = 0;
+        {
+            std::ifstream in(path);
+            if (in && !(in >> value)) value = 0;
+        }
+        if (c_.cs_max_us > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(
+                std::uniform_int_distribution<long long>(0, c_.cs_max_us)(rng)));
+        auto tmp = path;
+        tmp += "." + c_.name + "." + std::to_string(base.thread) + ".tmp";
+        {
+            std::ofstream out(tmp, std::ios::trunc);
+            out << value + 1 << "\n";
+            out.flush();
+            if (!out) throw std::runtime_error("cannot write " + tmp.string());
+        }
+        std::filesystem::rename(tmp, path);
+        base.type = "ok";
+        base.value = value + 1;
+        h_.write(std::move(base));
+    }
+
+    void thread_main(int k) {
+        try {
+            thread_loop(k);
+        } catch (std::exception const& e) {
+            failed_ = true;
+            std::cerr << c_.name << "[" << ::getpid() << "] thread " << k << ": " << error_text(e) << "\n";
+        }
+    }
+
+    void thread_loop(int k) {
+        std::mt19937_64 rng(c_.seed * 1000003 + static_cast<std::uint64_t>(k) * 7919 + 17);
+        std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t" + std::to_string(k);
+        auto slot = std::make_shared<held_slot>();
+        sqlock::locker locker = make_locker(owner, slot, k);
+        auto res = open_resource();
+        if (res && c_.resource_backend == "postgresql") *res << "SET synchronous_commit = off";
+        std::optional<sqlock::fence> fence;
+        if (res)
+            fence.emplace(c_.resource_backend == "postgresql" ? sqlock::engine::postgresql : sqlock::engine::sqlite,
+                          c_.resource_tables);
+        auto const end = clock_type::now() + milliseconds(c_.duration_ms);
+        std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        while (clock_type::now() < end) {
+            int const i = pick(rng);
+            std::string const name = c_.lock_prefix + "L" + std::to_string(i);
+            event base{.thread = k, .lock = name, .owner = owner};
+            event inv = base;
+            inv.op = "acquire";
+            inv.type = "invoke";
+            h_.write(inv);
+            std::optional<sqlock::lease> lease;
+            try {
+                lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+            } catch (std::exception const& e) {
+                event out = base;
+                out.op = "acquire";
+                // Definitely nothing held: timeout, unreachable (majority: too few members),
+                // usage. An unknown outcome (in_doubt, anything else) is info.
+                bool const definite = dynamic_cast<sqlock::timeout const*>(&e) ||
+                                      dynamic_cast<sqlock::backend_unavailable const*>(&e) ||
+                                      dynamic_cast<sqlock::cancelled const*>(&e);
+                out.type = definite ? "fail" : "info";
+                out.error = error_text(e);
+                h_.write(std::move(out));
+                if (!definite && !dynamic_cast<sqlock::error const*>(&e)) failed_ = true;
+                std::this_thread::sleep_for(10ms);
+                continue;
+            }
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = &*lease;
+            }
+            base.token = lease->token();
+            event ok = base;
+            ok.op = "acquire";
+            ok.type = "ok";
+            ok.db_time_us = us_of(lease->created_at());
+            ok.expires_at_us = us_of(lease->expires_at());
+            ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease->remaining()).count();
+            h_.write(std::move(ok));
+
+            // The critical section.
+            if (fence) fenced_write(*res, *fence, base);
+            if (lease->held()) unfenced_write(i, base, rng);
+            if (c_.hold_max_ms > 0) {
+                std::this_thread::sleep_for(milliseconds(
+                    std::uniform_int_distribution<long long>(c_.hold_min_ms, c_.hold_max_ms)(rng)));
+                if (fence) fenced_write(*res, *fence, base);
+            }
+
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = nullptr;
+            }
+            if (c_.abandon_pct > 0 && std::uniform_int_distribution<int>(0, 99)(rng) < c_.abandon_pct) {
+                // Abandoned: never released, never renewed (--no-renew); its row expires and is
+                // reaped or taken over. The lease object is leaked on purpose so that its
+                // destructor does not release it.
+                // Logged as the client giving the lease up (op lost): it no longer believes it holds it.
+                event ab = base;
+                ab.op = "lost";
+                ab.type = "ok";
+                ab.error = "abandoned by the worker: never released, left to expire";
+                h_.write(std::move(ab));
+                (void)new sqlock::lease(std::move(*lease));
+                lease.reset();
+                continue;
+            }
+            event rel = base;
+            rel.op = "release";
+            rel.type = "invoke";
+            h_.write(rel);
+            try {
+                lease->release();
+                rel.type = "ok";
+            } catch (sqlock::lease_lost const& e) {
+                rel.type = "fail";
+                rel.error = error_text(e);
+            } catch (std::exception const& e) {
+                rel.type = "info";
+                rel.error = error_text(e);
+            }
+            h_.write(std::move(rel));
+            lease.reset();
+        }
+    }
+
+    config c_;
+    history_writer h_;
+    std::vector<sqlock::store> stores_;
+    std::atomic<bool> failed_{false};
+};
+
+int run_reaper(config const& c) {
+    history_writer h(c.history, c.name);
+    sqlock::store db(c.urls.at(0), {.pool_size = 2,
+                                    .table_prefix = c.tables,
+                                    .connect_timeout = 5s,
+                                    .lock_wait_timeout = milliseconds(c.lock_wait_timeout_ms),
+                                    .io_timeout = milliseconds(c.io_timeout_ms)});
+    sqlock::reaper_options ro{.grace = milliseconds(c.reaper_grace_ms),
+                              .batch_size = static_cast<std::size_t>(c.reaper_batch),
+                              .row_lock_warning = std::nullopt,
+                              .on_warning = [](std::string_view) {}};
+    if (c.token_horizon_ms >= 0) ro.token_horizon = milliseconds(c.token_horizon_ms);
+    else ro.token_horizon = std::nullopt;
+    sqlock::reaper reaper(db, ro);
+    auto const end = clock_type::now() + milliseconds(c.duration_ms);
+    while (clock_type::now() < end) {
+        h.write(event{.op = "reap", .type = "invoke"});
+        event out{.op = "reap"};
+        try {
+            auto r = reaper.reap_once();
+            out.type = "ok";
+            out.value = static_cast<std::int64_t>(r.purged);
+        } catch (std::exception const& e) {
+            out.type = "fail";
+            out.error = error_text(e);
+        }
+        h.write(std::move(out));
+        std::this_thread::sleep_for(milliseconds(c.reaper_interval_ms));
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    config c;
+    CLI::App app{"sqlock battery worker: acquire, critical section, release in a loop, with a recorded history"};
+    app.add_option("--mode", c.mode, "worker | reaper")->check(CLI::IsMember({"worker", "reaper"}));
+    app.add_option("--name", c.name, "this process's name in the run (history `proc`)")->required();
+    app.add_option("--history", c.history, "history file (JSON lines, appended)")->required();
+    app.add_option("--run-dir", c.run_dir, "the run directory (unfenced counters live here)");
+    app.add_option("--url", c.urls, "lock database URL; give it N times for a majority over N")->required();
+    app.add_option("--tables", c.tables, "table prefix of the lock tables");
+    app.add_option("--lock-prefix", c.lock_prefix, "prefix of the lock names (locks are <prefix>L<i>)");
+    app.add_option("--threads", c.threads)->check(CLI::Range(1, 256));
+    app.add_option("--locks", c.locks)->check(CLI::Range(1, 100000));
+    app.add_option("--duration-ms", c.duration_ms)->check(CLI::Range(0LL, 86400000LL));
+    app.add_option("--ttl-ms", c.ttl_ms)->check(CLI::Range(10LL, 86400000LL));
+    app.add_option("--acquire-wait-ms", c.acquire_wait_ms);
+    app.add_option("--cs-max-us", c.cs_max_us, "the unfenced counter's pause: U(0, this) µs");
+    app.add_option("--hold-min-ms", c.hold_min_ms);
+    app.add_option("--hold-max-ms", c.hold_max_ms, "extra hold after the counter, then a second fenced write");
+    app.add_flag("--row", c.row, "the row lock (row_locker) instead of the table lock");
+    app.add_flag("--no-renew", c.no_renew, "no watchdog renewals");
+    app.add_option("--abandon-pct", c.abandon_pct, "percent of leases abandoned (never released)")->check(CLI::Range(0, 100));
+    app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
+    app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");
+    app.add_option("--resource-tables", c.resource_tables, "table prefix of the resource's fence table");
+    app.add_option("--lock-wait-timeout-ms", c.lock_wait_timeout_ms);
+    app.add_option("--io-timeout-ms", c.io_timeout_ms);
+    app.add_option("--member-timeout-ms", c.member_timeout_ms, "majority: bound on one member's answer");
+    app.add_option("--seed", c.seed);
+    app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
+    app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
+    app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));
+    app.add_option("--token-horizon-ms", c.token_horizon_ms, "reaper: purge token counters older than this (< 0: never)");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        if (c.mode == "reaper") return run_reaper(c);
+        worker w(c);
+        return w.run();
+    } catch (std::exception const& e) {
+        std::cerr << "battery_worker " << c.name << "[" << ::getpid() << "]: " << error_text(e) << "\n";
+        return 2;
+    }
+}

@@ -1,0 +1,30 @@
+# sqlock reliability battery — the load-and-fault scenarios (tests/faults/battery_*.{hpp,cpp}).
+# Included at the end of tests/faults/CMakeLists.txt, which defines the checker library sqlock_battery.
+#   sqlock_battery_worker  one load process of a scenario (histories, fenced and unfenced writes; --mode reaper)
+#   sqlock_battery_tests   the scenarios: Engines/BatteryConformance.<Test>/<engine> (B01, E01, E03; labels
+#                          conformance;battery), Engines/BatteryFaults.<Test>/<engine> (C01, C02) and
+#                          BatteryMajority.<Test> (F01, F05) (labels fault-smoke;battery).
+# Same server variables and CI rule as sqlock_engine_tests, plus SQLOCK_TEST_PG2_URL (the fenced resource, and
+# a majority member). The soak tier: SQLOCK_SOAK=1 ctest --test-dir build -L battery (durations ×10, random
+# seeds); SQLOCK_BATTERY_SEED=<n> replays a printed seed. Failpoints (SQLOCK_FAILPOINTS) must be compiled in.
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json 3.2 CONFIG REQUIRED)
+
+add_executable(sqlock_battery_worker ${CMAKE_CURRENT_LIST_DIR}/battery_worker.cpp)
+target_link_libraries(sqlock_battery_worker PRIVATE sqlock_battery sqlock::sqlock SOCI::soci CLI11::CLI11
+                                                    nlohmann_json::nlohmann_json Threads::Threads)
+sqlock_test_target(sqlock_battery_worker)
+
+add_executable(sqlock_battery_tests ${CMAKE_CURRENT_LIST_DIR}/battery_suite.cpp)
+target_link_libraries(sqlock_battery_tests PRIVATE sqlock_battery sqlock::sqlock SOCI::soci GTest::gtest
+                                                   GTest::gtest_main Threads::Threads nlohmann_json::nlohmann_json)
+target_compile_definitions(sqlock_battery_tests
+                           PRIVATE "SQLOCK_BATTERY_WORKER=\"$<TARGET_FILE:sqlock_battery_worker>\"")
+add_dependencies(sqlock_battery_tests sqlock_battery_worker)
+sqlock_test_target(sqlock_battery_tests)
+
+# Labels set after discovery by main's sqlock_discover_tests (CMake < 3.28 flattens a list-valued LABELS).
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_conformance FILTER "Engines/BatteryConformance.*"
+                      LABELS conformance battery TIMEOUT 2400)
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_faults FILTER "Engines/BatteryFaults.*:BatteryMajority.*"
+                      LABELS fault-smoke battery TIMEOUT 2400)
