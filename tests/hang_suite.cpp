@@ -62,51 +62,6 @@ using sqlock::locker_options;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-/// Lease events in the order they were reported, each with a sequence number;
-/// safe to feed from the renewer threads.
-class event_record {
-public:
-    struct entry {
-        std::uint64_t seq;
-        lease_event::kind what;
-        std::string name;
-        std::string detail;
-    };
-
-    /// A hook for locker_options::on_event; it keeps the record alive.
-    static std::function<void(lease_event const&)> hook(std::shared_ptr<event_record> const& r) {
-        return [r](lease_event const& e) {
-            std::lock_guard lock(r->mutex_);
-            r->entries_.push_back({r->next_++, e.what, std::string(e.name), std::string(e.detail)});
-        };
-    }
-
-    /// Sequence numbers of the events of `kind` for `name`, in order.
-    std::vector<std::uint64_t> seqs(lease_event::kind k, std::string const& name) const {
-        std::lock_guard lock(mutex_);
-        std::vector<std::uint64_t> out;
-        for (auto const& e : entries_)
-            if (e.what == k && e.name == name) out.push_back(e.seq);
-        return out;
-    }
-
-    std::size_t count(lease_event::kind k, std::string const& name) const { return seqs(k, name).size(); }
-
-    std::string dump() const {
-        std::lock_guard lock(mutex_);
-        std::string out;
-        for (auto const& e : entries_)
-            out += "  #" + std::to_string(e.seq) + " " + std::string(sqlock::to_string(e.what)) + " " + e.name +
-                   (e.detail.empty() ? "" : " (" + e.detail + ")") + "\n";
-        return out.empty() ? "  (no events)\n" : out;
-    }
-
-private:
-    mutable std::mutex mutex_;
-    std::uint64_t next_ = 1;
-    std::vector<entry> entries_;
-};
-
 /// A call on a thread of its own, so that a hang is a failure instead of a hung
 /// test: finished_within() waits a bounded time. A test whose call did not
 /// finish must unstick it (cut the proxy, release the blocker) before this is

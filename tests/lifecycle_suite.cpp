@@ -53,53 +53,6 @@ using sqlock::locker_options;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-/// Every lease event a locker reported, in order; safe to feed from the renewer thread.
-class event_log {
-public:
-    struct entry {
-        lease_event::kind what;
-        std::string name;
-        std::int64_t token;
-        std::string detail;
-    };
-
-    /// A hook for locker_options::on_event. It keeps the log alive, so it may outlive the test's scope.
-    static std::function<void(lease_event const&)> hook(std::shared_ptr<event_log> const& log) {
-        return [log](lease_event const& e) {
-            std::lock_guard lock(log->mutex_);
-            log->entries_.push_back({e.what, std::string(e.name), e.token, std::string(e.detail)});
-        };
-    }
-
-    std::size_t count(lease_event::kind k, std::string const& name) const {
-        std::lock_guard lock(mutex_);
-        std::size_t n = 0;
-        for (auto const& e : entries_) n += (e.what == k && e.name == name) ? 1 : 0;
-        return n;
-    }
-
-    std::vector<entry> of(lease_event::kind k) const {
-        std::lock_guard lock(mutex_);
-        std::vector<entry> out;
-        for (auto const& e : entries_)
-            if (e.what == k) out.push_back(e);
-        return out;
-    }
-
-    std::string dump() const {
-        std::lock_guard lock(mutex_);
-        std::string out;
-        for (auto const& e : entries_)
-            out += std::string(sqlock::to_string(e.what)) + " " + e.name + " token " + std::to_string(e.token) +
-                   (e.detail.empty() ? "" : " (" + e.detail + ")") + "\n";
-        return out;
-    }
-
-private:
-    mutable std::mutex mutex_;
-    std::vector<entry> entries_;
-};
-
 /// Calls to locker_options::on_lost.
 struct lost_log {
     std::mutex mutex;
@@ -198,8 +151,8 @@ std::string state_of(lease const& l) { return std::string(sqlock::to_string(l.st
 // over 600 ms of slack, so a busy machine's scheduling cannot decide the outcome.
 TEST_P(Lifecycle, AutoRenewKeepsALockPastItsTtl) {
     constexpr milliseconds ttl = 1s;
-    auto events = std::make_shared<event_log>();
-    locker holder = make_locker({.ttl = ttl, .on_event = event_log::hook(events)});  // auto_renew by default
+    auto events = std::make_shared<event_record>();
+    locker holder = make_locker({.ttl = ttl, .on_event = event_record::hook(events)});  // auto_renew by default
     locker other = make_locker();
     std::string const name = n("auto-renew");
 
@@ -280,8 +233,8 @@ TEST_P(Lifecycle, WithoutAutoRenewTheLockIsLostToAWaiter) {
 // held again once the database is back within the safe deadline.
 TEST_P(Lifecycle, InDoubtWhileUnreachableThenRecovered) {
     outage_rig rig(e_, url_);
-    auto events = std::make_shared<event_log>();
-    locker L = sqlock::table_locker(rig.db(), {.ttl = 3s, .on_event = event_log::hook(events)});
+    auto events = std::make_shared<event_record>();
+    locker L = sqlock::table_locker(rig.db(), {.ttl = 3s, .on_event = event_record::hook(events)});
     std::string const name = n("in-doubt");
 
     lease l = L.acquire(name, 0ms);
@@ -317,10 +270,10 @@ TEST_P(Lifecycle, InDoubtWhileUnreachableThenRecovered) {
 // An outage that outlasts the safe deadline loses the lease.
 TEST_P(Lifecycle, OutagePastTheSafeDeadlineLosesTheLease) {
     outage_rig rig(e_, url_);
-    auto events = std::make_shared<event_log>();
+    auto events = std::make_shared<event_record>();
     auto lost = std::make_shared<lost_log>();
     locker L = sqlock::table_locker(
-        rig.db(), {.ttl = 1s, .on_lost = lost_log::hook(lost), .on_event = event_log::hook(events)});
+        rig.db(), {.ttl = 1s, .on_lost = lost_log::hook(lost), .on_event = event_record::hook(events)});
     std::string const name = n("outage-lost");
 
     lease l = L.acquire(name, 0ms);
@@ -433,9 +386,9 @@ TEST_P(Lifecycle, FenceRefusesTheOvertakenHoldersTransaction) {
 // A lease whose renewal is refused (its row deleted behind its back) fires its
 // stop token, on_lost once, a `lost` event, and the counters.
 TEST_P(Lifecycle, RefusedRenewalFiresStopTokenAndOnLost) {
-    auto events = std::make_shared<event_log>();
+    auto events = std::make_shared<event_record>();
     auto lost = std::make_shared<lost_log>();
-    locker L = make_locker({.ttl = 600ms, .on_lost = lost_log::hook(lost), .on_event = event_log::hook(events)});
+    locker L = make_locker({.ttl = 600ms, .on_lost = lost_log::hook(lost), .on_event = event_record::hook(events)});
     std::string const name = n("refused");
 
     lease l = L.acquire(name, 0ms);
@@ -679,13 +632,13 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
 // leave no row. If it does not return, the holder releases (which wakes it in
 // this process) and the test fails.
 TEST_P(Lifecycle, CancelledWaiterThrowsAndLeavesNoRow) {
-    auto events = std::make_shared<event_log>();
+    auto events = std::make_shared<event_record>();
     std::string const waiter_owner = n("waiter");
     locker holder = make_locker();
     locker waiter = make_locker({.owner = waiter_owner,
                                  .backoff_min = parked_poll,
                                  .backoff_max = parked_poll,
-                                 .on_event = event_log::hook(events)});
+                                 .on_event = event_record::hook(events)});
     std::string const name = n("cancel");
 
     std::optional<lease> h = holder.acquire(name, 0ms);

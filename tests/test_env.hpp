@@ -26,7 +26,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -591,6 +593,74 @@ private:
 };
 
 // ------------------------------------------------------------------ the per-engine fixture
+
+// ------------------------------------------------------------------ lease events
+
+/// Every lease event a locker reported (locker_options::on_event), in order, each with a sequence
+/// number and the steady time it was seen; safe to feed from the renewer threads.
+class event_record {
+public:
+    using clock = std::chrono::steady_clock;
+    struct entry {
+        std::uint64_t seq;
+        clock::time_point at;
+        sqlock::lease_event::kind what;
+        std::string name;
+        std::int64_t token;
+        std::string detail;
+    };
+
+    /// A hook for locker_options::on_event. It keeps the record alive, so it may outlive the test's scope.
+    static std::function<void(sqlock::lease_event const&)> hook(std::shared_ptr<event_record> const& r) {
+        return [r](sqlock::lease_event const& e) {
+            std::lock_guard lock(r->mutex_);
+            r->entries_.push_back(
+                {r->next_++, clock::now(), e.what, std::string(e.name), e.token, std::string(e.detail)});
+        };
+    }
+
+    /// The events of `k` for `name` (for any name: of(k)), in order.
+    std::vector<entry> of(sqlock::lease_event::kind k, std::optional<std::string> const& name = std::nullopt) const {
+        std::lock_guard lock(mutex_);
+        std::vector<entry> out;
+        for (auto const& e : entries_)
+            if (e.what == k && (!name || e.name == *name)) out.push_back(e);
+        return out;
+    }
+
+    /// Sequence numbers of the events of `k` for `name`, in order.
+    std::vector<std::uint64_t> seqs(sqlock::lease_event::kind k, std::string const& name) const {
+        std::vector<std::uint64_t> out;
+        for (auto const& e : of(k, name)) out.push_back(e.seq);
+        return out;
+    }
+
+    std::size_t count(sqlock::lease_event::kind k, std::string const& name) const { return of(k, name).size(); }
+
+    /// Events of `k` for `name` seen after `t`.
+    std::size_t count_after(sqlock::lease_event::kind k, std::string const& name, clock::time_point t) const {
+        std::size_t n = 0;
+        for (auto const& e : of(k, name)) n += e.at > t ? 1 : 0;
+        return n;
+    }
+
+    std::string dump() const {
+        std::lock_guard lock(mutex_);
+        std::string out;
+        for (auto const& e : entries_) {
+            out.append("  #").append(std::to_string(e.seq)).append(" ").append(sqlock::to_string(e.what));
+            out.append(" ").append(e.name).append(" token ").append(std::to_string(e.token));
+            if (!e.detail.empty()) out.append(" (").append(e.detail).append(")");
+            out.append("\n");
+        }
+        return out.empty() ? "  (no events)\n" : out;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::uint64_t next_ = 1;
+    std::vector<entry> entries_;
+};
 
 /// Names the instances of an engine-parameterized suite by engine:
 /// Engines/<Suite>.<Test>/postgresql, .../mysql, .../sqlite.

@@ -79,57 +79,6 @@ using steady = std::chrono::steady_clock;
 
 // ------------------------------------------------------------------ records
 
-/// Lease events in the order they were reported, with sequence numbers and the
-/// steady time they were seen; safe to feed from the renewer threads.
-class event_record {
-public:
-    struct entry {
-        std::uint64_t seq;
-        steady::time_point at;
-        lease_event::kind what;
-        std::string name;
-        std::string detail;
-    };
-
-    static std::function<void(lease_event const&)> hook(std::shared_ptr<event_record> const& r) {
-        return [r](lease_event const& e) {
-            std::lock_guard lock(r->mutex_);
-            r->entries_.push_back({r->next_++, steady::now(), e.what, std::string(e.name), std::string(e.detail)});
-        };
-    }
-
-    std::vector<entry> of(lease_event::kind k, std::string const& name) const {
-        std::lock_guard lock(mutex_);
-        std::vector<entry> out;
-        for (auto const& e : entries_)
-            if (e.what == k && e.name == name) out.push_back(e);
-        return out;
-    }
-
-    std::size_t count(lease_event::kind k, std::string const& name) const { return of(k, name).size(); }
-
-    /// Events of `k` for `name` seen after `t`.
-    std::size_t count_after(lease_event::kind k, std::string const& name, steady::time_point t) const {
-        std::size_t n = 0;
-        for (auto const& e : of(k, name)) n += e.at > t ? 1 : 0;
-        return n;
-    }
-
-    std::string dump() const {
-        std::lock_guard lock(mutex_);
-        std::string out;
-        for (auto const& e : entries_)
-            out += "  #" + std::to_string(e.seq) + " " + std::string(sqlock::to_string(e.what)) + " " + e.name +
-                   (e.detail.empty() ? "" : " (" + e.detail + ")") + "\n";
-        return out.empty() ? "  (no events)\n" : out;
-    }
-
-private:
-    mutable std::mutex mutex_;
-    std::uint64_t next_ = 1;
-    std::vector<entry> entries_;
-};
-
 /// How a call ended: returned, or which sqlock error (with its text).
 struct call_result {
     enum class kind { returned, lease_lost, in_doubt, backend_unavailable, timeout, stale_token, other };
