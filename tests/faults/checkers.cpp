@@ -587,7 +587,7 @@ report k3_fenced(std::vector<event> const& history) {
         }
     }
     for (auto& [lock, ops] : accepted) {
-        check_real_time_increase(ops, /*strict=*/false, [&](op const& high, op const& b) {
+        check_real_time_increase(ops, /*strict=*/false, [&, &lock = lock](op const& high, op const& b) {
             ++stale;
             add(r, fmt::format("lock '{}': the resource accepted {}'s write with token {} (invoked at {}) after it "
                                "had accepted token {} from {} (ok at {}): a stale holder's write got through",
@@ -754,7 +754,8 @@ report k6_availability(std::vector<event> const& history, std::vector<nemesis_ev
         std::int64_t const t = f.mono_ns;
         for (auto const& [lock, list] : acquires) {
             // A waiter at `when`: an acquire invoked by then and not yet answered, by a process alive afterwards.
-            auto waiting_at = [&](std::int64_t when) {
+            // (Structured bindings are captured by name: Clang 14 cannot capture them implicitly.)
+            auto waiting_at = [&, &list = list](std::int64_t when) {
                 std::int64_t n = 0;
                 for (auto const* o : list) {
                     if (o->invoke_ns > when || o->complete_ns <= when) continue;
@@ -847,7 +848,7 @@ report k7_tokens(std::vector<audit_row> const& audit, std::vector<event> const& 
         if (is_acquire(o) && o.ok() && o.token) per_lock[o.lock].push_back(&o);
     for (auto& [lock, ops] : per_lock) {
         grants += static_cast<std::int64_t>(ops.size());
-        check_real_time_increase(ops, /*strict=*/true, [&](op const& high, op const& b) {
+        check_real_time_increase(ops, /*strict=*/true, [&, &lock = lock](op const& high, op const& b) {
             add(r, fmt::format("lock '{}': {} was granted token {} (invoked at {}) after {} had been granted token {} "
                                "(ok at {})",
                                lock, b.who(), *b.token, b.invoke_ns, high.who(), *high.token, high.complete_ns));
