@@ -142,6 +142,8 @@ struct scenario {
     /// Row runs: audit the row lock's table too (install_row_audit), so that K1 and K7 read the
     /// database's record of the row lock's grants.
     bool row_audit = true;
+    /// Each worker pauses U(0, think_max) after each release (0: none), so every process gets turns.
+    milliseconds think_max = 0ms;
 };
 
 /// What a scenario's own extra check (battery_run::set_extra_check) gets once the run is over.
@@ -411,6 +413,7 @@ private:
                            std::to_string(s_.cs_max_us), "--hold-min-ms", ms(s_.hold_min), "--hold-max-ms",
                            ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
         if (s_.no_renew) a.push_back("--no-renew");
+        if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.row) a.push_back("--row");
         if (s_.majority && s_.member_timeout > 0ms) {
             a.push_back("--member-timeout-ms");
