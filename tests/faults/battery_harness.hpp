@@ -622,10 +622,10 @@ private:
                 ::kill(w.pid, SIGCONT);
                 return std::nullopt;
             }
-            ::kill(w.pid, SIGKILL);
             log_nemesis("kill", w.name, "instant",
                         "SIGKILL pid " + std::to_string(w.pid) + " stopped at failpoint " + s_.killpoint + " (hit " +
                             std::to_string(killpoint_hits_) + ")");
+            ::kill(w.pid, SIGKILL);
             ::waitpid(w.pid, &st, 0);
             w.running = false;
             w.killed = true;

@@ -16,7 +16,8 @@
 //         BeforeRelease            release.before_statement           (C01 e)
 //   Engines/KillpointRow.<Test>/<engine>    the row lock (SELECT ... FOR UPDATE in an open
 //       transaction): a kill ends the transaction at once (the kernel closes the socket; SQLite:
-//       the OS drops the file lock), so the next holder gets the row within 2 s (K6), with a
+//       the OS drops the file lock), so the next holder gets the row within 2 s (K6; TTL 5 s, so the
+//       server's idle-in-transaction limit, which is the TTL, can't be what freed it), with a
 //       greater token, and the dead holder's uncommitted record is gone.
 //         BeforeCommit             row.before_commit (the release's COMMIT) (C01 e; SQLite: H02)
 //   Engines/KillpointRowLocked.<Test>/<engine>  (PostgreSQL, MariaDB: SQLite draws its token
@@ -246,6 +247,9 @@ TEST_P(KillpointRow, BeforeCommit) {
     // SQLite's holders take turns unfairly (one may go without the lock for seconds): kill at its first release.
     auto s = killpoint_scenario("C01e-row", 314, "row.before_commit", GetParam() == engine::sqlite ? 1 : 2);
     s.row = true;
+    // The server's own limit on an idle holding transaction is the TTL (5 s): a bound well below it
+    // shows the transaction ended because the process died, not because it idled out.
+    s.ttl = 5s;
     s.k6_bound_ms = 2000;
     battery_run r(s, GetParam());
     r.set_extra_check([](extra_check_input const& in) {
@@ -264,6 +268,9 @@ TEST_P(KillpointRow, BeforeCommit) {
 TEST_P(KillpointRowLocked, AfterLockBeforeToken) {
     auto s = killpoint_scenario("C01b-row", 315, "row.after_lock_before_token", 2);
     s.row = true;
+    // The server's own limit on an idle holding transaction is the TTL (5 s): a bound well below it
+    // shows the transaction ended because the process died, not because it idled out.
+    s.ttl = 5s;
     s.k6_bound_ms = 2000;
     battery_run r(s, GetParam());
     r.set_extra_check([](extra_check_input const& in) {
