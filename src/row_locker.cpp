@@ -1,5 +1,6 @@
 // The SELECT ... FOR UPDATE lock: the engine's own row lock, held by a
 // transaction that stays open on a pooled connection pinned to the lease.
+#include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
@@ -70,6 +71,8 @@ private:
     bool db_delete() override {
         bool committed = on_connection(
             [&](pooled_session s) {
+                // The grant's record (token, owner) is still uncommitted here.
+                SQLOCK_FAILPOINT("row.before_commit");
                 store_->dialect().end_row_lock(s, true);
                 return true;
             },
@@ -120,6 +123,8 @@ protected:
         // Once the row is locked, the token is drawn and committed on a reserved
         // connection: durable before the lease exists, and ordered by the row lock.
         auto const draw = [&] {
+            // The row is locked by our open transaction; no token drawn yet.
+            SQLOCK_FAILPOINT("row.after_lock_before_token");
             return store_->run(
                 "drawing a token for row lock '" + name + "'",
                 [&](pooled_session s) { return d.draw_token(s, name); }, {.reserved = true});

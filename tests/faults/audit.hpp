@@ -19,6 +19,25 @@
 // judges the renewal by the time the library's own condition used, not by a later clock reading. seq is the database's own order of the changes (per lock name the changes conflict
 // on its row or unique key, so seq order is their commit order).
 //
+// install_row_audit() adds, for the row lock (row_locker), triggers on `<prefix>_rows` that write
+// into the same audit table when a holder records its grant (token, owner, locked_at), inside the
+// holding transaction: the audit row commits with the lease's release (COMMIT) and vanishes with
+// a lease that was rolled back (lost, or its process killed), like the lease itself.
+//   PostgreSQL: AFTER UPDATE OF token            -> grant  (db_time clock_timestamp())
+//               deferred constraint trigger,
+//               fired at the holder's COMMIT     -> delete (the release; db_time clock_timestamp()
+//                                                   at commit)
+//               expires_at: row_audit_no_expiry, as a row lock never expires in database time: it
+//               ends at its commit. K1 then checks real intervals [grant, commit) per lock.
+//   MariaDB:    AFTER UPDATE                     -> takeover (SYSDATE(6))
+//   SQLite:     AFTER INSERT / AFTER UPDATE      -> grant / takeover (julianday('now'))
+//               expires_at: the row's locked_at. Neither engine can run a trigger at COMMIT, so
+//               each grant is a point: K1 only sees the grants in time order there; that a grant
+//               came after the previous holder began its release is checked by joining the audit
+//               with the history (row_grants_follow_releases in battery_harness.hpp).
+// Every audited grant carries the token recorded with it, so K7 reads the row lock's tokens from
+// the database's own record (a repeated token is audited too: the triggers don't compare tokens).
+//
 // dump_audit() reads the audit back as checkers.hpp's audit_rows (times in µs since the Unix
 // epoch, UTC); lock_table_rows() reads what is left in `<prefix>_locks` for K8.
 // Installed by the harness only, on tables of the run's own prefix; drop_audit() removes it.
@@ -147,9 +166,12 @@ inline void install_audit(soci::session& s, sqlock::engine e, std::string const&
     for (auto const& sql : audit_ddl(e, prefix)) s << sql;
 }
 
-/// Removes the audit's triggers, function and table.
+inline void drop_row_audit(soci::session& s, sqlock::engine e, std::string const& prefix);
+
+/// Removes the audit's triggers (the row lock's too), function and table.
 inline void drop_audit(soci::session& s, sqlock::engine e, std::string const& prefix) {
     std::string const audit = prefix + "_audit";
+    drop_row_audit(s, e, prefix);
     switch (e) {
     case sqlock::engine::postgresql:
         s << "DROP TRIGGER IF EXISTS " + audit + "_trg ON " + prefix + "_locks";
@@ -232,6 +254,79 @@ inline void write_audit(std::string const& path, std::vector<audit_row> const& r
     std::ofstream out(path, std::ios::app);
     if (!out) throw std::runtime_error("audit: cannot write " + path);
     for (auto const& r : rows) out << to_json(r).dump() << '\n';
+}
+
+// ------------------------------------------------------------------------- the row lock's audit
+
+/// The expires_at of a row lock's audit rows on PostgreSQL, in µs since the epoch: 2999-01-01
+/// UTC. A row lock has no expiry in database time; it ends at its commit (the audited delete).
+inline constexpr std::int64_t row_audit_no_expiry_us = 32472144000000000;
+
+/// The statements that install the row lock's audit of `<prefix>_rows` (run each on its own).
+/// The audit table itself comes from audit_ddl().
+inline std::vector<std::string> row_audit_ddl(sqlock::engine e, std::string const& prefix) {
+    std::string const rows = prefix + "_rows";
+    std::string const audit = prefix + "_audit";
+    std::vector<std::string> out;
+    switch (e) {
+    case sqlock::engine::postgresql: {
+        out.push_back("CREATE OR REPLACE FUNCTION " + audit + "_row_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+                      "BEGIN\n"
+                      "  INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES "
+                      "(NEW.name, NEW.owner, NEW.token, TG_ARGV[0], clock_timestamp(), "
+                      "TIMESTAMPTZ '2999-01-01 00:00:00+00');\n"
+                      "  RETURN NULL;\n"
+                      "END\n$f$");
+        // The grant: the statement that records the drawn token (the lock statement before it sets
+        // only owner and locked_at).
+        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant ON " + rows);
+        out.push_back("CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE OF token ON " + rows +
+                      " FOR EACH ROW EXECUTE FUNCTION " + audit + "_row_fn('grant')");
+        // The release: the same event, fired when the holding transaction commits.
+        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rend ON " + rows);
+        out.push_back("CREATE CONSTRAINT TRIGGER " + audit + "_rend AFTER UPDATE OF token ON " + rows +
+                      " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + audit + "_row_fn('delete')");
+        break;
+    }
+    case sqlock::engine::mysql: {
+        std::string const ins = "INSERT INTO " + audit + " (`lock`, owner, token, kind, db_time, expires_at) VALUES ";
+        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant");
+        out.push_back("CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE ON " + rows + " FOR EACH ROW " + ins +
+                      "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), COALESCE(NEW.locked_at, SYSDATE(6)))");
+        break;
+    }
+    case sqlock::engine::sqlite: {
+        std::string const now = audit_now_us_sql(e);
+        std::string const ins = "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
+        auto trigger = [&](std::string const& suffix, std::string const& when, std::string const& kind) {
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_" + suffix);
+            out.push_back("CREATE TRIGGER " + audit + "_" + suffix + " " + when + " BEGIN " + ins +
+                          "(NEW.name, NEW.owner, NEW.token, '" + kind + "', " + now + ", COALESCE(NEW.locked_at, " +
+                          now + ")); END");
+        };
+        trigger("rins", "AFTER INSERT ON " + rows, "grant");
+        trigger("rgrant", "AFTER UPDATE ON " + rows, "takeover");
+        break;
+    }
+    }
+    return out;
+}
+
+/// Installs the row lock's audit of `<prefix>_rows` (the table must exist: open a store with
+/// create_schema first). Creates the audit table if install_audit() has not.
+inline void install_row_audit(soci::session& s, sqlock::engine e, std::string const& prefix) {
+    s << audit_ddl(e, prefix).front();  // CREATE TABLE IF NOT EXISTS <prefix>_audit
+    for (auto const& sql : row_audit_ddl(e, prefix)) s << sql;
+}
+
+/// Removes the row lock's audit triggers (and PostgreSQL's function); drop_audit() calls it.
+inline void drop_row_audit(soci::session& s, sqlock::engine e, std::string const& prefix) {
+    std::string const audit = prefix + "_audit";
+    if (e == sqlock::engine::postgresql) {
+        s << "DROP FUNCTION IF EXISTS " + audit + "_row_fn() CASCADE";  // and its triggers
+        return;
+    }
+    for (auto const* t : {"_rgrant", "_rins"}) s << "DROP TRIGGER IF EXISTS " + audit + t;
 }
 
 }  // namespace sqlock_battery

@@ -130,6 +130,31 @@ struct scenario {
     /// library that stops granting cannot pass the safety checks by doing nothing.
     std::size_t min_grants = 1;
     std::int64_t k6_bound_ms = 0;
+    // kill -9 at an exact place (killpoint_suite.cpp)
+    /// A library failpoint (SQLOCK_FAILPOINT) at which the worker of slot killpoint_slot is killed:
+    /// its first generation runs with SQLOCK_FAILPOINTS=<killpoint>=stop, the harness sees it stop
+    /// there, lets it go on (SIGCONT) the first killpoint_after - 1 times and SIGKILLs it at the
+    /// killpoint_after-th, logging the kill in nemesis.jsonl; its restart (after restart_delay,
+    /// new owners) runs without the failpoint. Exactly one kill, where the scenario wants it.
+    std::string killpoint;
+    int killpoint_slot = 0;
+    int killpoint_after = 1;
+    /// Row runs: audit the row lock's table too (install_row_audit), so that K1 and K7 read the
+    /// database's record of the row lock's grants.
+    bool row_audit = true;
+    /// Each worker pauses U(0, think_max) after each release (0: none), so every process gets turns.
+    milliseconds think_max = 0ms;
+};
+
+/// What a scenario's own extra check (battery_run::set_extra_check) gets once the run is over.
+struct extra_check_input {
+    std::vector<audit_row> const& audit;
+    std::vector<event> const& history;
+    std::vector<audit_row> const& remaining;
+    soci::session& lock_db;  ///< the (first) lock database, raw
+    engine e;
+    std::string const& tables;  ///< the run's table prefix
+    std::vector<std::string> const& killed_workers;  ///< names of the workers killed (any nemesis)
 };
 
 /// One database holding lock tables for the run.
@@ -163,12 +188,18 @@ public:
     ~battery_run() {
         for (auto& w : workers_)
             if (w.running) {
-                if (w.stopped) ::kill(w.pid, SIGCONT);
+                if (w.stopped || !s_.killpoint.empty()) ::kill(w.pid, SIGCONT);
                 ::kill(w.pid, SIGKILL);
                 int st = 0;
                 ::waitpid(w.pid, &st, 0);
             }
         cleanup_tables();
+    }
+
+    /// A check of the scenario's own, run after the checkers; each string it returns is a safety
+    /// violation that fails the run (and keeps its directory).
+    void set_extra_check(std::function<std::vector<std::string>(extra_check_input const&)> f) {
+        extra_check_ = std::move(f);
     }
 
     /// Extra environment ("KEY=value") for the worker of one slot, its restarts included.
@@ -282,6 +313,7 @@ private:
             d.raw = raw_session(d.e, d.url);
             if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
             install_audit(*d.raw, d.e, tables_);
+            if (s_.row && s_.row_audit) install_row_audit(*d.raw, d.e, tables_);
         }
     }
 
@@ -344,6 +376,7 @@ private:
         res_raw_.reset();
         workers_.clear();
         exits_.clear();
+        killpoint_hits_ = 0;
         nemesis_.close();
     }
 
@@ -380,6 +413,7 @@ private:
                            std::to_string(s_.cs_max_us), "--hold-min-ms", ms(s_.hold_min), "--hold-max-ms",
                            ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
         if (s_.no_renew) a.push_back("--no-renew");
+        if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.row) a.push_back("--row");
         if (s_.majority && s_.member_timeout > 0ms) {
             a.push_back("--member-timeout-ms");
@@ -413,6 +447,8 @@ private:
         w.name = "w" + std::to_string(slot) + (generation > 0 ? "." + std::to_string(generation) : "");
         auto env = s_.worker_env;
         if (auto it = slot_env_.find(slot); it != slot_env_.end()) env.insert(env.end(), it->second.begin(), it->second.end());
+        if (!s_.killpoint.empty() && slot == s_.killpoint_slot && generation == 0)
+            env.push_back("SQLOCK_FAILPOINTS=" + s_.killpoint + "=stop");
         spawn(w, env);
         workers_.push_back(w);
     }
@@ -487,7 +523,7 @@ private:
 
     void drive_nemesis() {
         using clock = std::chrono::steady_clock;
-        if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed) return;
+        if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed && s_.killpoint.empty()) return;
         // Faults only in the first part of the run, so that the last part shows recovery.
         auto const quiet = end_ - std::max<clock::duration>(s_.ttl * 2, duration_ / 5);
         struct pending_restart {
@@ -498,6 +534,8 @@ private:
         std::vector<pending_restart> restarts;
         auto next = clock::now() + pick_interval() / 2;
         while (clock::now() < end_) {
+            if (!s_.killpoint.empty())
+                if (auto gen = watch_killpoint()) restarts.push_back({clock::now() + s_.restart_delay, s_.killpoint_slot, *gen});
             auto now = clock::now();
             if (s_.restart_crashed) {
                 for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -566,11 +604,45 @@ private:
         }
     }
 
+    /// The killpoint worker (generation 0 of killpoint_slot): if it stopped at its failpoint, let it
+    /// go on or kill it (see scenario::killpoint). Returns the generation to restart after a kill.
+    /// After the run's end (may_kill false) it is only let go on, so that it can finish.
+    std::optional<int> watch_killpoint(bool may_kill = true) {
+        for (auto& w : workers_) {
+            if (w.reaper || w.slot != s_.killpoint_slot || w.generation != 0 || !w.running) continue;
+            int st = 0;
+            pid_t const r = ::waitpid(w.pid, &st, WNOHANG | WUNTRACED);
+            if (r != w.pid) return std::nullopt;
+            if (!WIFSTOPPED(st)) {  // it ended: as poll_children would record it
+                w.running = false;
+                exits_[w.name] = st;
+                return std::nullopt;
+            }
+            if (!may_kill || ++killpoint_hits_ < s_.killpoint_after) {
+                ::kill(w.pid, SIGCONT);
+                return std::nullopt;
+            }
+            log_nemesis("kill", w.name, "instant",
+                        "SIGKILL pid " + std::to_string(w.pid) + " stopped at failpoint " + s_.killpoint + " (hit " +
+                            std::to_string(killpoint_hits_) + ")");
+            ::kill(w.pid, SIGKILL);
+            ::waitpid(w.pid, &st, 0);
+            w.running = false;
+            w.killed = true;
+            exits_[w.name] = st;
+            std::cout << "[battery] " << s_.id << ": killed " << w.name << " at failpoint " << s_.killpoint
+                      << " (hit " << killpoint_hits_ << ")\n";
+            return 1;
+        }
+        return std::nullopt;
+    }
+
     void wait_for_workers() {
         // Workers stop on their own at the end of the duration; an acquire in flight may take up to
         // its wait, a hold its hold, a release its io bound.
         auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + 60s;
         for (;;) {
+            if (!s_.killpoint.empty()) (void)watch_killpoint(false);
             poll_children();
             bool any = false;
             for (auto const& w : workers_) any = any || w.running;
@@ -686,6 +758,18 @@ private:
         reports.push_back({k9_typed_errors(history), s_.k9, true});
         if (!s_.majority)
             reports.push_back({live_deletes_are_releases(audit, history, realtime_minus_mono_ns_), s_.k1, true});
+        if (s_.row && s_.row_audit && !s_.majority)
+            reports.push_back({row_grants_follow_releases(audit, history, realtime_minus_mono_ns_), s_.k1, true});
+        if (extra_check_) {
+            std::vector<std::string> killed_workers;
+            for (auto const& w : workers_)
+                if (w.killed) killed_workers.push_back(w.name);
+            report extra{"extra-" + s_.id, {}, {}};
+            for (auto& v : extra_check_({audit, history, remaining, *dbs_.front().raw, dbs_.front().e, tables_,
+                                         killed_workers}))
+                extra.violations.push_back({"extra", std::move(v)});
+            reports.push_back({std::move(extra), true, true});
+        }
 
         bool safety_failed = !worker_failures.empty();
         bool liveness_failed = false;
@@ -782,6 +866,54 @@ private:
         return r;
     }
 
+    /// The row lock's K1 from the database's record (install_row_audit) joined with the history: an
+    /// audited grant was committed, and a row lock commits only in its owner's release, so the next
+    /// audited grant of that lock must come after that release began (its invoke, on the raw
+    /// monotonic clock, placed as in live_deletes_are_releases, with the same slack). A grant
+    /// earlier than that means two holders of the row at once. Grants whose release the history
+    /// doesn't show (a worker killed before logging it) are counted as `unmatched`.
+    static report row_grants_follow_releases(std::vector<audit_row> const& audit, std::vector<event> const& history,
+                                             std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10) {
+        report r{"K1-row", {}, {}};
+        // The first release invoke per (lock, owner, token).
+        std::map<std::tuple<std::string, std::string, std::int64_t>, std::int64_t> release_invoke;
+        for (auto const& ev : history)
+            if (ev.op == "release" && ev.type == "invoke" && ev.token) {
+                auto key = std::make_tuple(ev.lock, ev.owner, *ev.token);
+                auto it = release_invoke.find(key);
+                if (it == release_invoke.end() || ev.mono_ns < it->second) release_invoke[key] = ev.mono_ns;
+            }
+        std::map<std::pair<std::string, std::string>, std::vector<audit_row const*>> grants;  // (db, lock)
+        for (auto const& a : audit)
+            if (a.kind == "grant" || a.kind == "takeover") grants[{a.db, a.lock}].push_back(&a);
+        std::int64_t checked = 0, unmatched = 0;
+        std::int64_t const slack_ns = slack_ms * 1'000'000;
+        for (auto& [key, g] : grants) {
+            std::stable_sort(g.begin(), g.end(), [](auto a, auto b) { return a->seq < b->seq; });
+            for (std::size_t i = 1; i < g.size(); ++i) {
+                auto const* prev = g[i - 1];
+                auto const* next = g[i];
+                auto it = release_invoke.find({prev->lock, prev->owner, prev->token});
+                if (it == release_invoke.end()) {
+                    ++unmatched;
+                    continue;
+                }
+                ++checked;
+                std::int64_t const at = next->db_time_us * 1000 - realtime_minus_mono_ns;
+                if (at < it->second - slack_ns)
+                    r.violations.push_back(
+                        {"K1", "lock " + prev->lock + ": token " + std::to_string(next->token) + " (owner " +
+                                   next->owner + ", audit seq " + std::to_string(next->seq) + ") was granted " +
+                                   std::to_string((it->second - at) / 1'000'000) +
+                                   " ms before the previous holder (token " + std::to_string(prev->token) + ", owner " +
+                                   prev->owner + ") began to release the row: two holders of the row at once"});
+            }
+        }
+        r.counts["checked"] = checked;
+        r.counts["unmatched"] = unmatched;
+        return r;
+    }
+
     /// CLOCK_REALTIME minus the raw CLOCK_MONOTONIC, from the tightest of a few back-to-back readings.
     static std::int64_t measure_realtime_minus_mono() {
         std::int64_t best = 0, best_gap = std::numeric_limits<std::int64_t>::max();
@@ -820,6 +952,8 @@ private:
     std::vector<worker_proc> workers_;
     std::map<std::string, int> exits_;
     std::map<int, std::vector<std::string>> slot_env_;
+    std::function<std::vector<std::string>(extra_check_input const&)> extra_check_;
+    int killpoint_hits_ = 0;
     std::ofstream nemesis_;
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;

@@ -44,8 +44,11 @@ TEST_P(BatteryConformance, B01_CounterStorm) {
 }
 
 // B01 with the row lock (row_locker, --row): the same storm, exclusion by the engine's row lock
-// held in an open transaction. The audit watches the table lock's rows only, so K1 and K8 have
-// nothing to read here and K7 checks the tokens of the grants in the history instead.
+// held in an open transaction. The row lock's audit (install_row_audit) records each grant in the
+// holding transaction, so K7 reads the committed grants' tokens from the database, and K1 from it
+// too: on PostgreSQL each grant's interval up to its COMMIT (a deferred trigger), on every engine
+// that each grant came after the previous holder began its release (K1-row, battery_harness.hpp).
+// K8 has no table rows to read here (row locks leave their rows).
 TEST_P(BatteryConformance, B01_CounterStormRowLock) {
     scenario s;
     s.id = "B01-row";

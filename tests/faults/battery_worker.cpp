@@ -73,6 +73,7 @@ struct config {
     bool row = false;
     bool no_renew = false;
     int abandon_pct = 0;
+    long long think_max_ms = 0;  // a pause of U(0, think) after each release, so other processes get turns
     std::string resource_backend = "none";  // postgresql | sqlite3 | none
     std::string resource_connect;
     std::string resource_tables = "sqlock";
@@ -357,6 +358,9 @@ private:
             }
             h_.write(std::move(rel));
             lease.reset();
+            if (c_.think_max_ms > 0)
+                std::this_thread::sleep_for(
+                    milliseconds(std::uniform_int_distribution<long long>(0, c_.think_max_ms)(rng)));
         }
     }
 
@@ -420,6 +424,9 @@ int main(int argc, char** argv) {
     app.add_option("--hold-max-ms", c.hold_max_ms, "extra hold after the counter, then a second fenced write");
     app.add_flag("--row", c.row, "the row lock (row_locker) instead of the table lock");
     app.add_flag("--no-renew", c.no_renew, "no watchdog renewals");
+    app.add_option("--think-max-ms", c.think_max_ms,
+                   "pause U(0, this) after each release (the engines' waiting is not fair: a process that loops "
+                   "acquire-release can keep a lock from the others)");
     app.add_option("--abandon-pct", c.abandon_pct, "percent of leases abandoned (never released)")->check(CLI::Range(0, 100));
     app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
     app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");

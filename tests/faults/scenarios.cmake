@@ -28,3 +28,16 @@ sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_conformance FILTE
                       LABELS conformance battery TIMEOUT 2400)
 sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_faults FILTER "Engines/BatteryFaults.*:BatteryMajority.*"
                       LABELS fault-smoke battery TIMEOUT 2400)
+
+# kill -9 of a holder at an exact failpoint (killpoint_suite.cpp; plan §4.C01 b–e, §4.H02):
+#   Engines/KillpointTable.<Test>/<engine>, Engines/KillpointRow.<Test>/<engine>,
+#   Engines/KillpointRowLocked.<Test>/<engine> (labels fault-smoke;battery).
+add_executable(sqlock_killpoint_tests ${CMAKE_CURRENT_LIST_DIR}/killpoint_suite.cpp)
+target_link_libraries(sqlock_killpoint_tests PRIVATE sqlock_battery sqlock::sqlock SOCI::soci GTest::gtest
+                                                     GTest::gtest_main Threads::Threads nlohmann_json::nlohmann_json)
+target_compile_definitions(sqlock_killpoint_tests
+                           PRIVATE "SQLOCK_BATTERY_WORKER=\"$<TARGET_FILE:sqlock_battery_worker>\"")
+add_dependencies(sqlock_killpoint_tests sqlock_battery_worker)
+sqlock_test_target(sqlock_killpoint_tests)
+sqlock_discover_tests(sqlock_killpoint_tests NAME sqlock_killpoint FILTER "Engines/Killpoint*"
+                      LABELS fault-smoke battery TIMEOUT 2400)
