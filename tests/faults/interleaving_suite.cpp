@@ -298,6 +298,9 @@ TEST_P(InsertVsInsert, RollbackGrantsTheLibrary) { run(false); }
 // A read-then-write takeover (SELECT the row, see it expired — the plain read sees the last
 // committed version — then UPDATE by name) would also take the row over in the COMMIT variant:
 // two grants of one lock at once, which "busy" rules out.
+// Tried for real on PostgreSQL: the upsert's "WHERE l.expires_at < statement_timestamp()" made a
+// snapshot read ("WHERE l.name IN (SELECT name ... WHERE expires_at < statement_timestamp())",
+// which the EvalPlanQual re-check does not re-run): the COMMIT variant failed with "granted".
 class TakeoverVsTakeover : public Interleaving {
 protected:
     void run(bool commit) {
@@ -450,7 +453,9 @@ TEST_P(RenewalVsReaper, ReaperKeepsTheRenewedRow) {
 // re-checked, no longer matches its owner and token: it deletes nothing and reports lease_lost
 // (lease.hpp: "the row was no longer ours"); the other owner's row stays.
 // A read-then-write release (read the row: ours; then DELETE by name) would delete the new
-// owner's row: a lock freed under its holder.
+// owner's row: a lock freed under its holder. Tried for real on PostgreSQL: the release's DELETE
+// matched "name IN (SELECT name ... WHERE owner = :owner AND token = :token)" (a snapshot read the
+// re-check does not re-run): this test failed with "released" and the new owner's row gone.
 class ReleaseVsTakeover : public Interleaving {};
 
 TEST_P(ReleaseVsTakeover, ReleaseLeavesTheNewOwnersRow) {
