@@ -9,9 +9,9 @@
 //        reaper::reap_once), run on a thread of its own.
 // A step "waits" when the server says so, never after a sleep: on PostgreSQL an observer
 // session sees the library's backend in pg_stat_activity with wait_event_type = 'Lock' and
-// the raw session's pid among its pg_blocking_pids(); on MariaDB it sees an
-// information_schema.innodb_lock_waits entry whose blocking transaction is the raw session's
-// (CONNECTION_ID()) and whose requester is in trx_state 'LOCK WAIT'. Then raw ends its
+// the raw session's pid among its pg_blocking_pids(); on MariaDB SHOW ENGINE INNODB STATUS
+// lists a transaction waiting for a lock on the test's own lock table (see waiting_on_raw for
+// why not information_schema.innodb_trx). Then raw ends its
 // transaction and the library call's outcome is compared with the permutation's expected
 // output, a transcript like the isolation tester's .out files (it is the failure message).
 //
@@ -93,7 +93,6 @@ protected:
             *raw_ << "SELECT pg_backend_pid()", soci::into(raw_id_);
             observer_ = raw_session(e_, url_);
         } else if (e_ == engine::mysql) {
-            *raw_ << "SELECT CONNECTION_ID()", soci::into(raw_id_);
             observer_ = raw_session(e_, url_);
         }
     }
@@ -158,14 +157,27 @@ protected:
             *observer_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                           " AND CAST(:pid AS integer) = ANY(pg_blocking_pids(pid))",
                 soci::use(raw_id_), soci::into(n);
-        } else {
-            *observer_ << "SELECT COUNT(*) FROM information_schema.innodb_lock_waits w"
-                          " JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id"
-                          " JOIN information_schema.innodb_trx r ON r.trx_id = w.requesting_trx_id"
-                          " WHERE b.trx_mysql_thread_id = :id AND r.trx_state = 'LOCK WAIT'",
-                soci::use(raw_id_), soci::into(n);
+            return n > 0;
         }
-        return n > 0;
+        // InnoDB's monitor lists each transaction's lock wait ("------- TRX HAS BEEN WAITING ...")
+        // followed by the lock it waits for: "... of table `db`.`<prefix>_locks` ... waiting". The
+        // tables are this test's own and raw never waits, so such a line is the library waiting
+        // on raw. (Not information_schema.innodb_trx/innodb_lock_waits: InnoDB refreshes that
+        // cache only when nobody has read it for 100 ms, so parallel tests polling it read it
+        // stale for ever.)
+        soci::rowset<soci::row> status = (observer_->prepare << "SHOW ENGINE INNODB STATUS");
+        std::string const table = "`." + std::string("`") + tp_ + "_locks`";
+        for (auto const& r : status) {
+            std::istringstream text(r.get<std::string>(2));
+            bool after_wait = false;
+            for (std::string line; std::getline(text, line);) {
+                if (line.find("TRX HAS BEEN WAITING") != std::string::npos) after_wait = true;
+                else if (after_wait && line.find(table) != std::string::npos && line.find("waiting") != std::string::npos)
+                    return true;
+                else if (line.starts_with("---TRANSACTION")) after_wait = false;
+            }
+        }
+        return false;
     }
 
     /// Until the library step waits on raw's lock (server-observed) or returns; SQLite: until it
@@ -176,9 +188,7 @@ protected:
             if (step.wait_for(0s) == std::future_status::ready) return seen::returned;
             if (e_ != engine::sqlite && waiting_on_raw()) return seen::waited;
             if (steady::now() >= until) return seen::neither;
-            // InnoDB refreshes its information_schema.innodb_* cache only when nobody read it for
-            // 100 ms (trx_i_s.cc, CACHE_MIN_IDLE_TIME_US): polling faster would read a stale cache.
-            std::this_thread::sleep_for(e_ == engine::mysql ? 150ms : 10ms);
+            std::this_thread::sleep_for(e_ == engine::mysql ? 50ms : 10ms);
         }
     }
 
@@ -223,7 +233,7 @@ protected:
     }
 
     std::string tp_;
-    long long raw_id_ = 0;
+    long long raw_id_ = 0;  // PostgreSQL: the raw session's backend pid
     bool open_ = false;
     std::unique_ptr<soci::session> observer_;
 };
