@@ -172,7 +172,8 @@ protected:
             bool after_wait = false;
             for (std::string line; std::getline(text, line);) {
                 if (line.find("TRX HAS BEEN WAITING") != std::string::npos) after_wait = true;
-                else if (after_wait && line.find(table) != std::string::npos && line.find("waiting") != std::string::npos)
+                else if (after_wait && line.find(table) != std::string::npos &&
+                         line.find("waiting") != std::string::npos)
                     return true;
                 else if (line.starts_with("---TRANSACTION")) after_wait = false;
             }
@@ -207,9 +208,10 @@ protected:
         seen const s = watch(step);
         std::string early;
         if (s == seen::returned) early = step.get();
-        out += "lib: " + lib_label +
-               (s == seen::waited ? " <waiting on raw's row lock>" : s == seen::returned ? " -> " + early : " <neither waited nor returned within 30 s>") +
-               "\n";
+        out += "lib: " + lib_label;
+        out += s == seen::waited     ? " <waiting on raw's row lock>\n"
+               : s == seen::returned ? " -> " + early + "\n"
+                                     : " <neither waited nor returned within 30 s>\n";
         raw_end(commit);
         out += std::string("raw: ") + (commit ? "COMMIT" : "ROLLBACK") + "\n";
         if (s != seen::returned) {
@@ -228,7 +230,9 @@ protected:
                        std::string const& after, bool commit) const {
         std::string out = "raw: BEGIN\nraw: " + raw_label + "\n";
         std::string const end = std::string("raw: ") + (commit ? "COMMIT" : "ROLLBACK") + "\n";
-        if (waits) return out + "lib: " + lib_label + " <waiting on raw's row lock>\n" + end + "lib: " + lib_label + " -> " + after + "\n";
+        if (waits)
+            return out + "lib: " + lib_label + " <waiting on raw's row lock>\n" + end + "lib: " + lib_label + " -> " +
+                   after + "\n";
         return out + "lib: " + lib_label + " -> " + after + "\n" + end;
     }
 
@@ -390,7 +394,9 @@ TEST_P(ReaperVsRenewal, RenewAfterTheReapersDeleteIsLost) {
     std::string const lib_label = "renew";
     std::string const transcript = permute(
         raw_label,
-        [&] { *raw_ << "DELETE FROM " + locks() + " WHERE name = :n AND expires_at < " + now_plus(0), soci::use(name); },
+        [&] {
+            *raw_ << "DELETE FROM " + locks() + " WHERE name = :n AND expires_at < " + now_plus(0), soci::use(name);
+        },
         lib_label,
         [&]() -> outcome {
             held->renew();
