@@ -143,6 +143,8 @@ struct scenario {
     bool start_barrier = false;
     /// Workers log each busy attempt inside a waiting acquire (op "busy", an instant event).
     bool log_busy = false;
+    /// Workers call try_acquire (one round: its invoke is the round's start) instead of a waiting acquire.
+    bool single_try = false;
     /// With start_barrier: every acquire starts on a multiple of this after the barrier (repeated
     /// simultaneous starts); 0: only the first.
     milliseconds round = 0ms;
@@ -447,6 +449,7 @@ private:
         if (s_.no_renew) a.push_back("--no-renew");
         if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.log_busy) a.push_back("--log-busy");
+        if (s_.single_try) a.push_back("--single-try");
         if (s_.round > 0ms) a.insert(a.end(), {"--round-ms", ms(s_.round)});
         if (s_.linger > 0ms) a.insert(a.end(), {"--linger-ms", ms(s_.linger)});
         if (start_mono_ns_ > 0) {
@@ -874,6 +877,10 @@ private:
             return outcome::failed;
         }
         std::error_code ec;
+        if (sqlock_test::getenv_nonempty("SQLOCK_BATTERY_KEEP").value_or("0") != "0") {
+            std::cout << "[battery] kept (SQLOCK_BATTERY_KEEP): " << dir_.string() << "\n";
+            return outcome::ok;
+        }
         fs::remove_all(dir_, ec);
         return outcome::ok;
     }

@@ -83,7 +83,8 @@ struct config {
     std::int64_t start_mono_ns = 0;  // > 0: every thread starts at this raw monotonic instant
     bool log_busy = false;
     long long round_ms = 0;   // > 0 (with start_mono_ns): every acquire starts on a multiple of this after the barrier
-    long long linger_ms = 0;  // stay this long after the last thread ended (a majority's late give-backs finish)
+    long long linger_ms = 0;
+    bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last thread ended (a majority's late give-backs finish)
     std::uint64_t seed = 1;
     // reaper mode
     long long reaper_interval_ms = 100;
@@ -314,7 +315,21 @@ private:
             h_.write(inv);
             std::optional<sqlock::lease> lease;
             try {
-                lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+                if (c_.single_try) {
+                    auto got = locker.try_acquire(name);
+                    if (!got) {
+                        event out = base;
+                        out.op = "acquire";
+                        out.type = "fail";
+                        out.error = "sqlock::busy: held by another owner (one try)";
+                        h_.write(std::move(out));
+                        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 20)(rng)));
+                        continue;
+                    }
+                    lease.emplace(std::move(*got));
+                } else {
+                    lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+                }
             } catch (std::exception const& e) {
                 event out = base;
                 out.op = "acquire";
@@ -466,6 +481,7 @@ int main(int argc, char** argv) {
     app.add_option("--start-mono-ns", c.start_mono_ns, "start barrier: begin at this raw monotonic instant (ns)");
     app.add_option("--round-ms", c.round_ms, "with --start-mono-ns: acquires start on multiples of this");
     app.add_option("--linger-ms", c.linger_ms, "stay this long after the threads ended");
+    app.add_flag("--single-try", c.single_try, "try_acquire (one round) instead of a waiting acquire");
     app.add_flag("--log-busy", c.log_busy, "log each busy attempt inside a waiting acquire (op busy)");
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
