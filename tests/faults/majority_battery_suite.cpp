@@ -429,7 +429,7 @@ TEST(BatteryMajorityF, F08_SplitVote) {
     s.log_busy = true;
     s.linger = 1s;
     s.k2 = true;
-    s.min_grants = 10;  // 13 rounds × at most one grant each... and more when a retry wins in-round
+    s.min_grants = 10;  // 15 rounds; each round's 3 clients usually all get it in turn (~40 grants)
     // Member timeout ttl/10 = 200 ms; a give-back is one more member round trip after that.
     s.extra_checks = {[](run_record const& r) { return grants_have_majority_support(r); },
                       [](run_record const& r) { return member_rows_are_given_back(r, 600ms); }};
@@ -534,7 +534,8 @@ TEST(BatteryMajorityF, F10_RenewOnMinorityIsLost) {
 
 // F10 — release with one member down: one member refuses connections for 2 s every 3–4 s while
 // holders hold 300–800 ms (TTL 1 s, renewed). A release deletes the rows on every member it can
-// reach (by the time it returns); the down member's row expires by its TTL. K1 per member, K3, K7,
+// reach (by the time it returns, + 500 ms for a member answering past the member timeout on a
+// loaded machine); the down member's row expires by its TTL. K1 per member, K3, K7,
 // K8 after quiescence (the down members' rows have expired by then).
 TEST(BatteryMajorityF, F10_ReleaseWithOneMemberDown) {
     scenario s;
@@ -556,7 +557,7 @@ TEST(BatteryMajorityF, F10_ReleaseWithOneMemberDown) {
     s.linger = 1s;
     s.k5 = false;
     s.min_grants = 10;
-    s.extra_checks = {[](run_record const& r) { return release_clears_reachable_members(r, 20ms); }};
+    s.extra_checks = {[](run_record const& r) { return release_clears_reachable_members(r, 500ms); }};
     battery_run(s, engine::postgresql).run_and_check();
 }
 

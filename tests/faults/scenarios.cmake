@@ -4,6 +4,7 @@
 #   sqlock_battery_tests   the scenarios: Engines/BatteryConformance.<Test>/<engine> (B01, E01, E03; labels
 #                          conformance;battery), Engines/BatteryFaults.<Test>/<engine> (C01, C02) and
 #                          BatteryMajority.<Test> (F01, F05) (labels fault-smoke;battery).
+#   sqlock_majority_battery_tests  BatteryMajorityF.<Test>: F08, F09, the slow member, F10 (fault-smoke;battery).
 # Same server variables and CI rule as sqlock_engine_tests, plus SQLOCK_TEST_PG2_URL (the fenced resource, and
 # a majority member). The soak tier: SQLOCK_SOAK=1 ctest --test-dir build -L battery (durations ×10, random
 # seeds); SQLOCK_BATTERY_SEED=<n> replays a printed seed. Failpoints (SQLOCK_FAILPOINTS) must be compiled in.
