@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 namespace sqlock {
 namespace detail {
@@ -82,6 +83,7 @@ struct answer {
     std::shared_ptr<lease_row> row;  // acquire: the member's row
     std::int64_t value = 0;          // token rounds: the counter read, or 1 when the write won
     std::string why;                 // failed: the member's error
+    std::shared_ptr<void> in_flight;  // acquire: the member's claim (majority_locker_impl::claim_member) until given back
 };
 
 answer failure_of(std::exception_ptr e) {
@@ -179,6 +181,25 @@ public:
         return members_[i].locker->acquire_unwatched(name, attempt{clock::now(), {}});
     }
 
+    /// The right to send `owner`'s acquire of `name` to member i: empty while an earlier one has
+    /// not answered (and, if granted late, been given back). Without it, a waiting acquire's
+    /// rounds pile requests up behind a slow member's connection pool, and a late grant's
+    /// give-back waits behind them: its row stays for seconds (up to its TTL). The claim ends
+    /// when the returned pointer (and its copies) are gone.
+    std::shared_ptr<void> claim_member(std::size_t i, std::string const& name, std::string const& owner) {
+        auto key = std::make_tuple(i, name, owner);
+        {
+            std::lock_guard lock(in_flight_mutex_);
+            if (!in_flight_.insert(key).second) return nullptr;
+        }
+        auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
+        // Non-null (the locker itself) so that the claim tests true; the deleter only ends it.
+        return std::shared_ptr<void>(self.get(), [self, key](void*) {
+            std::lock_guard lock(self->in_flight_mutex_);
+            self->in_flight_.erase(key);
+        });
+    }
+
 protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
                                            attempt const& bounds) override;
@@ -216,6 +237,8 @@ private:
     std::mutex wait_mutex_;
     std::condition_variable_any wait_cv_;
     std::uint64_t generation_ = 0;
+    std::mutex in_flight_mutex_;
+    std::set<std::tuple<std::size_t, std::string, std::string>> in_flight_;  // claim_member
 };
 
 std::string summary(std::vector<std::optional<answer>> const& answers, std::vector<member> const& members) {
@@ -333,11 +356,16 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     };
     auto acquires = fanout<answer>::start(
         members_.size(),
-        [self, name](std::size_t i) -> answer {
+        [self, name, owner](std::size_t i) -> answer {
+            // Still on this owner's previous attempt: busy, as the member itself would say once
+            // that attempt's grant lands (this attempt is another), and the wait goes on.
+            auto claim = self->claim_member(i, name, owner);
+            if (!claim) return {answer::kind::busy, nullptr, 0, {}};
             try {
                 auto row = self->try_member(i, name);
                 if (!row) return {answer::kind::busy, nullptr, 0, {}};
-                return {answer::kind::ok, std::move(row), 0, {}};
+                // Claimed until the row is kept by a lease or given back (a late answer's handler).
+                return {answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
             } catch (...) {
                 return failure_of(std::current_exception());
             }

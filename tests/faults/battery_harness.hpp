@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -84,6 +85,18 @@ enum class nemesis_kind {
     kill_restart,  ///< SIGKILL a random worker every U(interval) and restart it (new owners) after restart_delay
     stop_cont,     ///< SIGSTOP a random worker for stop_for, every U(interval)
     stall_member,  ///< majority: stall a random member's proxy for stop_for, every U(interval)
+    stall_two_members,  ///< majority: stall two random members' proxies (a majority of 3) for stop_for
+    block_member,  ///< majority: a random member's proxy refuses (closes) connections for stop_for
+};
+
+/// What a run recorded, for a scenario's own checks (scenario::extra_checks).
+struct run_record {
+    std::vector<event> history;
+    std::vector<audit_row> audit;      ///< every member's (db = its label)
+    std::vector<audit_row> remaining;  ///< the lock rows left after the workers stopped
+    std::vector<nemesis_event> nemesis;
+    std::int64_t realtime_minus_mono_ns = 0;  ///< db_time_us * 1000 - this = the raw monotonic clock
+    milliseconds ttl{0};
 };
 
 /// What a scenario runs and what it asserts.
@@ -123,6 +136,21 @@ struct scenario {
     // majority
     bool majority = false;
     milliseconds member_timeout = 0ms;
+    /// Majority: latency the member's fault proxy adds to every relayed chunk, each way, for the
+    /// whole run ("pg", "pg2", "mariadb").
+    std::map<std::string, milliseconds> member_delay;
+    /// Every worker thread starts its first acquire at the same instant (a start barrier).
+    bool start_barrier = false;
+    /// Workers log each busy attempt inside a waiting acquire (op "busy", an instant event).
+    bool log_busy = false;
+    /// Workers call try_acquire (one round: its invoke is the round's start) instead of a waiting acquire.
+    bool single_try = false;
+    /// With start_barrier: every acquire starts on a multiple of this after the barrier (repeated
+    /// simultaneous starts); 0: only the first.
+    milliseconds round = 0ms;
+    /// Workers stay this long after their threads ended, so that a majority's give-backs of late
+    /// member grants (detached threads) finish before the process exits.
+    milliseconds linger = 0ms;
     // what must hold
     bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
     bool k3_needs_rejection = false;  ///< the fault must have bitten: at least one stale write refused
@@ -144,6 +172,8 @@ struct scenario {
     bool row_audit = true;
     /// Each worker pauses U(0, think_max) after each release (0: none), so every process gets turns.
     milliseconds think_max = 0ms;
+    /// The scenario's own checks over the run's record: asserted, safety (a failure is never retried).
+    std::vector<std::function<report(run_record const&)>> extra_checks;
 };
 
 /// What a scenario's own extra check (battery_run::set_extra_check) gets once the run is over.
@@ -258,6 +288,8 @@ private:
         };
         open_databases();
         if (setup_stopped()) return outcome::failed;
+        for (auto& d : dbs_)
+            if (auto it = s_.member_delay.find(d.label); it != s_.member_delay.end() && d.proxy) d.proxy->delay(it->second);
         open_resource();
         if (setup_stopped()) return outcome::failed;
 
@@ -266,6 +298,8 @@ private:
         duration_ = scaled(s_.duration);
         started_ = std::chrono::steady_clock::now();
         end_ = started_ + duration_;
+        // The barrier: late enough for every worker to have started and connected.
+        if (s_.start_barrier) start_mono_ns_ = raw_monotonic_ns() + 1'500'000'000;
         for (int i = 0; i < s_.processes; ++i) start_worker(i, 0);
         if (s_.reaper) start_reaper();
         drive_nemesis();
@@ -414,6 +448,14 @@ private:
                            ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
         if (s_.no_renew) a.push_back("--no-renew");
         if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
+        if (s_.log_busy) a.push_back("--log-busy");
+        if (s_.single_try) a.push_back("--single-try");
+        if (s_.round > 0ms) a.insert(a.end(), {"--round-ms", ms(s_.round)});
+        if (s_.linger > 0ms) a.insert(a.end(), {"--linger-ms", ms(s_.linger)});
+        if (start_mono_ns_ > 0) {
+            a.push_back("--start-mono-ns");
+            a.push_back(std::to_string(start_mono_ns_));
+        }
         if (s_.row) a.push_back("--row");
         if (s_.majority && s_.member_timeout > 0ms) {
             a.push_back("--member-timeout-ms");
@@ -597,6 +639,31 @@ private:
                     log_nemesis("stall", d.label, "stop", "fault proxy resumed");
                     break;
                 }
+                case nemesis_kind::stall_two_members: {
+                    std::vector<std::size_t> idx(dbs_.size());
+                    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+                    std::shuffle(idx.begin(), idx.end(), rng_);
+                    idx.resize(std::min<std::size_t>(2, idx.size()));
+                    for (auto i : idx) {
+                        dbs_[i].proxy->stall();
+                        log_nemesis("stall", dbs_[i].label, "start", "fault proxy stalled");
+                    }
+                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                    for (auto i : idx) {
+                        dbs_[i].proxy->resume();
+                        log_nemesis("stall", dbs_[i].label, "stop", "fault proxy resumed");
+                    }
+                    break;
+                }
+                case nemesis_kind::block_member: {
+                    auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
+                    d.proxy->block();
+                    log_nemesis("block", d.label, "start", "fault proxy refuses connections");
+                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                    d.proxy->unblock();
+                    log_nemesis("block", d.label, "stop", "fault proxy forwards again");
+                    break;
+                }
                 case nemesis_kind::none: break;
                 }
             }
@@ -640,7 +707,7 @@ private:
     void wait_for_workers() {
         // Workers stop on their own at the end of the duration; an acquire in flight may take up to
         // its wait, a hold its hold, a release its io bound.
-        auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + 60s;
+        auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + s_.linger + 60s;
         for (;;) {
             if (!s_.killpoint.empty()) (void)watch_killpoint(false);
             poll_children();
@@ -770,6 +837,11 @@ private:
                 extra.violations.push_back({"extra", std::move(v)});
             reports.push_back({std::move(extra), true, true});
         }
+        if (!s_.extra_checks.empty()) {
+            run_record rec{history, audit, remaining, read_nemesis((dir_ / "nemesis.jsonl").string()),
+                           realtime_minus_mono_ns_, s_.ttl};
+            for (auto const& f : s_.extra_checks) reports.push_back({f(rec), true, true});
+        }
 
         bool safety_failed = !worker_failures.empty();
         bool liveness_failed = false;
@@ -805,6 +877,10 @@ private:
             return outcome::failed;
         }
         std::error_code ec;
+        if (sqlock_test::getenv_nonempty("SQLOCK_BATTERY_KEEP").value_or("0") != "0") {
+            std::cout << "[battery] kept (SQLOCK_BATTERY_KEEP): " << dir_.string() << "\n";
+            return outcome::ok;
+        }
         fs::remove_all(dir_, ec);
         return outcome::ok;
     }
@@ -957,6 +1033,7 @@ private:
     std::ofstream nemesis_;
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;
+    std::int64_t start_mono_ns_ = 0;  ///< the start barrier on the raw monotonic clock; 0: none
     std::chrono::steady_clock::time_point started_, end_;
 };
 

@@ -80,6 +80,11 @@ struct config {
     long long lock_wait_timeout_ms = 1000;
     long long io_timeout_ms = 2000;
     long long member_timeout_ms = 0;
+    std::int64_t start_mono_ns = 0;  // > 0: every thread starts at this raw monotonic instant
+    bool log_busy = false;
+    long long round_ms = 0;   // > 0 (with start_mono_ns): every acquire starts on a multiple of this after the barrier
+    long long linger_ms = 0;
+    bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last thread ended (a majority's late give-backs finish)
     std::uint64_t seed = 1;
     // reaper mode
     long long reaper_interval_ms = 100;
@@ -128,6 +133,7 @@ public:
         std::vector<std::thread> threads;
         for (int k = 0; k < c_.threads; ++k) threads.emplace_back([this, k] { thread_main(k); });
         for (auto& t : threads) t.join();
+        if (c_.linger_ms > 0) std::this_thread::sleep_for(milliseconds(c_.linger_ms));
         return failed_.load() ? 2 : 0;
     }
 
@@ -153,6 +159,11 @@ private:
         using kind = sqlock::lease_event::kind;
         event e{.thread = k, .lock = std::string(ev.name), .owner = owner, .token = ev.token};
         switch (ev.what) {
+        case kind::busy:
+            if (!c_.log_busy) return;
+            e.op = "busy";
+            e.type = "ok";
+            break;
         case kind::renewed: {
             // Logged (under the slot's mutex) only while the worker still has the lease in its slot,
             // which it empties before it logs the release's invoke: a renewal the renewer finished
@@ -274,9 +285,27 @@ private:
         if (res)
             fence.emplace(c_.resource_backend == "postgresql" ? sqlock::engine::postgresql : sqlock::engine::sqlite,
                           c_.resource_tables);
+        if (c_.start_mono_ns > 0) {
+            // The start barrier: every thread of every worker begins at the same instant.
+            while (sqlock_battery::raw_monotonic_ns() < c_.start_mono_ns)
+                std::this_thread::sleep_for(std::chrono::nanoseconds(
+                    std::min<std::int64_t>(c_.start_mono_ns - sqlock_battery::raw_monotonic_ns(), 1'000'000)));
+        }
         auto const end = clock_type::now() + milliseconds(c_.duration_ms);
         std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        std::int64_t round = -1;
         while (clock_type::now() < end) {
+            if (c_.round_ms > 0 && c_.start_mono_ns > 0) {
+                // Rounds: every thread of every worker invokes its acquire at the same instants.
+                std::int64_t const period = c_.round_ms * 1'000'000;
+                std::int64_t const now = sqlock_battery::raw_monotonic_ns();
+                round = std::max(round + 1, (now - c_.start_mono_ns + period - 1) / period);
+                std::int64_t const at = c_.start_mono_ns + round * period;
+                while (sqlock_battery::raw_monotonic_ns() < at)
+                    std::this_thread::sleep_for(std::chrono::nanoseconds(
+                        std::min<std::int64_t>(at - sqlock_battery::raw_monotonic_ns(), 1'000'000)));
+                if (clock_type::now() >= end) break;
+            }
             int const i = pick(rng);
             std::string const name = c_.lock_prefix + "L" + std::to_string(i);
             event base{.thread = k, .lock = name, .owner = owner};
@@ -286,7 +315,21 @@ private:
             h_.write(inv);
             std::optional<sqlock::lease> lease;
             try {
-                lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+                if (c_.single_try) {
+                    auto got = locker.try_acquire(name);
+                    if (!got) {
+                        event out = base;
+                        out.op = "acquire";
+                        out.type = "fail";
+                        out.error = "sqlock::busy: held by another owner (one try)";
+                        h_.write(std::move(out));
+                        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 20)(rng)));
+                        continue;
+                    }
+                    lease.emplace(std::move(*got));
+                } else {
+                    lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+                }
             } catch (std::exception const& e) {
                 event out = base;
                 out.op = "acquire";
@@ -435,6 +478,11 @@ int main(int argc, char** argv) {
     app.add_option("--io-timeout-ms", c.io_timeout_ms);
     app.add_option("--member-timeout-ms", c.member_timeout_ms, "majority: bound on one member's answer");
     app.add_option("--seed", c.seed);
+    app.add_option("--start-mono-ns", c.start_mono_ns, "start barrier: begin at this raw monotonic instant (ns)");
+    app.add_option("--round-ms", c.round_ms, "with --start-mono-ns: acquires start on multiples of this");
+    app.add_option("--linger-ms", c.linger_ms, "stay this long after the threads ended");
+    app.add_flag("--single-try", c.single_try, "try_acquire (one round) instead of a waiting acquire");
+    app.add_flag("--log-busy", c.log_busy, "log each busy attempt inside a waiting acquire (op busy)");
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));

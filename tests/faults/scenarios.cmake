@@ -4,6 +4,7 @@
 #   sqlock_battery_tests   the scenarios: Engines/BatteryConformance.<Test>/<engine> (B01, E01, E03; labels
 #                          conformance;battery), Engines/BatteryFaults.<Test>/<engine> (C01, C02) and
 #                          BatteryMajority.<Test> (F01, F05) (labels fault-smoke;battery).
+#   sqlock_majority_battery_tests  BatteryMajorityF.<Test>: F08, F09, the slow member, F10 (fault-smoke;battery).
 # Same server variables and CI rule as sqlock_engine_tests, plus SQLOCK_TEST_PG2_URL (the fenced resource, and
 # a majority member). The soak tier: SQLOCK_SOAK=1 ctest --test-dir build -L battery (durations ×10, random
 # seeds); SQLOCK_BATTERY_SEED=<n> replays a printed seed. Failpoints (SQLOCK_FAILPOINTS) must be compiled in.
@@ -41,3 +42,17 @@ add_dependencies(sqlock_killpoint_tests sqlock_battery_worker)
 sqlock_test_target(sqlock_killpoint_tests)
 sqlock_discover_tests(sqlock_killpoint_tests NAME sqlock_killpoint FILTER "Engines/Killpoint*"
                       LABELS fault-smoke battery TIMEOUT 2400)
+
+# Majority mode under the F-series faults (F08 split vote, F09 delays near the TTL, a slow member's late
+# grants, F10 renewal on a minority and release with a member down): BatteryMajorityF.<Test>, labels
+# fault-smoke;battery. Same servers as the majority scenarios above.
+add_executable(sqlock_majority_battery_tests ${CMAKE_CURRENT_LIST_DIR}/majority_battery_suite.cpp)
+target_link_libraries(sqlock_majority_battery_tests PRIVATE sqlock_battery sqlock::sqlock SOCI::soci GTest::gtest
+                                                            GTest::gtest_main Threads::Threads
+                                                            nlohmann_json::nlohmann_json fmt::fmt)
+target_compile_definitions(sqlock_majority_battery_tests
+                           PRIVATE "SQLOCK_BATTERY_WORKER=\"$<TARGET_FILE:sqlock_battery_worker>\"")
+add_dependencies(sqlock_majority_battery_tests sqlock_battery_worker)
+sqlock_test_target(sqlock_majority_battery_tests)
+sqlock_discover_tests(sqlock_majority_battery_tests NAME sqlock_majority_battery FILTER "BatteryMajorityF.*"
+                      LABELS fault-smoke battery TIMEOUT 600)
