@@ -528,7 +528,7 @@ TEST(BatteryMajorityF, F10_RenewOnMinorityIsLost) {
     s.k5 = false;
     s.k8 = false;  // a stalled member's in-flight statements may land after the run: reported
     s.min_grants = 5;
-    s.extra_checks = {[](run_record const& r) { return renew_on_minority_is_lost(r, 100ms, 300ms); }};
+    s.extra_checks = {[](run_record const& r) { return renew_on_minority_is_lost(r, 100ms, 600ms); }};
     battery_run(s, engine::postgresql).run_and_check();
 }
 
