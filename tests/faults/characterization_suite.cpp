@@ -203,16 +203,19 @@ TEST_P(Characterization, RelaxedDurabilityLosesAcknowledgedGrants) {
             // passed their log position) while the worker goes on granting: the grants before that flush
             // survive, the ones after it are at risk, and a counter that survives at an older value hands its
             // tokens out again.
-            bool const warmed = eventually([&] { return count >= min_grants_before_crash; }, 60s);
-            bool flushed = false;
-            if (warmed) {
+            // Nothing may throw past the worker before it is joined.
+            bool warmed = false, flushed = false;
+            int rc = -1;
+            std::string const crash_what = outcome_of([&] {
+                warmed = eventually([&] { return count >= min_grants_before_crash; }, 60s);
+                if (!warmed) return;
                 auto const written = innodb_lsn(*root(), "Innodb_lsn_current");
                 flushed = eventually([&] { return innodb_lsn(*root(), "Innodb_lsn_flushed") >= written; }, 30s);
-            }
-            int rc = -1;
-            if (flushed) rc = std::system(crash_cmd_.c_str());  // kill -9 while the worker grants, then recovery
+                if (flushed) rc = std::system(crash_cmd_.c_str());  // kill -9 while the worker grants, then recovery
+            });
             stop = true;
             worker.join();
+            ASSERT_EQ(crash_what, "returned") << "while waiting for the log flush and crashing the server";
             ASSERT_TRUE(warmed) << "the worker made only " << count << " grants in 60 s; it ended with "
                                 << r.worker_end;
             ASSERT_TRUE(flushed) << "InnoDB did not flush its log within 30 s (innodb_flush_log_at_timeout)";
