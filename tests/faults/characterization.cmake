@@ -14,3 +14,15 @@ target_link_libraries(sqlock_characterization_suite_tests PRIVATE sqlock::sqlock
                                                                   GTest::gtest_main Threads::Threads)
 sqlock_test_target(sqlock_characterization_suite_tests)
 sqlock_discover_tests(sqlock_characterization_suite_tests LABELS characterization SERIAL TIMEOUT 600)
+
+#   FailoverCharacterization.AsyncStandbyPromotedLosesAnAcknowledgedGrant  plan §4 D09: a private PostgreSQL
+#     primary (scripts/test-servers.sh) and an asynchronous standby streaming through a fault proxy; the stalled
+#     stream loses A's acknowledged grant when the primary is killed and the standby promoted.
+add_executable(sqlock_failover_characterization_tests ${CMAKE_CURRENT_SOURCE_DIR}/failover_suite.cpp)
+target_include_directories(sqlock_failover_characterization_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/..)
+target_link_libraries(sqlock_failover_characterization_tests PRIVATE sqlock::sqlock SOCI::soci GTest::gtest
+                                                                     GTest::gtest_main Threads::Threads)
+target_compile_definitions(sqlock_failover_characterization_tests PRIVATE
+  "SQLOCK_TEST_SERVERS_SCRIPT=\"${CMAKE_CURRENT_SOURCE_DIR}/../../scripts/test-servers.sh\"")
+sqlock_test_target(sqlock_failover_characterization_tests)
+sqlock_discover_tests(sqlock_failover_characterization_tests LABELS characterization SERIAL TIMEOUT 600)
