@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds sqlock and runs its tests (ctest) against private PostgreSQL and MariaDB servers.
-# Runs the two CI tiers, `ctest -L 'conformance|fault-smoke'` (docs/guarantees.md); extra arguments replace
+# Runs the two CI tiers, `ctest -L 'conformance|fault-smoke' -j2` (docs/guarantees.md); extra arguments replace
 # that selection and go to ctest, e.g.  scripts/test.sh -R postgres -j2
 # The servers are always stopped on exit; the exit code is ctest's (or the failing step's).
 set -euo pipefail
@@ -23,7 +23,9 @@ bash scripts/test-servers.sh start >/dev/null
 # shellcheck source=/dev/null
 source "$SQLOCK_TEST_DIR/env.sh"
 
-(($#)) || set -- -L 'conformance|fault-smoke'
+# Two at a time (the machine has 2 cores): tests share the servers through tables and users of their own;
+# the ones that restart, crash, freeze or partition a server run alone (RUN_SERIAL).
+(($#)) || set -- -L 'conformance|fault-smoke' -j2
 rc=0
 ctest --test-dir build --output-on-failure "$@" || rc=$?
 exit "$rc"
