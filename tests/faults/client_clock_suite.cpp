@@ -3,7 +3,7 @@
 // A worker process (sqlock_test_worker skew) whose clock runs 90 s ahead tries to take a lock this
 // test holds with a 30 s TTL:
 //   - Engines/ClientClock.ClockAheadCannotTakeOverALiveLease/{postgresql,mysql} (fault-smoke): the
-//     worker runs under libfaketime; expiry is the server's clock, so the worker waits and times
+//     worker runs under libfaketime (tests/skewed_process.hpp: with a fallback if it hangs); expiry is the server's clock, so the worker waits and times
 //     out, and this test's lease stays held. A library comparing the client's clock with
 //     expires_at (ShedLock #231) would fail here.
 //   - Engines/Characterization.SqliteProcessWithAClockAheadTakesOverALiveLease/sqlite (characterization): on
@@ -11,6 +11,7 @@
 //     90 s ahead), so the worker sees the row as expired and takes it over while this test still
 //     holds it. The test asserts that double grant happens: it documents why SQLite needs one host
 //     clock for every process (docs/guarantees.md, "Not promised").
+#include "skewed_process.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -21,8 +22,6 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
-
 namespace {
 
 using namespace sqlock_test;
@@ -32,34 +31,9 @@ using sqlock::lease_state;
 
 constexpr auto ahead = 90s;
 
-struct worker_result {
-    int status = 0;
-    std::string out, err;
-    bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-};
-
 // Runs `sqlock_test_worker skew URL NAME_PREFIX 1 [SHIFT_MS]` (it acquires NAME_PREFIX0, waiting up
-// to 10 s, then releases it) with `env`, and waits for it (killed after 120 s).
-worker_result run_skewed_worker(std::vector<std::string> args, std::vector<std::string> env) {
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    pid_t const pid = spawn_process(std::move(args), std::move(env), actions.get());
-    worker_result r;
-    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, 120s)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &r.status, 0);
-    }
-    r.out = slurp(files.path() / "out");
-    r.err = slurp(files.path() / "err");
-    return r;
-}
-
-std::vector<std::string> this_environment() {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    return env;
-}
+// to 10 s, then releases it) with this process's environment; killed after 60 s.
+bounded_run run_worker(std::vector<std::string> args) { return run_bounded(std::move(args), environment_with({}, {}), 60s); }
 
 class ClientClock : public engine_fixture {};
 
@@ -74,12 +48,12 @@ TEST_P(ClientClock, ClockAheadCannotTakeOverALiveLease) {
     std::string const prefix = n("clock-ahead-");
     lease held = holder.acquire(prefix + "0", 10s);
 
-    auto env = this_environment();
-    env.push_back(std::string("LD_PRELOAD=").append(faketime.string()));
-    env.push_back("FAKETIME=+" + std::to_string(std::chrono::seconds(ahead).count()) + "s");
-    env.push_back("DONT_FAKE_MONOTONIC=1");
-    auto r = run_skewed_worker({SQLOCK_TEST_WORKER, "skew", url_, prefix, "1"}, env);
-
+    auto skewed = run_with_clock_ahead(
+        [&](int) { return std::vector<std::string>{SQLOCK_TEST_WORKER, "skew", url_, prefix, "1"}; }, ahead, 60s);
+    RecordProperty("clock_mover", skewed.clock_mover);
+    auto const& r = skewed.run;
+    ASSERT_TRUE(r.finished) << "the skewed worker still ran after 60 s (it waits 10 s), killed; it was:\n"
+                            << r.diagnosis;
     EXPECT_FALSE(r.exited_ok()) << "a client 90 s ahead got a lock held for another 30 s: expiry was judged by the "
                                    "client's clock; worker stdout: "
                                 << r.out;
@@ -104,9 +78,10 @@ TEST_P(Characterization, SqliteProcessWithAClockAheadTakesOverALiveLease) {
     lease held = holder.acquire(prefix + "0", 10s);
     auto const token = held.token();
 
-    auto r = run_skewed_worker(
-        {SQLOCK_TEST_WORKER, "skew", url_, prefix, "1", std::to_string(std::chrono::milliseconds(ahead).count())},
-        this_environment());
+    auto r = run_worker(
+        {SQLOCK_TEST_WORKER, "skew", url_, prefix, "1", std::to_string(std::chrono::milliseconds(ahead).count())});
+    ASSERT_TRUE(r.finished) << "the worker still ran after 60 s (it waits 10 s at most), killed; it was:\n"
+                            << r.diagnosis;
 
     // The worker got the lock (and released it) while this lease, 30 s long, was still ours.
     ASSERT_TRUE(r.exited_ok()) << "expected the limit to show: a SQLite process 90 s ahead takes over a live lease; "
