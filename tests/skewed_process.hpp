@@ -122,6 +122,61 @@ inline bounded_run run_bounded(std::vector<std::string> args, std::vector<std::s
     return r;
 }
 
+/// How a test moves a worker's wall clock: libfaketime (every clock read of the process), or
+/// tests/clock_shift_preload.cpp (std::chrono::system_clock only: the fallback).
+enum class clock_mover { libfaketime, system_clock_preload };
+
+inline std::string to_string(clock_mover m) {
+    return m == clock_mover::libfaketime ? "libfaketime" : "system_clock preload";
+}
+
+/// Variables this helper sets: dropped from the inherited environment first.
+inline std::vector<std::string_view> const& clock_variables() {
+    static std::vector<std::string_view> const v{"LD_PRELOAD=", "FAKETIME", "DONT_FAKE_MONOTONIC=",
+                                                 "SQLOCK_TEST_CLOCK_SHIFT_"};
+    return v;
+}
+
+/// Makes the wall clock of processes started with clock_file_environment(m, file) run `offset`
+/// from the host's, at once (the file is replaced by a rename, read at every clock call).
+inline void set_clock_file(clock_mover m, fs::path const& file, std::chrono::seconds offset) {
+    fs::path const next = file.string() + ".new";
+    {
+        std::ofstream out(next);
+        if (m == clock_mover::libfaketime)
+            out << (offset.count() >= 0 ? "+" : "") << offset.count() << "s\n";
+        else
+            out << std::chrono::milliseconds(offset).count() << "\n";
+    }
+    fs::rename(next, file);
+}
+
+/// This process's environment, for a child whose wall clock follows `file` (set_clock_file).
+inline std::vector<std::string> clock_file_environment(clock_mover m, fs::path const& file) {
+    if (m == clock_mover::libfaketime)
+        return environment_with({preload_first(libfaketime_path().string()), "FAKETIME_TIMESTAMP_FILE=" + file.string(),
+                                 "FAKETIME_NO_CACHE=1", "DONT_FAKE_MONOTONIC=1"},
+                                clock_variables());
+    return environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB), "SQLOCK_TEST_CLOCK_SHIFT_FILE=" + file.string()},
+                            clock_variables());
+}
+
+/// Prints a libfaketime hang (`what` hung, `state` from describe_running_process) and keeps it in
+/// /var/tmp/sqlock-libfaketime-hang/<test>.txt; the caller then reruns with the fallback.
+inline void report_libfaketime_hang(std::string const& what, std::string const& state) {
+    auto const* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string file_name = test != nullptr ? std::string(test->test_suite_name()) + "." + test->name() : "unknown";
+    for (auto& c : file_name)
+        if (c == '/') c = '_';
+    std::string const report = "libfaketime (" + libfaketime_path().string() + ") hung " + what + "; its state:\n" + state;
+    std::error_code ec;
+    fs::path const keep = "/var/tmp/sqlock-libfaketime-hang";
+    fs::create_directories(keep, ec);
+    std::ofstream(keep / (file_name + ".txt")) << report;
+    std::cerr << report << "rerunning with the system_clock preload (" << SQLOCK_TEST_CLOCK_SHIFT_LIB << ")\n";
+    ::testing::Test::RecordProperty("libfaketime_hang", report);
+}
+
 /// A run of a worker whose wall clock was `ahead` of the host's, and how the clock was moved.
 struct skewed_run {
     bounded_run run;
@@ -135,40 +190,26 @@ struct skewed_run {
 /// /var/tmp/sqlock-libfaketime-hang/<test>.txt.
 template <class ArgsFor>
 skewed_run run_with_clock_ahead(ArgsFor args_for, std::chrono::seconds ahead, std::chrono::seconds limit) {
-    std::vector<std::string_view> const ours{"LD_PRELOAD=", "FAKETIME", "DONT_FAKE_MONOTONIC=",
-                                             "SQLOCK_TEST_CLOCK_SHIFT_MS="};
     skewed_run s;
-    s.clock_mover = "libfaketime";
+    s.clock_mover = to_string(clock_mover::libfaketime);
     std::string const offset = (ahead.count() >= 0 ? "+" : "") + std::to_string(ahead.count()) + "s";
     std::vector<std::string> const args = args_for(1);
     s.run = run_bounded(args,
                         environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
                                           "DONT_FAKE_MONOTONIC=1"},
-                                         ours),
+                                         clock_variables()),
                         limit);
     if (s.run.finished) return s;
 
     s.libfaketime_hang = s.run.diagnosis;
-    auto const* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string const name = test != nullptr ? std::string(test->test_suite_name()) + "." + test->name() : "unknown";
-    std::string report = "libfaketime (" + libfaketime_path().string() + ", FAKETIME=" + offset + ") hung " +
-                         args.front() + " for " + std::to_string(limit.count()) + " s; its state:\n" + s.libfaketime_hang;
-    std::error_code ec;
-    fs::path const keep = "/var/tmp/sqlock-libfaketime-hang";
-    fs::create_directories(keep, ec);
-    std::string file_name = name;
-    for (auto& c : file_name)
-        if (c == '/') c = '_';
-    std::ofstream(keep / (file_name + ".txt")) << report;
-    std::cerr << report << "rerunning with the system_clock preload (" << SQLOCK_TEST_CLOCK_SHIFT_LIB << ")\n";
-    ::testing::Test::RecordProperty("libfaketime_hang", report);
-
-    s.clock_mover = "system_clock preload";
+    report_libfaketime_hang(args.front() + " (FAKETIME=" + offset + ") for " + std::to_string(limit.count()) + " s",
+                            s.libfaketime_hang);
+    s.clock_mover = to_string(clock_mover::system_clock_preload);
     s.run = run_bounded(args_for(2),
                         environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
                                           "SQLOCK_TEST_CLOCK_SHIFT_MS=" +
                                               std::to_string(std::chrono::milliseconds(ahead).count())},
-                                         ours),
+                                         clock_variables()),
                         limit);
     return s;
 }
