@@ -90,6 +90,8 @@ protected:
 
     void hung_renewal(strategy s);
     void late_renewal_reply(strategy s);
+    void max_wait(strategy s, sqlock::store const& db, std::string const& name,
+                  std::function<bool()> const& waiting_in_engine);
     void fork_cannot_release(strategy s);
 };
 
@@ -425,23 +427,32 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
 // ============================================================ #11f milliseconds::max()
 
 /// Waiting for ever: the waiter's first attempt finds the lock held (its
-/// `busy` event, or, for a row lock that waits inside the engine, the engine
-/// showing it waiting), then the holder releases; the waiter gets the lock.
-TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) {
+/// `busy` event, or, for a row lock that waits inside the engine,
+/// `waiting_in_engine()`), then the holder releases; the waiter gets the lock.
+void Hang::max_wait(strategy s, sqlock::store const& db, std::string const& name,
+                    std::function<bool()> const& waiting_in_engine) {
     auto events = std::make_shared<event_record>();
-    std::string const name = n("forever");
-    locker holder_locker = sqlock::table_locker(*db_, {.ttl = 60s});
-    locker waiter_locker = sqlock::table_locker(*db_, {.ttl = 60s, .on_event = event_record::hook(events)});
+    locker holder_locker = make_locker(s, db, {.ttl = 60s});
+    locker waiter_locker = make_locker(s, db, {.ttl = 60s, .on_event = event_record::hook(events)});
     std::optional<lease> holder = holder_locker.try_acquire(name);
     ASSERT_TRUE(holder.has_value());
     std::optional<lease> got;
     watched_call waiter([&] { got.emplace(waiter_locker.acquire(name, milliseconds::max())); });
-    bool const busy = eventually(
-        [&] { return events->count(lease_event::kind::busy, name) > 0 || waiter.finished_within(0ms); }, 30s);
-    ASSERT_TRUE(busy) << "the waiter reported no busy attempt within 30 s";
+    std::string seen;
+    bool const waiting = eventually(
+        [&] {
+            if (events->count(lease_event::kind::busy, name) > 0) seen = "a busy event";
+            else if (waiting_in_engine && waiting_in_engine()) seen = "the engine showing the waiter";
+            else if (waiter.finished_within(0ms)) seen = "the waiter returning";
+            return !seen.empty();
+        },
+        30s);
+    std::cout << "[ record   ] before the release: " << seen << "\n";
+    ASSERT_TRUE(waiting) << "the waiter was not seen waiting (a busy attempt"
+                         << (waiting_in_engine ? ", or the engine showing it" : "") << ") within 30 s";
     holder->release();
     bool const returned = waiter.finished_within(30s);
-    EXPECT_TRUE(returned) << "the waiter did not get the released lock within 30 s";
+    EXPECT_TRUE(returned) << "the waiter did not get the released " << strategy_name(s) << " within 30 s";
     if (!returned) return;  // it waits for ever; nothing to unstick: the lock is free (the destructor aborts)
     std::string const outcome = waiter.outcome();
     EXPECT_EQ(outcome, "returned") << "acquire(name, milliseconds::max()) failed; events:\n" << events->dump();
@@ -452,22 +463,16 @@ TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) {
     std::cout << "[ record   ] acquire(max): " << outcome << "\n[ record   ] events:\n" << events->dump();
 }
 
+TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) { max_wait(strategy::table, *db_, n("forever"), nullptr); }
+
 /// A row lock waits inside the engine, so there is no busy event to wait for:
 /// the engine shows the waiter (own tables, so the statement is ours).
 TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
     std::string const tables = "sqlh_" + random_hex(10);
     drop_tables_on_exit cleanup{e_, url_, tables};
     sqlock::store db(url_, {.create_schema = true, .table_prefix = tables});
-    auto events = std::make_shared<event_record>();
-    std::string const name = n("forever-row");
-    locker holder_locker = sqlock::row_locker(db, {.ttl = 60s});
-    locker waiter_locker = sqlock::row_locker(db, {.ttl = 60s, .on_event = event_record::hook(events)});
-    std::optional<lease> holder = holder_locker.try_acquire(name);
-    ASSERT_TRUE(holder.has_value());
-    std::optional<lease> got;
-    watched_call waiter([&] { got.emplace(waiter_locker.acquire(name, milliseconds::max())); });
     std::string const rows = tables + "_rows";
-    auto waiting_in_engine = [&] {
+    max_wait(strategy::row, db, n("forever-row"), [&] {
         long long k = 0;
         if (e_ == engine::postgresql) {
             *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(:t in query) > 0",
@@ -481,29 +486,7 @@ TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
                 soci::into(k), soci::use(pattern);
         }
         return k > 0;
-    };
-    std::string seen;
-    bool const waiting = eventually(
-        [&] {
-            if (events->count(lease_event::kind::busy, name) > 0) seen = "a busy event";
-            else if (waiting_in_engine()) seen = "the engine showing the waiter";
-            else if (waiter.finished_within(0ms)) seen = "the waiter returning";
-            return !seen.empty();
-        },
-        30s);
-    std::cout << "[ record   ] before the release: " << seen << "\n";
-    ASSERT_TRUE(waiting) << "the waiter was not seen waiting within 30 s";
-    holder->release();
-    bool const returned = waiter.finished_within(30s);
-    EXPECT_TRUE(returned) << "the waiter did not get the released row lock within 30 s";
-    if (!returned) return;
-    std::string const outcome = waiter.outcome();
-    EXPECT_EQ(outcome, "returned") << "acquire(name, milliseconds::max()) failed; events:\n" << events->dump();
-    if (got) {
-        EXPECT_TRUE(got->held());
-        got->release();
-    }
-    std::cout << "[ record   ] acquire(max): " << outcome << "\n[ record   ] events:\n" << events->dump();
+    });
 }
 
 // ============================================================ #11g WAL

@@ -74,21 +74,25 @@ protected:
         return ids;
     }
 
+    /// The id of the session carrying `marker` that the engine's query finds
+    /// (`pg_sql` or `mysql_sql`, the marker bound to its one parameter), if any.
+    std::optional<long long> session_found_by(std::string const& marker, std::string const& pg_sql,
+                                              std::string const& mysql_sql) {
+        long long id = 0;
+        *raw_ << (e_ == engine::postgresql ? pg_sql : mysql_sql), soci::into(id), soci::use(marker);
+        if (!raw_->got_data()) return std::nullopt;
+        return id;
+    }
+
     /// The session carrying `marker` that has a transaction open (a row-lock
     /// holder; the test's stores have one at most), if any.
     std::optional<long long> session_in_transaction(std::string const& marker) {
-        long long id = 0;
-        if (e_ == engine::postgresql) {
-            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
-                     " AND xact_start IS NOT NULL",
-                soci::into(id), soci::use(marker);
-        } else {
-            *raw_ << "SELECT CAST(p.ID AS SIGNED) FROM information_schema.PROCESSLIST p"
-                     " JOIN information_schema.innodb_trx t ON t.trx_mysql_thread_id = p.ID WHERE p.USER = :u",
-                soci::into(id), soci::use(marker);
-        }
-        if (!raw_->got_data()) return std::nullopt;
-        return id;
+        return session_found_by(marker,
+                                "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
+                                " AND xact_start IS NOT NULL",
+                                "SELECT CAST(p.ID AS SIGNED) FROM information_schema.PROCESSLIST p"
+                                " JOIN information_schema.innodb_trx t ON t.trx_mysql_thread_id = p.ID"
+                                " WHERE p.USER = :u");
     }
 
     /// End server session `id` (pg_terminate_backend, KILL CONNECTION).

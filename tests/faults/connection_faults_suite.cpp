@@ -98,22 +98,15 @@ protected:
 
     /// The session of `marker` waiting for a row lock (a statement blocked by
     /// another transaction; the test's own stores run nothing else that waits).
+    /// (MariaDB: a locking read on a unique key waits inside the optimizer,
+    /// state "Statistics", before information_schema.innodb_trx lists its
+    /// transaction: look for the statement itself.)
     std::optional<long long> session_waiting_for_a_lock(std::string const& marker) {
-        long long id = 0;
-        if (e_ == engine::postgresql) {
-            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
-                     " AND wait_event_type = 'Lock'",
-                soci::into(id), soci::use(marker);
-        } else {
-            // A locking read on a unique key waits inside the optimizer (state
-            // "Statistics"), before information_schema.innodb_trx lists its
-            // transaction: look for the statement itself.
-            *raw_ << "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST"
-                     " WHERE USER = :u AND COMMAND <> 'Sleep' AND INFO LIKE '%FOR UPDATE%'",
-                soci::into(id), soci::use(marker);
-        }
-        if (!raw_->got_data()) return std::nullopt;
-        return id;
+        return session_found_by(marker,
+                                "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
+                                " AND wait_event_type = 'Lock'",
+                                "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST"
+                                " WHERE USER = :u AND COMMAND <> 'Sleep' AND INFO LIKE '%FOR UPDATE%'");
     }
 
     /// Sessions and their transactions, for failure messages.
