@@ -287,6 +287,8 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
     s.duration = 10s;
     s.ttl = 2s;
     s.acquire_wait = 3s;
+    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
+    s.hold_max = 60ms;
     s.linger = 1s;
     s.k2 = true;
     s.min_grants = 20;
@@ -335,6 +337,8 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
     s.ttl = 2s;
     s.member_timeout = 200ms;
     s.acquire_wait = 3s;
+    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
+    s.hold_max = 60ms;
     s.linger = 2s;
     s.k2 = true;
     s.min_grants = 20;
@@ -384,6 +388,8 @@ TEST(BatteryMajorityNemesis, F04_MajorityUnreachable) {
     s.ttl = 2s;
     s.member_timeout = 200ms;
     s.acquire_wait = 3s;
+    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
+    s.hold_max = 60ms;
     s.linger = 2s;
     s.k2 = true;
     s.min_grants = 10;
