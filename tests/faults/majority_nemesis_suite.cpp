@@ -205,9 +205,9 @@ report attempts_do_not_wait_for_a_frozen_member(run_record const& r, std::string
 }
 
 /// F04: while `down` (two of the three members) were black-holed together, every attempt (single_try)
-/// invoked from `settle` into the window fails, within `bound`; the partial grants such attempts got on
-/// the reachable member were rows deleted live (member_rows_are_given_back bounds how fast), and there was
-/// at least one (the fault bit).
+/// invoked from `settle` into the window (and `bound` before its end) fails, within `bound`; the partial
+/// grants the failed attempts of the window got on the reachable member were rows deleted live
+/// (member_rows_are_given_back bounds how fast), and there was at least one (the fault bit).
 report majority_unreachable_fails_promptly(run_record const& r, std::string const& fault, std::string const& reachable,
                                            std::chrono::milliseconds settle, std::chrono::milliseconds bound) {
     report rep{"F04-prompt", {}, {}};
@@ -224,9 +224,15 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
     std::int64_t attempts = 0, max_ms = 0, partial = 0, partial_deleted = 0;
     for (auto const& [from, to] : majority_down) {
         for (auto const& c : d.calls) {
-            if (c.op != "acquire" || c.invoke_ns < from + settle.count() * ms_ns ||
-                c.invoke_ns > to - bound.count() * ms_ns)
-                continue;
+            if (c.op != "acquire" || c.invoke_ns < from + settle.count() * ms_ns || c.invoke_ns > to) continue;
+            // Its grant on the reachable member, when it was not granted: a partial grant.
+            for (auto const& row : d.rows)
+                if (c.type != "ok" && row.db == reachable && row.owner == c.owner && row.lock == c.lock && row.grant_ns >= c.invoke_ns &&
+                    row.grant_ns <= c.complete_ns) {
+                    ++partial;
+                    if (row.live_delete) ++partial_deleted;
+                }
+            if (c.invoke_ns > to - bound.count() * ms_ns) continue;  // it may end after the black hole did
             ++attempts;
             std::int64_t const took = c.complete_ns == never ? never : (c.complete_ns - c.invoke_ns) / ms_ns;
             if (took != never) max_ms = std::max(max_ms, took);
@@ -241,12 +247,6 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
                                                              took == never ? std::string("for ever")
                                                                            : std::to_string(took) + " ms",
                                                              bound.count())});
-            for (auto const& row : d.rows)
-                if (row.db == reachable && row.owner == c.owner && row.lock == c.lock && row.grant_ns >= c.invoke_ns &&
-                    row.grant_ns <= c.complete_ns) {
-                    ++partial;
-                    if (row.live_delete) ++partial_deleted;
-                }
         }
     }
     if (majority_down.empty()) rep.violations.push_back({"F04", "two members were never unreachable together"});
