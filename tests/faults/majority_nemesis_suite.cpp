@@ -6,7 +6,8 @@
 //     PostgreSQL (scripts/test-servers.sh) whose whole process tree is killed with SIGKILL, kept down 4 s and
 //     started again on its data (crash recovery; it is durable, so it rejoins at once: sqlock has no delayed
 //     rejoin, docs/majority.md). Grants go on while it is down, each on rows of the two live members (none is
-//     counted on the dead one); K1 per member, K1-majority, K2 = 0, K7, K8.
+//     counted on the dead one), and after the restart grants hold rows on it again; K1 per member,
+//     K1-majority, K2 = 0, K7, K8.
 //   BatteryMajorityNemesis.F03_MemberFrozenBelowTtl: the private member's whole server frozen (cgroup v1
 //     freezer) for 1.6 s, TTL 2 s, again and again. No attempt waits for it past the member timeout (each one
 //     round: single_try), the reported validity is TTL − elapsed − drift at most, no grant past the window.
@@ -128,9 +129,10 @@ report k1_majority(run_record const& r, std::size_t quorum = 2) {
 
 /// F02: while `target` was down (its `fault` windows, from `settle` after the kill to the restart), grants go
 /// on (at least `min_grants`), each with rows of its owner on a majority of the *live* members: none counted
-/// on the dead one, which holds no row granted meanwhile. Reports the acquire latency while it was down.
-report grants_continue_while_down(run_record const& r, std::string const& fault, std::string const& target,
-                                  std::size_t min_grants, std::chrono::milliseconds settle) {
+/// on the dead one, which holds no row granted meanwhile; after its restart (`rejoin_fault`, an instant)
+/// grants hold rows on it again. Reports the acquire latency (waiting acquires) while it was down.
+report grants_continue_while_down(run_record const& r, std::string const& fault, std::string const& rejoin_fault,
+                                  std::string const& target, std::size_t min_grants, std::chrono::milliseconds settle) {
     report rep{"F02-liveness", {}, {}};
     auto const d = digest_of(r);
     std::int64_t down_grants = 0, max_latency_ms = 0, windows = 0;
@@ -158,6 +160,16 @@ report grants_continue_while_down(run_record const& r, std::string const& fault,
                                                              members.size())});
         }
     }
+    // Rejoin: grants after the restart are held on the restarted member again (it is durable, and sqlock has no
+    // delayed rejoin: it takes part at once).
+    std::int64_t rejoined = 0, restarted_at = never;
+    for (auto const& n : r.nemesis)
+        if (n.target == target && n.fault == rejoin_fault) restarted_at = std::min(restarted_at, n.mono_ns);
+    for (auto const& g : d.grants)
+        if (g.acquire->complete_ns > restarted_at && support_of(d, *g.acquire).count(target) != 0) ++rejoined;
+    if (restarted_at == never || rejoined == 0)
+        rep.violations.push_back({"F02", "no grant after the restart of member " + target +
+                                             " had a row on it: the member did not rejoin"});
     if (windows == 0) rep.violations.push_back({"F02", "member " + target + " was never down: the fault never ran"});
     if (static_cast<std::size_t>(down_grants) < min_grants)
         rep.violations.push_back({"F02", fmt::format("only {} grants while member {} was down (at least {}): grants "
@@ -167,6 +179,7 @@ report grants_continue_while_down(run_record const& r, std::string const& fault,
     if (!latencies.empty()) max_latency_ms = latencies.back();
     rep.counts = {{"down_windows", windows},
                   {"grants_while_down", down_grants},
+                  {"grants_on_it_after_restart", rejoined},
                   {"acquire_ms_p99_while_down",
                    latencies.empty() ? -1 : latencies[std::min(latencies.size() - 1, latencies.size() * 99 / 100)]},
                   {"acquire_ms_max_while_down", max_latency_ms}};
@@ -268,7 +281,7 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
 
 // F02 — one member's whole server killed with SIGKILL 2 s into the run, kept down 4 s, started again on its data.
 // 2 processes × 2 threads on 2 locks, TTL 2 s (member timeout 200 ms). While it is down, at least 5 grants (far
-// below the usual ~hundreds), each on the two live members; K1 per member and K1-majority (an owner's rows on a
+// below the usual ~100), each on the two live members; after the restart, grants on it again (it rejoins); K1 per member and K1-majority (an owner's rows on a
 // majority never overlap another's), K2 = 0 (no pause in this run: nobody believes in a lease a majority gave
 // to someone else), K7 (members' and majority tokens), K8 once the run is over (the restarted member's rows of
 // grants made before the kill are expired by then).
@@ -301,7 +314,7 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
         pg.start_again();
         ctl.log("restart-server", "pgk", "instant", "up again (crash recovery done)");
     };
-    s.extra_checks = {[](run_record const& r) { return grants_continue_while_down(r, "kill-server", "pgk", 5, 500ms); },
+    s.extra_checks = {[](run_record const& r) { return grants_continue_while_down(r, "kill-server", "restart-server", "pgk", 5, 500ms); },
                       [](run_record const& r) { return grants_have_majority_support(r); },
                       [](run_record const& r) { return k1_majority(r); }};
     battery_run(s, engine::postgresql).run_and_check();
