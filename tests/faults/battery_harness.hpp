@@ -7,7 +7,8 @@
 //   2. P battery_worker processes (history-<name>.jsonl each), plus a reaper process if asked;
 //   3. a nemesis applying faults while they run, logged in nemesis.jsonl on the raw monotonic
 //      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a majority
-//      member stalled through its fault proxy;
+//      member stalled through its fault proxy, or the scenario's own script (nemesis_script: a
+//      member's server killed, frozen, black-holed; scenario::members names private members);
 //   4. then audit*.jsonl (the audit of every lock database), remaining.jsonl (the lock rows left),
 //      final.json (the unfenced counters' final values, the owners of killed or abandoning
 //      processes, the scenario's parameters), and the checkers (checkers.hpp) over all of it.
@@ -598,7 +599,10 @@ private:
             ctl.end = end_;
             s_.nemesis_script(ctl);
             // The members may have restarted: the checks and the cleanup read them on new sessions.
-            for (auto& d : dbs_) d.raw = sqlock_test::raw_session(d.e, d.url);
+            for (auto& d : dbs_) {
+                d.raw = sqlock_test::raw_session(d.e, d.url);
+                if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
+            }
             sleep_until(end_);
             return;
         }
