@@ -64,9 +64,9 @@ bool have_pg_binaries() {
     return fs::exists((dir ? fs::path(*dir) : fs::path("/usr/lib/postgresql/15/bin")) / "initdb");
 }
 
-/// The shared test servers' two PostgreSQL members and a private one labelled `label`.
-std::vector<member_spec> with_private_member(private_pg const& pg, std::string const& label) {
-    auto shared = sqlock_test::shared_majority_members();
+/// The shared test servers' two PostgreSQL members (of `shared`) and a private one labelled `label`.
+std::vector<member_spec> with_private_member(std::vector<member_spec> const& shared, private_pg const& pg,
+                                             std::string const& label) {
     std::vector<member_spec> out;
     for (auto const& m : shared)
         if (m.label != "mariadb") out.push_back(m);
@@ -287,13 +287,14 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
 // grants made before the kill are expired by then).
 TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
     if (!ready(have_pg_binaries(), "no PostgreSQL 15 binaries (initdb)")) return;
+    auto const shared = sqlock_test::shared_majority_members();  // before starting a server: they may be missing
+    if (sqlock_test::should_stop()) return;
     private_pg pg;
     scenario s;
     s.id = "F02";
     s.fixed_seed = 402;
     s.majority = true;
-    s.members = with_private_member(pg, "pgk");
-    if (sqlock_test::should_stop()) return;
+    s.members = with_private_member(shared, pg, "pgk");
     s.processes = 2;
     s.threads = 2;
     s.locks = 2;
@@ -334,14 +335,15 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
                "no cgroup v1 freezer at " + sqlock_test::freezer_root.string()))
         return;
     if (!ready(have_pg_binaries(), "no PostgreSQL 15 binaries (initdb)")) return;
+    auto const shared = sqlock_test::shared_majority_members();  // before starting a server: they may be missing
+    if (sqlock_test::should_stop()) return;
     private_pg pg;
     sqlock_test::freezer fz;
     scenario s;
     s.id = "F03";
     s.fixed_seed = 403;
     s.majority = true;
-    s.members = with_private_member(pg, "pgf");
-    if (sqlock_test::should_stop()) return;
+    s.members = with_private_member(shared, pg, "pgf");
     s.single_try = true;
     s.processes = 2;
     s.threads = 2;
@@ -483,9 +485,9 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
         return;
     if (!ready(have_pg_binaries(), "no PostgreSQL 15 binaries (initdb)")) return;
     constexpr auto ttl = 4s;
-    sqlock_test::faked_clock_server b_server;
-    auto shared = sqlock_test::shared_majority_members();
+    auto const shared = sqlock_test::shared_majority_members();
     if (sqlock_test::should_stop()) return;
+    sqlock_test::faked_clock_server b_server;
     std::vector<member_spec> specs{shared.at(0), {"B", engine::postgresql, b_server.pg().url()}, shared.at(1)};
     specs[0].label = "A";
     specs[2].label = "C";
