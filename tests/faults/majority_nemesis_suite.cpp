@@ -240,7 +240,8 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
             if (c.op != "acquire" || c.invoke_ns < from + settle.count() * ms_ns || c.invoke_ns > to) continue;
             // Its grant on the reachable member, when it was not granted: a partial grant.
             for (auto const& row : d.rows)
-                if (c.type != "ok" && row.db == reachable && row.owner == c.owner && row.lock == c.lock && row.grant_ns >= c.invoke_ns &&
+                if (c.type != "ok" && row.db == reachable && row.owner == c.owner && row.lock == c.lock &&
+                    row.grant_ns >= c.invoke_ns &&
                     row.grant_ns <= c.complete_ns) {
                     ++partial;
                     if (row.live_delete) ++partial_deleted;
@@ -281,10 +282,10 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
 
 // F02 — one member's whole server killed with SIGKILL 2 s into the run, kept down 4 s, started again on its data.
 // 2 processes × 2 threads on 2 locks, TTL 2 s (member timeout 200 ms). While it is down, at least 5 grants (far
-// below the usual ~100), each on the two live members; after the restart, grants on it again (it rejoins); K1 per member and K1-majority (an owner's rows on a
-// majority never overlap another's), K2 = 0 (no pause in this run: nobody believes in a lease a majority gave
-// to someone else), K7 (members' and majority tokens), K8 once the run is over (the restarted member's rows of
-// grants made before the kill are expired by then).
+// below the usual ~100), each on the two live members; after the restart, grants on it again (it rejoins). K1 per
+// member and K1-majority (an owner's rows on a majority never overlap another's), K2 = 0 (no pause in this run:
+// nobody believes in a lease a majority gave to someone else), K7 (members' and majority tokens), K8 once the run
+// is over (the restarted member's rows of grants made before the kill are expired by then).
 TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
     if (!ready(have_pg_binaries(), "no PostgreSQL 15 binaries (initdb)")) return;
     auto const shared = sqlock_test::shared_majority_members();  // before starting a server: they may be missing
@@ -315,7 +316,9 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
         pg.start_again();
         ctl.log("restart-server", "pgk", "instant", "up again (crash recovery done)");
     };
-    s.extra_checks = {[](run_record const& r) { return grants_continue_while_down(r, "kill-server", "restart-server", "pgk", 5, 500ms); },
+    s.extra_checks = {[](run_record const& r) {
+                          return grants_continue_while_down(r, "kill-server", "restart-server", "pgk", 5, 500ms);
+                      },
                       [](run_record const& r) { return grants_have_majority_support(r); },
                       [](run_record const& r) { return k1_majority(r); }};
     battery_run(s, engine::postgresql).run_and_check();
@@ -324,8 +327,8 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
 // ---------------------------------------------------------------------------------------------- F03
 
 // F03 — one member slow: its whole server (postmaster and every backend) frozen by the cgroup v1 freezer for
-// 1.6 s (< TTL 2 s) twice, 1.5 s apart. Each call is one round (single_try), member timeout 200 ms: an attempt invoked
-// during a freeze ends within 1 s (3 member timeouts — acquire, token read, token write — plus 400 ms of slack),
+// 1.6 s (< TTL 2 s) twice, 1.5 s apart. Each call is one round (single_try), member timeout 200 ms: an attempt
+// invoked during a freeze ends within 1 s (3 member timeouts — acquire, token read, token write — plus 400 ms of slack),
 // not at the thaw; the reported validity is never above TTL − elapsed, and no grant whose elapsed reached the
 // TTL is OK (validity_is_never_above_truth, drift 22 ms); the frozen member's late grants are given back.
 // K1 per member, K1-majority, K2 = 0, K7, K8.
@@ -369,7 +372,9 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
             ctl.log("freeze", "pgf", "stop", "THAWED");
         }
     };
-    s.extra_checks = {[](run_record const& r) { return attempts_do_not_wait_for_a_frozen_member(r, "freeze", 1000ms); },
+    s.extra_checks = {[](run_record const& r) {
+                          return attempts_do_not_wait_for_a_frozen_member(r, "freeze", 1000ms);
+                      },
                       [](run_record const& r) { return validity_is_never_above_truth(r, 22ms); },
                       [](run_record const& r) { return grants_have_majority_support(r); },
                       [](run_record const& r) { return k1_majority(r); },
@@ -384,12 +389,11 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
 // ---------------------------------------------------------------------------------------------- F04
 
 // F04 — a majority unreachable from the clients: pg2's and mariadb's proxies black-hole every byte (connections
-// stay open, nothing answers) for 1.5 s, twice, 1.5 s apart; pg stays reachable. Each call is one round (single_try),
-// member timeout 200 ms, TTL 2 s. Attempts invoked 100 ms or more into such a window fail (never OK) within 1 s;
-// each got pg's grant when the lock was free there, and that partial row is deleted live (step 5, within 600 ms
-// of its attempt's end: member_rows_are_given_back; a black-holed member's rows within 600 ms of the black hole's
-// end), not left to expire; K8 after quiescence: no leaked row.
-// K1 per member, K1-majority, K2 = 0, K7.
+// stay open, nothing answers) for 1.5 s, twice, 1.5 s apart; pg stays reachable. Each call is one round
+// (single_try), member timeout 200 ms, TTL 2 s. Attempts invoked 100 ms or more into such a window fail (never
+// OK) within 1 s; each got pg's grant when the lock was free there, and that partial row is deleted live (step 5,
+// within 600 ms of its attempt's end: member_rows_are_given_back; a black-holed member's rows within 600 ms of the
+// black hole's end), not left to expire; K8 after quiescence: no leaked row. K1 per member, K1-majority, K2 = 0, K7.
 TEST(BatteryMajorityNemesis, F04_MajorityUnreachable) {
     scenario s;
     s.id = "F04";
