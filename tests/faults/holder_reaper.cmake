@@ -1,0 +1,27 @@
+# Holder-side faults and the reaper (issue 13, plan §4.C03, §4.C07, §4.E04, §4.E05):
+# holder_reaper_suite.cpp, on real servers (SQLOCK_TEST_PG_URL, SQLOCK_TEST_PG2_URL for C07's fenced resource,
+# SQLOCK_TEST_MYSQL_URL; same CI rule as sqlock_engine_tests: a missing engine fails under CI=true).
+#   sqlock_holder_worker        the child processes: a row-lock holder stopped at a failpoint (C03), one short
+#                               life of the churn (C07), a reaper pass killed between batches (E05)
+#   sqlock_holder_reaper_tests  Engines/HolderReaper.{C03,C07,E05}_*/<engine> (labels fault-smoke;faults) and
+#                               Engines/HolderReaper.E04_*/<engine> (labels conformance;faults).
+# Failpoints (SQLOCK_FAILPOINTS) must be compiled in. Included by tests/faults/CMakeLists.txt.
+add_executable(sqlock_holder_worker ${CMAKE_CURRENT_LIST_DIR}/holder_worker.cpp)
+target_link_libraries(sqlock_holder_worker PRIVATE sqlock_battery sqlock::sqlock SOCI::soci CLI11::CLI11
+                                                   nlohmann_json::nlohmann_json Threads::Threads)
+sqlock_test_target(sqlock_holder_worker)
+
+add_executable(sqlock_holder_reaper_tests ${CMAKE_CURRENT_LIST_DIR}/holder_reaper_suite.cpp)
+target_include_directories(sqlock_holder_reaper_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
+target_link_libraries(sqlock_holder_reaper_tests PRIVATE sqlock_battery sqlock::sqlock SOCI::soci GTest::gtest
+                                                         GTest::gtest_main Threads::Threads
+                                                         nlohmann_json::nlohmann_json)
+target_compile_definitions(sqlock_holder_reaper_tests
+                           PRIVATE "SQLOCK_HOLDER_WORKER=\"$<TARGET_FILE:sqlock_holder_worker>\"")
+add_dependencies(sqlock_holder_reaper_tests sqlock_holder_worker)
+sqlock_test_target(sqlock_holder_reaper_tests)
+# Labels set after discovery by sqlock_discover_tests (CMake < 3.28 flattens a list-valued LABELS).
+sqlock_discover_tests(sqlock_holder_reaper_tests NAME sqlock_holder_faults FILTER "-Engines/HolderReaper.E04_*"
+                      LABELS fault-smoke faults TIMEOUT 300)
+sqlock_discover_tests(sqlock_holder_reaper_tests NAME sqlock_holder_conformance FILTER "Engines/HolderReaper.E04_*"
+                      LABELS conformance faults TIMEOUT 300)

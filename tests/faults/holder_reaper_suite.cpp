@@ -1,0 +1,673 @@
+// sqlock reliability battery — holder-side faults and the reaper (issue 13, plan §4.C03, §4.C07,
+// §4.E04, §4.E05). Each test has tables of its own (a random table prefix, dropped afterwards).
+//
+//   C03_StoppedRowHolderInOpenTransaction  a row-lock holder SIGSTOPped inside its open
+//       transaction (failpoint row.before_commit=stop: just before the COMMIT of its release).
+//       Try and blocking acquirers (1 s) all come back within their wait plus a bound, as busy or
+//       timeout; none gets the lock while the holder's transaction lives. PostgreSQL/MariaDB: the
+//       server's idle-in-transaction limit the row lock sets from its TTL ends the stopped session,
+//       and a waiter gets the lock within that limit plus slack; after SIGCONT the stopped holder's
+//       release reports the lease lost, never released, and the new holder still holds. MariaDB:
+//       after the waiters' lock-wait timeouts (1205) none of their connections has a transaction
+//       open (information_schema.innodb_trx). SQLite: the stopped process holds the write lock of
+//       the whole file; everyone gets busy/timeout, a table-lock holder of another name loses its
+//       lease at its local deadline, and only the holder's death (kill -9) frees the file.
+//   C07_ForkExecChurn  short processes, 4 at a time: acquire, one fenced write, then half release
+//       and half _exit(0) without a release. K1, K3, K5, K6 (an abandoned lock is taken over within
+//       TTL + backoff + slack), K7, K8, K9 over the recorded history and the database's audit; on
+//       the servers, their connections return to the steady state once the processes are gone.
+//   E04_LeaseTimesComeFromTheStatementsClock  the database's time a lease is dated by is read
+//       when the statement acts, not at the start of its statement or transaction: a row-lock
+//       waiter that queued 1.5 s is dated after the previous holder's release (its lease is not
+//       shorter than the TTL), a row lock held in one transaction for seconds renews to now + TTL,
+//       table-lock grants have expires_at - grant time = TTL, and the reaper's delete uses the
+//       database's current time. MariaDB: a session whose `timestamp` was set 30 s back (as an
+//       init_connect or a pooled session could) does not change what the library's sessions use.
+//   E05_ReaperKilledMidPurge  a reaper killed (kill -9) between batches of a 10,000-row purge has
+//       deleted whole batches, the oldest rows first, and no live row; the next pass completes.
+//       With no reaper at all, acquire takes over expired rows (takeover-on-acquire).
+#include "audit.hpp"
+#include "checkers.hpp"
+#include "history.hpp"
+#include "test_env.hpp"
+#include "test_process.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+namespace {
+
+using namespace sqlock_test;
+using namespace std::chrono_literals;
+using sqlock::lease;
+using sqlock::lease_state;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+#ifndef SQLOCK_HOLDER_WORKER
+#error "SQLOCK_HOLDER_WORKER must name the holder_worker executable"
+#endif
+
+long long ms_since(steady::time_point t) { return duration_cast<milliseconds>(steady::now() - t).count(); }
+
+/// Lines of a file (empty if it cannot be read).
+std::vector<std::string> lines_of(fs::path const& p) {
+    std::vector<std::string> out;
+    std::ifstream in(p);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+}
+
+/// A child process of the suite: started with posix_spawn, killed and reaped if still there at
+/// scope exit.
+class child {
+public:
+    child(std::vector<std::string> args, std::vector<std::string> extra_env, fs::path const& log_base) {
+        std::vector<std::string> env;
+        for (char** e = environ; *e != nullptr; ++e)
+            if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
+        for (auto& e : extra_env) env.push_back(std::move(e));
+        spawn_file_actions fa;
+        err_ = log_base.string() + ".err";
+        fa.capture_to_files(log_base.string() + ".out", err_);
+        pid_ = spawn_process(std::move(args), env, fa.get());
+    }
+    child(child const&) = delete;
+    child& operator=(child const&) = delete;
+    ~child() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGCONT);
+            ::kill(pid_, SIGKILL);
+            int st = 0;
+            ::waitpid(pid_, &st, 0);
+        }
+    }
+
+    pid_t pid() const { return pid_; }
+    std::string stderr_text() const { return slurp(err_); }
+
+    /// Waits until the child stops (SIGSTOP from a failpoint) or ends; true if it stopped.
+    bool wait_stopped(milliseconds limit) {
+        auto const deadline = steady::now() + limit;
+        while (steady::now() < deadline) {
+            int st = 0;
+            pid_t r = ::waitpid(pid_, &st, WNOHANG | WUNTRACED);
+            if (r == pid_) {
+                if (WIFSTOPPED(st)) return true;
+                status_ = st;
+                pid_ = -1;
+                return false;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return false;
+    }
+
+    /// Waits for the child's end; its status, or nullopt when it is still running after `limit`.
+    std::optional<int> wait_exit(milliseconds limit) {
+        if (pid_ <= 0) return status_;
+        auto const deadline = steady::now() + limit;
+        while (steady::now() < deadline) {
+            int st = 0;
+            pid_t r = ::waitpid(pid_, &st, WNOHANG);
+            if (r == pid_) {
+                pid_ = -1;
+                status_ = st;
+                return st;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return std::nullopt;
+    }
+
+    void signal(int sig) const {
+        if (pid_ > 0) ::kill(pid_, sig);
+    }
+
+private:
+    pid_t pid_ = -1;
+    std::optional<int> status_;
+    std::string err_;
+};
+
+/// The local TCP ports of this process's sockets connected to `remote_port` (/proc/self/fd and
+/// /proc/net/tcp{,6}): which server sessions are this process's own.
+std::set<int> own_ports_to(int remote_port) {
+    std::set<std::string> inodes;
+    for (auto const& fd : fs::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        auto target = fs::read_symlink(fd.path(), ec).string();
+        if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::set<int> ports;
+    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream in(table);
+        std::string line;
+        std::getline(in, line);  // header
+        while (std::getline(in, line)) {
+            std::istringstream f(line);
+            std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+            f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+            if (!inodes.count(inode)) continue;
+            int const rport = std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16);
+            if (rport == remote_port) ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+        }
+    }
+    return ports;
+}
+
+class HolderReaper : public engine_fixture {
+protected:
+    void open_store() override {
+        tables_ = "hr" + random_hex(10);
+        db_.emplace(url_, sqlock::store_options{.create_schema = true, .table_prefix = tables_});
+    }
+
+    void TearDown() override {
+        if (!raw_) return;
+        try {
+            drop_tables(*raw_, e_, tables_);
+            if (res_raw_) drop_tables(*res_raw_, engine::postgresql, res_tables_);
+        } catch (std::exception const& ex) {
+            ADD_FAILURE() << "could not drop the test's tables " << tables_ << "_*: " << ex.what();
+        }
+    }
+
+    static void drop_tables(soci::session& s, engine e, std::string const& prefix) {
+        if (e == engine::sqlite) return;  // the file goes with the temp dir
+        if (e == engine::postgresql) s << "SET client_min_messages = warning";
+        sqlock_battery::drop_audit(s, e, prefix);
+        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_values"})
+            s << "DROP TABLE IF EXISTS " + prefix + t;
+        if (e == engine::mysql)
+            for (auto const* r : {"_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+    }
+
+    fs::path work() {
+        if (!work_) work_.emplace();
+        return work_->path();
+    }
+
+    std::string worker_url() const { return url_; }
+
+    int server_port() const {
+        auto p = parse_server_url(url_);
+        return p.port.empty() ? (e_ == engine::mysql ? 3306 : 5432) : std::stoi(p.port);
+    }
+
+    std::string tables_;
+    std::optional<temp_dir> work_;
+    std::string res_tables_;
+    std::unique_ptr<soci::session> res_raw_;
+};
+
+// ------------------------------------------------------------------------------------------ C03
+
+/// What one waiter call answered.
+struct call_result {
+    bool is_try = false;
+    std::string outcome;  // "busy", "timeout", "granted", or the error's type and message
+    long long took_ms = 0;
+    steady::time_point done;
+};
+
+/// Waiter threads on one lock: `tries` loop try_acquire, `blockers` loop acquire(wait). Each call is
+/// recorded. The first grant is kept (not released) in `winner`; every thread stops then, or when
+/// paused. Used by C03.
+class waiter_pool {
+public:
+    waiter_pool(sqlock::locker locks, std::string name, int tries, int blockers, milliseconds wait)
+        : locks_(std::move(locks)), name_(std::move(name)), wait_(wait) {
+        for (int k = 0; k < tries + blockers; ++k) threads_.emplace_back([this, k, tries] { run(k < tries); });
+    }
+    ~waiter_pool() { stop(); }
+
+    /// Let the threads call (again) / make them idle after their current call.
+    void set_running(bool on) {
+        std::unique_lock l(m_);
+        running_ = on;
+        cv_.notify_all();
+        if (!on) cv_.wait(l, [&] { return busy_ == 0; });
+    }
+
+    void stop() {
+        {
+            std::lock_guard l(m_);
+            done_ = true;
+            cv_.notify_all();
+        }
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+    }
+
+    /// Waits up to `limit` for a grant.
+    bool wait_grant(milliseconds limit) {
+        std::unique_lock l(m_);
+        return cv_.wait_for(l, limit, [&] { return winner_.has_value(); });
+    }
+
+    std::vector<call_result> results() {
+        std::lock_guard l(m_);
+        return results_;
+    }
+    std::optional<lease>& winner() { return winner_; }
+    steady::time_point granted_at() {
+        std::lock_guard l(m_);
+        return granted_at_;
+    }
+
+private:
+    void run(bool is_try) {
+        for (;;) {
+            {
+                std::unique_lock l(m_);
+                cv_.wait(l, [&] { return done_ || (running_ && !winner_); });
+                if (done_) return;
+                ++busy_;
+            }
+            call_result r{.is_try = is_try};
+            std::optional<lease> got;
+            auto const t0 = steady::now();
+            try {
+                if (is_try) {
+                    got = locks_.try_acquire(name_);
+                    r.outcome = got ? "granted" : "busy";
+                } else {
+                    got.emplace(locks_.acquire(name_, wait_));
+                    r.outcome = "granted";
+                }
+            } catch (sqlock::timeout const&) {
+                r.outcome = "timeout";
+            } catch (std::exception const& e) {
+                r.outcome = describe(e);
+            }
+            r.done = steady::now();
+            r.took_ms = duration_cast<milliseconds>(r.done - t0).count();
+            std::lock_guard l(m_);
+            results_.push_back(r);
+            if (got && !winner_) {
+                winner_ = std::move(got);
+                granted_at_ = r.done;
+            }
+            --busy_;
+            cv_.notify_all();
+            if (got) got.reset();  // a second grant (a violation, reported from results) is given back
+        }
+    }
+
+    sqlock::locker locks_;
+    std::string name_;
+    milliseconds wait_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool running_ = false;
+    bool done_ = false;
+    int busy_ = 0;
+    std::vector<call_result> results_;
+    std::optional<lease> winner_;
+    steady::time_point granted_at_{};
+    std::vector<std::thread> threads_;
+};
+
+TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
+    // The holder's TTL is the server's idle-in-transaction limit (PostgreSQL
+    // idle_in_transaction_session_timeout, MariaDB idle_transaction_timeout, both set by the row lock
+    // from its TTL); it is longer than a waiter's wait + bound, so a waiter that the library did not
+    // bound would wait for the server to end the holder and be caught.
+    milliseconds const holder_ttl = 6s;
+    milliseconds const wait = 1s;
+    milliseconds const call_bound = wait + 3s;  // a waiter's call returns within its wait + this slack
+    std::string const name = n("c03");
+    auto const dir = work();
+    // The waiters' store: a short engine wait and I/O bound, a connection for every thread and lease.
+    sqlock::store waiters_db(url_, {.pool_size = 12, .table_prefix = tables_, .lock_wait_timeout = 1s,
+                                    .io_timeout = 2s});
+    auto row_locks = sqlock::row_locker(waiters_db, {.ttl = 2s});
+    auto table_locks = sqlock::table_locker(waiters_db, {.ttl = 1s});
+    // SQLite: a table lock of another name, held from before the stop, must be lost at its local
+    // deadline: its renewals cannot write while the stopped process holds the file.
+    std::optional<lease> other;
+    if (e_ == engine::sqlite) other.emplace(table_locks.acquire(n("c03-other"), 10s));
+
+    child holder({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock",
+                  name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000", "--out",
+                  (dir / "holder.out").string()},
+                 {"SQLOCK_FAILPOINTS=row.before_commit=stop"}, dir / "holder");
+    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: "
+                                          << holder.stderr_text();
+    auto const stopped_at = steady::now();
+    auto out = lines_of(dir / "holder.out");
+    ASSERT_FALSE(out.empty()) << "the holder stopped before it reported its grant";
+    ASSERT_EQ(out[0].rfind("acquired ", 0), 0u) << out[0];
+    long long const holder_token = std::stoll(out[0].substr(9));
+
+    if (e_ == engine::sqlite) {
+        ASSERT_TRUE(eventually([&] { return other->stop_token().stop_requested(); }, 8s))
+            << "a table lease of another name (TTL 1 s) was still believed held 8 s into the stop, though no "
+               "renewal could write: its holder must report it lost at its local deadline";
+        EXPECT_EQ(other->state(), lease_state::lost);
+        auto const t0 = steady::now();
+        std::optional<lease> got;
+        EXPECT_NO_THROW(got = table_locks.try_acquire(n("c03-third")));
+        EXPECT_FALSE(got.has_value()) << "a table lock was granted while a stopped process held the SQLite write lock";
+        EXPECT_LE(ms_since(t0), call_bound.count()) << "a try of another name did not come back promptly";
+    }
+
+    waiter_pool pool(row_locks, name, 3, 3, wait);
+    // Phase A: the holder's transaction lives; everyone must come back busy or timed out, promptly.
+    pool.set_running(true);
+    std::this_thread::sleep_for(2500ms);
+    pool.set_running(false);
+    auto const phase_a = pool.results();
+    ASSERT_FALSE(pool.winner().has_value())
+        << "a waiter got the lock " << ms_since(stopped_at) << " ms after the holder stopped inside its open "
+        << "transaction, before the server could have ended it: two holders";
+    std::size_t timeouts = 0;
+    for (auto const& r : phase_a) {
+        EXPECT_TRUE(r.outcome == "busy" || r.outcome == "timeout")
+            << (r.is_try ? "try_acquire" : "acquire") << " answered " << r.outcome
+            << " while the holder was stopped: only busy or timeout are right";
+        EXPECT_LE(r.took_ms, (r.is_try ? milliseconds(0) : wait).count() + call_bound.count())
+            << (r.is_try ? "try_acquire" : "acquire(1 s)") << " took " << r.took_ms
+            << " ms behind a stopped holder: its wait is not bounded";
+        timeouts += r.outcome == "timeout";
+    }
+    EXPECT_GE(timeouts, 1u) << "no blocking acquire ran out its wait: the scenario proves nothing about waits";
+
+    if (e_ == engine::mysql) {
+        // After lock-wait timeouts (1205 rolls back only the statement), the library must have ended
+        // the waiters' transactions: none of this process's sessions has one open.
+        auto ports = own_ports_to(server_port());
+        ASSERT_FALSE(ports.empty()) << "found no connection of this process to the MariaDB server";
+        std::string in;
+        for (int p : ports) in += (in.empty() ? "" : ",") + std::string("'") + std::to_string(p) + "'";
+        long long sessions = 0, open_trx = 0;
+        *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE SUBSTRING_INDEX(HOST, ':', -1) IN (" + in +
+                     ")",
+            soci::into(sessions);
+        *raw_ << "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p "
+                 "ON p.ID = t.trx_mysql_thread_id WHERE SUBSTRING_INDEX(p.HOST, ':', -1) IN (" + in + ")",
+            soci::into(open_trx);
+        EXPECT_GE(sessions, 2) << "the waiters' sessions were not found in the processlist";
+        EXPECT_EQ(open_trx, 0) << open_trx << " of this process's " << sessions << " MariaDB sessions still have a "
+                               << "transaction open after the waiters' lock-wait timeouts: a pooled connection went "
+                               << "back with a half-rolled-back transaction";
+    }
+
+    if (e_ == engine::sqlite) {
+        // No server ends the stopped process's transaction: the lock stays taken while it lives.
+        pool.set_running(true);
+        std::this_thread::sleep_for(1s);
+        pool.set_running(false);
+        ASSERT_FALSE(pool.winner().has_value()) << "a waiter got the SQLite lock while the holder was stopped";
+        holder.signal(SIGKILL);
+        auto const killed_at = steady::now();
+        ASSERT_TRUE(holder.wait_exit(10s).has_value());
+        pool.set_running(true);
+        ASSERT_TRUE(pool.wait_grant(10s)) << "nobody got the lock within 10 s of the stopped holder's kill -9";
+        auto const gap = duration_cast<milliseconds>(pool.granted_at() - killed_at).count();
+        EXPECT_LE(gap, (wait + call_bound).count()) << "the lock came free " << gap << " ms after the holder's death";
+        std::cout << "C03 sqlite: " << phase_a.size() << " waiter calls while stopped (" << timeouts
+                  << " timeouts), lock free " << gap << " ms after the kill -9\n";
+        pool.stop();
+        EXPECT_GT(pool.winner()->token(), holder_token);
+        for (auto const& r : pool.results())
+            EXPECT_TRUE(r.outcome == "busy" || r.outcome == "timeout" || r.outcome == "granted") << r.outcome;
+        pool.winner()->release();
+        std::string check;
+        *raw_ << "PRAGMA integrity_check", soci::into(check);
+        EXPECT_EQ(check, "ok") << "the database file after the stopped holder's kill -9";
+        // And every other name is writable again.
+        EXPECT_TRUE(table_locks.try_acquire(n("c03-other")).has_value());
+        return;
+    }
+
+    // Phase B (servers): the server ends the stopped session at its idle limit; a waiter gets the lock.
+    pool.set_running(true);
+    ASSERT_TRUE(pool.wait_grant(holder_ttl + 15s))
+        << "nobody got the lock in " << ms_since(stopped_at) << " ms after the holder stopped inside its "
+        << "transaction: the server never ended the stopped session (idle-in-transaction limit "
+        << holder_ttl.count() << " ms)";
+    auto const gap = duration_cast<milliseconds>(pool.granted_at() - stopped_at).count();
+    EXPECT_LE(gap, (holder_ttl + 4s).count())
+        << "the lock came free " << gap << " ms after the holder stopped, over its idle limit + 4 s";
+    pool.stop();
+    for (auto const& r : pool.results())
+        EXPECT_TRUE(r.outcome == "busy" || r.outcome == "timeout" || r.outcome == "granted")
+            << (r.is_try ? "try_acquire" : "acquire") << " answered " << r.outcome;
+    lease& next = *pool.winner();
+    EXPECT_GT(next.token(), holder_token) << "the next holder's token must be greater than the stopped holder's";
+
+    // The stopped holder resumes: its COMMIT finds its session gone.
+    holder.signal(SIGCONT);
+    auto st = holder.wait_exit(20s);
+    ASSERT_TRUE(st.has_value()) << "the resumed holder did not finish within 20 s";
+    EXPECT_EQ(exit_text(*st), "exit 0") << holder.stderr_text();
+    out = lines_of(dir / "holder.out");
+    ASSERT_GE(out.size(), 3u) << "the resumed holder reported: " << testing::PrintToString(out);
+    EXPECT_NE(out[1], "released") << "the resumed holder's release reported success, though its transaction was "
+                                     "ended by the server and another holder took the lock";
+    bool const typed = out[1].find("lease_lost") != std::string::npos || out[1].find("in_doubt") != std::string::npos;
+    EXPECT_TRUE(typed) << "the resumed holder's release answered: " << out[1];
+    EXPECT_TRUE(out[2] == "state lost" || out[2] == "state in_doubt") << out[2];
+    std::cout << "C03 " << engine_name(e_) << ": " << phase_a.size() << " waiter calls while stopped (" << timeouts
+              << " timeouts), lock free " << gap << " ms after the stop; the resumed holder: " << out[1] << "; "
+              << out[2] << "\n";
+    // The new holder still holds.
+    EXPECT_NO_THROW(next.renew()) << "the new holder lost the lock when the stopped one resumed";
+    EXPECT_EQ(next.state(), lease_state::held);
+    next.release();
+}
+
+// ------------------------------------------------------------------------------------------ E05
+
+TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
+    constexpr int expired = 10000, live = 50, batch = 1000, kill_at = 3;
+    std::string const locks = tables_ + "_locks";
+    std::string const p = n("e05/");
+    // 10,000 expired rows, the oldest first by name (e05/00000 expired an hour ago, each next one
+    // 1 ms later), and 50 live ones (an hour to go), written straight into the table.
+    long long const now_us = db_now_us(*raw_, e_);
+    std::string const cols = " (name, owner, token, holds, attempt, created_at, expires_at) ";
+    switch (e_) {
+    case engine::postgresql:
+        *raw_ << "INSERT INTO " + locks + cols + "SELECT :p || lpad(g::text, 5, '0'), 'dead', g + 1, 1, 0, "
+                 "clock_timestamp() - interval '2 hours', clock_timestamp() - interval '1 hour' + g * interval "
+                 "'1 millisecond' FROM generate_series(0, " + std::to_string(expired - 1) + ") g",
+            soci::use(p, "p");
+        *raw_ << "INSERT INTO " + locks + cols + "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, clock_timestamp(), "
+                 "clock_timestamp() + interval '1 hour' FROM generate_series(1, " + std::to_string(live) + ") g",
+            soci::use(p, "p");
+        break;
+    case engine::mysql: {
+        std::string const digit = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL "
+                                  "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 "
+                                  "UNION ALL SELECT 9)";
+        std::string const seq = "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS g FROM " + digit + " a, " + digit +
+                                " b, " + digit + " c, " + digit + " e) s";
+        *raw_ << "INSERT INTO " + locks + cols + "SELECT CONCAT(:p, LPAD(g, 5, '0')), 'dead', g + 1, 1, 0, "
+                 "NOW(6) - INTERVAL 2 HOUR, TIMESTAMPADD(MICROSECOND, g * 1000, NOW(6) - INTERVAL 1 HOUR) FROM " + seq,
+            soci::use(p, "p");
+        *raw_ << "INSERT INTO " + locks + cols + "SELECT CONCAT(:p, 'live', g), 'alive', g + 1, 1, 0, NOW(6), "
+                 "NOW(6) + INTERVAL 1 HOUR FROM " + seq + " WHERE g BETWEEN 1 AND " + std::to_string(live),
+            soci::use(p, "p");
+        break;
+    }
+    case engine::sqlite: {
+        long long const hour = 3600LL * 1000000;
+        *raw_ << "WITH RECURSIVE seq(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM seq WHERE g < " +
+                     std::to_string(expired - 1) + ") INSERT INTO " + locks + cols +
+                     "SELECT :p || printf('%05d', g), 'dead', g + 1, 1, 0, :c, :e + g * 1000 FROM seq",
+            soci::use(p, "p"), soci::use(now_us - 2 * hour, "c"), soci::use(now_us - hour, "e");
+        *raw_ << "WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < " + std::to_string(live) +
+                     ") INSERT INTO " + locks + cols + "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, :c, :e FROM seq",
+            soci::use(p, "p"), soci::use(now_us, "c"), soci::use(now_us + hour, "e");
+        break;
+    }
+    }
+    auto count = [&](std::string const& where) {
+        long long c = 0;
+        *raw_ << "SELECT COUNT(*) FROM " + locks + " WHERE " + where, soci::into(c);
+        return c;
+    };
+    auto const key = [&](int i) {
+        char b[8];
+        std::snprintf(b, sizeof b, "%05d", i);
+        return p + b;
+    };
+    ASSERT_EQ(count("owner = 'dead'"), expired);
+    ASSERT_EQ(count("owner = 'alive'"), live);
+
+    // The reaper process stops itself after each batch; the third stop is where it dies.
+    auto const dir = work();
+    child reaper_proc({SQLOCK_HOLDER_WORKER, "--mode", "reap", "--url", worker_url(), "--tables", tables_, "--batch",
+                       std::to_string(batch), "--out", (dir / "reap.out").string()},
+                      {"SQLOCK_FAILPOINTS=reaper.between_batches=stop"}, dir / "reap");
+    for (int stop = 1; stop <= kill_at; ++stop) {
+        ASSERT_TRUE(reaper_proc.wait_stopped(60s))
+            << "the reaper never stopped between batches (stop " << stop << "): it purged "
+            << expired - count("owner = 'dead'") << " rows in one go. " << reaper_proc.stderr_text()
+            << testing::PrintToString(lines_of(dir / "reap.out"));
+        if (stop < kill_at) reaper_proc.signal(SIGCONT);
+    }
+    reaper_proc.signal(SIGKILL);
+    ASSERT_TRUE(reaper_proc.wait_exit(10s).has_value());
+
+    // Whole batches, oldest first: exactly the first kill_at batches are gone, nothing else.
+    std::string const cut = key(kill_at * batch);
+    long long const gone_old = kill_at * batch - count("owner = 'dead' AND name < '" + cut + "'");
+    EXPECT_EQ(count("owner = 'dead' AND name < '" + cut + "'"), 0)
+        << "rows of the first " << kill_at << " batches survived the kill: a batch was not one transaction";
+    EXPECT_EQ(count("owner = 'dead' AND name >= '" + cut + "'"), expired - kill_at * batch)
+        << "rows past the first " << kill_at << " batches are gone: the killed reaper left a partial batch or "
+        << "deleted out of expiry order";
+    EXPECT_EQ(count("owner = 'alive'"), live) << "the reaper deleted live rows";
+
+    // Takeover on acquire with no reaper running: expired rows are taken, with greater tokens.
+    auto table_locks = sqlock::table_locker(*db_, {.ttl = 30s});
+    std::vector<lease> taken;
+    for (int i = 5000; i < 5010; ++i) {
+        std::optional<lease> l;
+        ASSERT_NO_THROW(l = table_locks.try_acquire(key(i)));
+        ASSERT_TRUE(l.has_value()) << "an expired row (" << key(i) << ", expired an hour ago) was not taken over by "
+                                   << "acquire with the reaper gone: the lock is stuck until a reaper runs";
+        EXPECT_GT(l->token(), i + 1) << "the takeover's token must be greater than the expired row's";
+        taken.push_back(std::move(*l));
+    }
+    // A live row is not taken over.
+    std::optional<lease> no;
+    ASSERT_NO_THROW(no = table_locks.try_acquire(p + "live1"));
+    EXPECT_FALSE(no.has_value()) << "a live row was taken over";
+
+    // The next pass completes: every expired row gone, the live and taken ones kept.
+    sqlock::reaper r(*db_, {.grace = 0ms, .batch_size = batch, .token_horizon = std::nullopt,
+                            .row_lock_warning = std::nullopt});
+    auto res = r.reap_once();
+    EXPECT_TRUE(res.complete);
+    EXPECT_EQ(res.purged, static_cast<std::uint64_t>(expired - kill_at * batch - 10));
+    EXPECT_EQ(count("owner = 'dead'"), 0);
+    EXPECT_EQ(count("owner = 'alive'"), live);
+    for (auto& l : taken) EXPECT_EQ(l.state(), lease_state::held);
+    std::cout << "E05 " << engine_name(e_) << ": killed after " << kill_at << " batches, " << gone_old
+              << " oldest rows gone; the next pass purged " << res.purged << " in " << res.batches << " batches\n";
+    for (auto& l : taken) l.release();
+}
+
+// ------------------------------------------------------------------------------------------ E04
+
+TEST_P(HolderReaper, E04_LeaseTimesComeFromTheStatementsClock) {
+    milliseconds const ttl = 3s;
+    long long const ttl_us = duration_cast<std::chrono::microseconds>(ttl).count();
+    long long const slack_us = 1'000'000;
+    if (e_ == engine::postgresql) *raw_ << "SET client_min_messages = warning";  // the audit's IF EXISTS notices
+    sqlock_battery::install_audit(*raw_, e_, tables_);
+    sqlock::store second(url_, {.table_prefix = tables_});
+    auto rows_a = sqlock::row_locker(*db_, {.ttl = ttl});
+    auto rows_b = sqlock::row_locker(second, {.ttl = ttl});
+
+    // 1. A row-lock waiter that queued behind a holder for 1.5 s is dated when it got the row, after
+    //    the holder's release, not when its statement (or transaction) began.
+    std::string const row_name = n("e04-row");
+    lease a = rows_a.acquire(row_name, 10s);
+    std::optional<lease> b;
+    std::thread waiter([&] { b.emplace(rows_b.acquire(row_name, 20s)); });
+    std::this_thread::sleep_for(1500ms);
+    long long const before_release_us = db_now_us(*raw_, e_);
+    // 2. A row lock held in one transaction for 1.5 s renews to the database's now + TTL.
+    a.renew();
+    long long const after_renew_us = db_now_us(*raw_, e_);
+    EXPECT_GE(us_of(a.expires_at()), before_release_us + ttl_us - slack_us)
+        << "a row lock renewed after 1.5 s in its transaction expires at " << us_of(a.expires_at())
+        << ", not the database's now + TTL (" << before_release_us + ttl_us << "): the renewal used the transaction's "
+        << "start time";
+    EXPECT_LE(us_of(a.expires_at()), after_renew_us + ttl_us + slack_us);
+    a.release();
+    waiter.join();
+    ASSERT_TRUE(b.has_value());
+    long long const after_grant_us = db_now_us(*raw_, e_);
+    EXPECT_GE(us_of(b->created_at()), before_release_us - 50'000)
+        << "the waiter's row lock is dated " << (before_release_us - us_of(b->created_at())) / 1000
+        << " ms before the previous holder's release: its grant time is its statement's start, not when it got the row";
+    EXPECT_GE(us_of(b->expires_at()), after_grant_us + ttl_us - slack_us)
+        << "the waiter's lease ends " << (after_grant_us + ttl_us - us_of(b->expires_at())) / 1000
+        << " ms short of TTL from its grant";
+    b->release();
+
+    // 3. Table-lock grants, fresh and by takeover: expires_at - the database's time of the grant = TTL.
+    auto table_locks = sqlock::table_locker(*db_, {.ttl = ttl, .auto_renew = false});
+    std::string const fresh = n("e04-fresh"), stale = n("e04-stale");
+    std::set<std::string> owners;
+    {
+        auto old = sqlock::table_locker(second, {.ttl = 200ms, .auto_renew = false});
+        auto l = old.acquire(stale, 5s);
+        backdate_row(*raw_, e_, stale, tables_);
+        auto f = table_locks.acquire(fresh, 5s);
+        auto t = table_locks.acquire(stale, 5s);  // a takeover of the expired row
+        owners = {f.owner(), t.owner()};
+        EXPECT_EQ(us_of(f.expires_at()) - us_of(f.created_at()), ttl_us);
+        EXPECT_EQ(us_of(t.expires_at()) - us_of(t.created_at()), ttl_us);
+        f.release();
+        t.release();
+    }
+    // The audit's time of a grant is the database's clock when its trigger ran.
+    int checked = 0;
+    for (auto const& row : sqlock_battery::dump_audit(*raw_, e_, tables_)) {
+        if ((row.kind != "grant" && row.kind != "takeover") || !owners.count(row.owner)) continue;
+        if (row.lock != fresh && row.lock != stale) continue;
+        ++checked;
+        long long const len = row.expires_at_us - row.db_time_us;
+        EXPECT_GE(len, ttl_us - slack_us) << row.kind << " of " << row.lock << ": expires_at - grant time = " << len
+                                          << " µs, not the TTL " << ttl_us << " µs";
+        EXPECT_LE(len, ttl_us + slack_us) << row.kind << " of " << row.lock << ": expires_at - grant time = " << len;
+    }
+    EXPECT_GE(checked, 2) << "the audit did not show the fresh grant and the takeover";
+
+    // 4. The reaper deletes by the database's current time: a row 1 s from expiry stays, and is
+    //    purged once the database's clock has passed its expiry.
+    sqlock::reaper r(*db_, {.grace = 0ms, .token_horizon = std::nullopt, .row_lock_warning = std::nullopt});
+    std::string const soon = n("e04-soon");
+    auto short_locks = sqlock::table_locker(*db_, {.ttl = 1s, .auto_renew = false});
+    auto s = short_locks.acquire(soon, 5s);
+    auto first = r.reap_once();
+    EXPECT_EQ(read_row(*raw_, e_, soon, tables_).has_value(), true) << "the reaper deleted a row before its expiry";
+    EXPECT_EQ(first.purged, 0u);
+    ASSERT_TRUE(eventually([&] { return db_now_us(*raw_, e_) > us_of(s.expires_at()); }, 10s));
+    auto second_pass = r.reap_once();
+    EXPECT_EQ(second_pass.purged, 1u) << "the reaper did not delete a row whose expiry the database's clock had passed";
+    EXPECT_FALSE(read_row(*raw_, e_, soon, tables_).has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, HolderReaper, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+}  // namespace
