@@ -469,6 +469,182 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     next.release();
 }
 
+// ------------------------------------------------------------------------------------------ C07
+
+TEST_P(HolderReaper, C07_ForkExecChurn) {
+    using namespace sqlock_battery;
+    bool const soak = getenv_nonempty("SQLOCK_SOAK").value_or("0") != "0";
+    int const total = soak ? 400 : 100, parallel = 4, locks = 4;
+    milliseconds const ttl = 500ms;
+    std::int64_t const k6_bound_ms = ttl.count() + 100 /* backoff_max */ + 1500 /* slack */;
+    auto const dir = work() / "run";
+    fs::create_directories(dir);
+    if (e_ == engine::postgresql) *raw_ << "SET client_min_messages = warning";  // the audit's IF EXISTS notices
+    install_audit(*raw_, e_, tables_);
+
+    // The fenced resource: PostgreSQL #2 (SQLOCK_TEST_PG2_URL) for the servers, a file for SQLite.
+    res_tables_ = tables_ + "r";
+    std::string res_backend, res_connect, res_url;
+    if (e_ == engine::sqlite) {
+        res_backend = "sqlite3";
+        res_url = sqlite_url(work() / "resource.db");
+        res_connect = "db=" + (work() / "resource.db").string() + " timeout=30";
+    } else {
+        require_env("SQLOCK_TEST_PG2_URL", res_url);
+        if (should_stop()) return;
+        res_backend = "postgresql";
+        auto pr = parse_server_url(res_url);
+        res_connect = "host=" + pg_quote_param(pr.host) + " dbname=" + pg_quote_param(pr.db) +
+                      " user=" + pg_quote_param(pr.user) + " password=" + pg_quote_param(pr.password);
+        if (!pr.port.empty()) res_connect += " port=" + pr.port;
+    }
+    sqlock::store(res_url, {.create_schema = true, .table_prefix = res_tables_});
+    res_raw_ = raw_session(e_ == engine::sqlite ? engine::sqlite : engine::postgresql, res_url);
+    *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ + "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
+    if (e_ == engine::sqlite) res_raw_.reset();  // nothing to drop; don't hold the file
+
+    // The churn's own server sessions: PostgreSQL by application_name (the URL's parameter overrides the
+    // library's 'sqlock'); MariaDB by the user's session count against the count before the run.
+    std::string wurl = url_;
+    if (e_ == engine::postgresql) {
+        wurl += wurl.find('?') == std::string::npos ? "?" : "&";
+        wurl += "application_name=" + tables_;
+    }
+    auto sessions = [&]() -> long long {
+        long long c = 0;
+        if (e_ == engine::postgresql)
+            *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = :a", soci::use(tables_, "a"),
+                soci::into(c);
+        else if (e_ == engine::mysql)
+            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = "
+                     "SUBSTRING_INDEX(CURRENT_USER(), '@', 1)",
+                soci::into(c);
+        return c;
+    };
+    long long const baseline = sessions();
+
+    std::ofstream nemesis(dir / "nemesis.jsonl");
+    std::map<pid_t, int> running;
+    std::vector<std::string> failures;
+    int next = 0, finished = 0;
+    long long peak = 0;
+    auto const started = steady::now();
+    auto last_sample = steady::now();
+    while (finished < total) {
+        while (static_cast<int>(running.size()) < parallel && next < total) {
+            int const i = next++;
+            std::string const name = "c" + std::to_string(i);
+            std::vector<std::string> args{SQLOCK_HOLDER_WORKER, "--mode", "churn", "--url", wurl, "--tables", tables_,
+                                          "--lock", n("c07/L" + std::to_string((i / 2) % locks)), "--ttl-ms",
+                                          std::to_string(ttl.count()), "--wait-ms", "15000", "--name", name,
+                                          "--history", (dir / ("history-" + name + ".jsonl")).string(),
+                                          "--resource-backend", res_backend, "--resource-connect", res_connect,
+                                          "--resource-tables", res_tables_};
+            if (i % 2 == 1) args.push_back("--abandon");
+            spawn_file_actions fa;
+            fa.capture_to_files(work() / (name + ".out"), work() / (name + ".err"));
+            running[spawn_process(args, std::nullopt, fa.get())] = i;
+        }
+        int st = 0;
+        pid_t const pid = ::waitpid(-1, &st, WNOHANG);
+        if (pid > 0 && running.count(pid)) {
+            int const i = running[pid];
+            running.erase(pid);
+            ++finished;
+            if (exit_text(st) != "exit 0")
+                failures.push_back("c" + std::to_string(i) + ": " + exit_text(st) + ": " +
+                                   slurp(work() / ("c" + std::to_string(i) + ".err")));
+            if (i % 2 == 1)
+                nemesis << to_json(nemesis_event{.fault = "exit", .target = "c" + std::to_string(i), .phase = "instant",
+                                                 .mono_ns = raw_monotonic_ns(), .detail = "_exit(0) holding the lock"})
+                               .dump()
+                        << '\n'
+                        << std::flush;
+            continue;
+        }
+        if (steady::now() - last_sample > 100ms) {
+            peak = std::max(peak, sessions());
+            last_sample = steady::now();
+        }
+        if (steady::now() - started > 180s) {
+            for (auto const& [p, i] : running) ::kill(p, SIGKILL);
+            for (auto const& [p, i] : running) ::waitpid(p, &st, 0);
+            FAIL() << "the churn did not finish in 180 s (" << finished << " of " << total << " processes ended)";
+        }
+        std::this_thread::sleep_for(2ms);
+    }
+    auto const churn_ms = ms_since(started);
+    nemesis.close();
+    EXPECT_TRUE(failures.empty()) << failures.size() << " processes failed, e.g. " << failures.front();
+
+    // Quiescence: every abandoned row expired (the reaper is not running: takeover on acquire and expiry
+    // are all there is); then the table, the audit and the checkers.
+    auto const live_rows = [&] {
+        long long c = 0;
+        *raw_ << "SELECT COUNT(*) FROM " + tables_ + "_locks WHERE " + col_us_expr(e_, "expires_at") + " > " +
+                     db_now_us_expr(e_),
+            soci::into(c);
+        return c;
+    };
+    EXPECT_TRUE(eventually([&] { return live_rows() == 0; }, 10s))
+        << live_rows() << " lock rows were still live 10 s after the last process ended (TTL " << ttl.count() << " ms)";
+    write_audit((dir / "remaining.jsonl").string(), lock_table_rows(*raw_, e_, tables_));
+    write_audit((dir / "audit.jsonl").string(), dump_audit(*raw_, e_, tables_));
+    run_final fin;
+    fin.has_remaining = true;
+    fin.k6_bound_ms = k6_bound_ms;
+    fin.k2_expect_zero = false;
+    fin.asserted = std::vector<std::string>{"K1", "K3", "K5", "K6", "K7", "K8", "K9"};
+    std::ofstream(dir / "final.json") << to_json(fin).dump(2) << '\n';
+    std::map<std::string, report> by;
+    for (auto& r : check_directory(dir.string())) {
+        std::cout << "C07 " << engine_name(e_) << " " << r.summary() << "\n";
+        if (r.asserted) {
+            EXPECT_TRUE(r.ok()) << r.summary();
+        }
+        by.emplace(r.checker, std::move(r));
+    }
+    // The run did what it says: every process got the lock and wrote once, abandoned locks were taken
+    // over on acquire, and K6 measured waits behind abandoned locks.
+    auto const history = [&] {
+        std::vector<event> all;
+        for (auto const& f : fs::directory_iterator(dir))
+            if (f.path().filename().string().rfind("history-", 0) == 0)
+                for (auto& e : read_history(f.path().string())) all.push_back(std::move(e));
+        return all;
+    }();
+    std::size_t grants = 0, accepted = 0, releases = 0;
+    for (auto const& e : history) {
+        grants += e.op == "acquire" && e.type == "ok";
+        accepted += e.op == "write_fenced" && e.type == "ok";
+        releases += e.op == "release" && e.type == "ok";
+    }
+    EXPECT_EQ(grants, static_cast<std::size_t>(total)) << "not every process got its lock";
+    EXPECT_EQ(accepted, static_cast<std::size_t>(total)) << "not every grant's fenced write was accepted";
+    EXPECT_EQ(releases, static_cast<std::size_t>(total / 2));
+    ASSERT_TRUE(by.count("K1") && by.count("K6"));
+    EXPECT_GE(by["K1"].counts["takeovers"], 1) << "no abandoned row was taken over: the scenario proves nothing";
+    EXPECT_GE(by["K6"].counts["waits_checked"], 1) << "K6 saw no waiter behind an abandoned lock";
+
+    // The servers' sessions go back to where they were: nothing of the dead processes stays.
+    if (e_ != engine::sqlite) {
+        long long const limit = e_ == engine::postgresql ? 0 : baseline + 4;
+        bool const settled = eventually([&] { return sessions() <= limit; }, 10s);
+        EXPECT_TRUE(settled) << sessions() << " server sessions 10 s after the churn, over the steady state " << limit
+                             << " (" << (e_ == engine::postgresql ? "application_name " + tables_
+                                                                  : "the user's sessions before: " +
+                                                                        std::to_string(baseline))
+                             << "): dead processes' connections stayed open";
+    }
+    std::cout << "C07 " << engine_name(e_) << ": " << total << " processes in " << churn_ms << " ms, peak sessions "
+              << peak << " (before " << baseline << ")\n";
+    if (HasFailure()) {
+        auto kept = fs::temp_directory_path() / ("sqlock-c07-" + tables_);
+        fs::copy(dir, kept, fs::copy_options::recursive);
+        std::cout << "replay: build/tests/faults/sqlock_battery_check " << kept.string() << "\n";
+    }
+}
+
 // ------------------------------------------------------------------------------------------ E05
 
 TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
