@@ -39,6 +39,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <map>
 #include <set>
@@ -230,14 +231,30 @@ public:
         : locks_(std::move(locks)), name_(std::move(name)), wait_(wait) {
         for (int k = 0; k < tries + blockers; ++k) threads_.emplace_back([this, k, tries] { run(k < tries); });
     }
-    ~waiter_pool() { stop(); }
+    ~waiter_pool() {
+        // On a failure path a thread may still wait behind our own grant: give it back first.
+        {
+            std::lock_guard l(m_);
+            done_ = true;
+            cv_.notify_all();
+        }
+        winner_.reset();
+        stop();
+    }
 
-    /// Let the threads call (again) / make them idle after their current call.
-    void set_running(bool on) {
-        std::unique_lock l(m_);
-        running_ = on;
+    /// Let the threads call (again).
+    void resume() {
+        std::lock_guard l(m_);
+        running_ = true;
         cv_.notify_all();
-        if (!on) cv_.wait(l, [&] { return busy_ == 0; });
+    }
+
+    /// Make the threads idle after their current call; false if a call is still running after `limit`.
+    bool pause(milliseconds limit) {
+        std::unique_lock l(m_);
+        running_ = false;
+        cv_.notify_all();
+        return cv_.wait_for(l, limit, [&] { return busy_ == 0; });
     }
 
     void stop() {
@@ -295,13 +312,14 @@ private:
             r.took_ms = duration_cast<milliseconds>(r.done - t0).count();
             std::lock_guard l(m_);
             results_.push_back(r);
-            if (got && !winner_) {
+            if (got && !winner_ && !done_) {
                 winner_ = std::move(got);
                 granted_at_ = r.done;
             }
             --busy_;
             cv_.notify_all();
             if (got) got.reset();  // a second grant (a violation, reported from results) is given back
+            if (is_try) std::this_thread::sleep_for(10ms);  // tries poll; they need not hammer the server
         }
     }
 
@@ -338,6 +356,8 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     // deadline: its renewals cannot write while the stopped process holds the file.
     std::optional<lease> other;
     if (e_ == engine::sqlite) other.emplace(table_locks.acquire(n("c03-other"), 10s));
+    // Declared before the holder, so that on a failure path the holder dies before the waiters are joined.
+    std::optional<waiter_pool> pool;
 
     child holder({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock",
                   name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000", "--out",
@@ -356,20 +376,31 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
             << "a table lease of another name (TTL 1 s) was still believed held 8 s into the stop, though no "
                "renewal could write: its holder must report it lost at its local deadline";
         EXPECT_EQ(other->state(), lease_state::lost);
-        auto const t0 = steady::now();
+        // On a thread of its own, so that an unbounded wait fails the test instead of hanging it.
+        auto try_other = std::async(std::launch::async, [&] { return table_locks.try_acquire(n("c03-third")); });
+        if (try_other.wait_for(call_bound) != std::future_status::ready) {
+            holder.signal(SIGKILL);  // frees the file, so that the try comes back
+            try {
+                (void)try_other.get();
+            } catch (std::exception const&) {  // whatever it answers late, the test failed already
+            }
+            FAIL() << "a try of another name had not come back after " << call_bound.count() << " ms while a stopped "
+                   << "process held the SQLite write lock: its busy wait is not bounded";
+        }
         std::optional<lease> got;
-        EXPECT_NO_THROW(got = table_locks.try_acquire(n("c03-third")));
+        EXPECT_NO_THROW(got = try_other.get());
         EXPECT_FALSE(got.has_value()) << "a table lock was granted while a stopped process held the SQLite write lock";
-        EXPECT_LE(ms_since(t0), call_bound.count()) << "a try of another name did not come back promptly";
     }
 
-    waiter_pool pool(row_locks, name, 3, 3, wait);
+    pool.emplace(row_locks, name, 3, 3, wait);
     // Phase A: the holder's transaction lives; everyone must come back busy or timed out, promptly.
-    pool.set_running(true);
+    pool->resume();
     std::this_thread::sleep_for(2500ms);
-    pool.set_running(false);
-    auto const phase_a = pool.results();
-    ASSERT_FALSE(pool.winner().has_value())
+    ASSERT_TRUE(pool->pause(call_bound + wait))
+        << "a waiter's call had not returned " << (call_bound + wait).count() << " ms after the waiters were told "
+        << "to stop, behind a stopped holder: its wait is not bounded";
+    auto const phase_a = pool->results();
+    ASSERT_FALSE(pool->winner().has_value())
         << "a waiter got the lock " << ms_since(stopped_at) << " ms after the holder stopped inside its open "
         << "transaction, before the server could have ended it: two holders";
     std::size_t timeouts = 0;
@@ -406,24 +437,24 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
 
     if (e_ == engine::sqlite) {
         // No server ends the stopped process's transaction: the lock stays taken while it lives.
-        pool.set_running(true);
+        pool->resume();
         std::this_thread::sleep_for(1s);
-        pool.set_running(false);
-        ASSERT_FALSE(pool.winner().has_value()) << "a waiter got the SQLite lock while the holder was stopped";
+        ASSERT_TRUE(pool->pause(call_bound + wait)) << "a waiter's call did not return behind the stopped holder";
+        ASSERT_FALSE(pool->winner().has_value()) << "a waiter got the SQLite lock while the holder was stopped";
         holder.signal(SIGKILL);
         auto const killed_at = steady::now();
         ASSERT_TRUE(holder.wait_exit(10s).has_value());
-        pool.set_running(true);
-        ASSERT_TRUE(pool.wait_grant(10s)) << "nobody got the lock within 10 s of the stopped holder's kill -9";
-        auto const gap = duration_cast<milliseconds>(pool.granted_at() - killed_at).count();
+        pool->resume();
+        ASSERT_TRUE(pool->wait_grant(10s)) << "nobody got the lock within 10 s of the stopped holder's kill -9";
+        auto const gap = duration_cast<milliseconds>(pool->granted_at() - killed_at).count();
         EXPECT_LE(gap, (wait + call_bound).count()) << "the lock came free " << gap << " ms after the holder's death";
         std::cout << "C03 sqlite: " << phase_a.size() << " waiter calls while stopped (" << timeouts
                   << " timeouts), lock free " << gap << " ms after the kill -9\n";
-        pool.stop();
-        EXPECT_GT(pool.winner()->token(), holder_token);
-        for (auto const& r : pool.results())
+        pool->stop();
+        EXPECT_GT(pool->winner()->token(), holder_token);
+        for (auto const& r : pool->results())
             EXPECT_TRUE(r.outcome == "busy" || r.outcome == "timeout" || r.outcome == "granted") << r.outcome;
-        pool.winner()->release();
+        pool->winner()->release();
         std::string check;
         *raw_ << "PRAGMA integrity_check", soci::into(check);
         EXPECT_EQ(check, "ok") << "the database file after the stopped holder's kill -9";
@@ -433,19 +464,19 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     }
 
     // Phase B (servers): the server ends the stopped session at its idle limit; a waiter gets the lock.
-    pool.set_running(true);
-    ASSERT_TRUE(pool.wait_grant(holder_ttl + 15s))
+    pool->resume();
+    ASSERT_TRUE(pool->wait_grant(holder_ttl + 15s))
         << "nobody got the lock in " << ms_since(stopped_at) << " ms after the holder stopped inside its "
         << "transaction: the server never ended the stopped session (idle-in-transaction limit "
         << holder_ttl.count() << " ms)";
-    auto const gap = duration_cast<milliseconds>(pool.granted_at() - stopped_at).count();
+    auto const gap = duration_cast<milliseconds>(pool->granted_at() - stopped_at).count();
     EXPECT_LE(gap, (holder_ttl + 4s).count())
         << "the lock came free " << gap << " ms after the holder stopped, over its idle limit + 4 s";
-    pool.stop();
-    for (auto const& r : pool.results())
+    pool->stop();
+    for (auto const& r : pool->results())
         EXPECT_TRUE(r.outcome == "busy" || r.outcome == "timeout" || r.outcome == "granted")
             << (r.is_try ? "try_acquire" : "acquire") << " answered " << r.outcome;
-    lease& next = *pool.winner();
+    lease& next = *pool->winner();
     EXPECT_GT(next.token(), holder_token) << "the next holder's token must be greater than the stopped holder's";
 
     // The stopped holder resumes: its COMMIT finds its session gone.
