@@ -557,21 +557,25 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
     std::ofstream nemesis(dir / "nemesis.jsonl");
     std::map<pid_t, int> running;
     std::vector<std::string> failures;
-    int next = 0, finished = 0;
+    int next = 0, finished = 0, no_grant = 0, spawned = total;
     long long peak = 0;
     auto const started = steady::now();
     auto last_sample = steady::now();
-    while (finished < total) {
+    while (finished < spawned) {
         while (static_cast<int>(running.size()) < parallel && next < total) {
             int const i = next++;
             std::string const name = "c" + std::to_string(i);
             std::vector<std::string> args{SQLOCK_HOLDER_WORKER, "--mode", "churn", "--url", wurl, "--tables", tables_,
                                           "--lock", n("c07/L" + std::to_string((i / 2) % locks)), "--ttl-ms",
-                                          std::to_string(ttl.count()), "--wait-ms", "15000", "--name", name,
+                                          std::to_string(ttl.count()), "--wait-ms", "8000", "--name", name,
                                           "--history", (dir / ("history-" + name + ".jsonl")).string(),
                                           "--resource-backend", res_backend, "--resource-connect", res_connect,
                                           "--resource-tables", res_tables_};
             if (i % 2 == 1) args.push_back("--abandon");
+            if (e_ != engine::sqlite) {
+                args.push_back("--server-port");
+                args.push_back(std::to_string(server_port()));
+            }
             spawn_file_actions fa;
             fa.capture_to_files(work() / (name + ".out"), work() / (name + ".err"));
             running[spawn_process(args, std::nullopt, fa.get())] = i;
@@ -582,7 +586,13 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
             int const i = running[pid];
             running.erase(pid);
             ++finished;
-            if (exit_text(st) != "exit 0")
+            if (exit_text(st) == "exit 3" && ++no_grant >= 3 && next < total) {
+                failures.push_back("3 processes got no lock within their wait: the churn stopped after " +
+                                   std::to_string(next) + " processes");
+                spawned = next;
+                next = total;  // start no more; the checks below say why
+            }
+            if (exit_text(st) != "exit 0" && exit_text(st) != "exit 3")
                 failures.push_back("c" + std::to_string(i) + ": " + exit_text(st) + ": " +
                                    slurp(work() / ("c" + std::to_string(i) + ".err")));
             if (i % 2 == 1)
@@ -650,24 +660,53 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
         accepted += e.op == "write_fenced" && e.type == "ok";
         releases += e.op == "release" && e.type == "ok";
     }
-    EXPECT_EQ(grants, static_cast<std::size_t>(total)) << "not every process got its lock";
-    EXPECT_EQ(accepted, static_cast<std::size_t>(total)) << "not every grant's fenced write was accepted";
-    EXPECT_EQ(releases, static_cast<std::size_t>(total / 2));
+    EXPECT_EQ(grants, static_cast<std::size_t>(spawned)) << "not every process got its lock";
+    EXPECT_EQ(accepted, grants) << "not every grant's fenced write was accepted";
+    EXPECT_EQ(releases, static_cast<std::size_t>(spawned / 2)) << "the releasing half did not all release";
     ASSERT_TRUE(by.count("K1") && by.count("K6"));
     EXPECT_GE(by["K1"].counts["takeovers"], 1) << "no abandoned row was taken over: the scenario proves nothing";
     EXPECT_GE(by["K6"].counts["waits_checked"], 1) << "K6 saw no waiter behind an abandoned lock";
 
-    // The servers' sessions go back to where they were: nothing of the dead processes stays.
+    // The servers' sessions go back to where they were: nothing of the dead processes stays. Each process
+    // printed its local ports to the server; none may still be a session once the processes are gone.
+    // (A child may list sockets it inherited from this process, such as the test's own raw session: those
+    // are left out.)
     if (e_ != engine::sqlite) {
-        long long const limit = e_ == engine::postgresql ? 0 : baseline + 4;
-        bool const settled = eventually([&] { return sessions() <= limit; }, 10s);
-        EXPECT_TRUE(settled) << sessions() << " server sessions 10 s after the churn, over the steady state " << limit
-                             << " (" << (e_ == engine::postgresql ? "application_name " + tables_
-                                                                  : "the user's sessions before: " +
-                                                                        std::to_string(baseline))
-                             << "): dead processes' connections stayed open";
+        auto const mine = own_ports_to(server_port());
+        std::string ports;
+        std::size_t processes_with_ports = 0;
+        for (int i = 0; i < spawned; ++i)
+            for (auto const& l : lines_of(work() / ("c" + std::to_string(i) + ".out")))
+                if (l.rfind("ports", 0) == 0) {
+                    std::istringstream f(l.substr(5));
+                    bool any = false;
+                    for (int port = 0; f >> port;) {
+                        if (mine.count(port) != 0) continue;
+                        any = true;
+                        ports += (ports.empty() ? "" : ",") + std::to_string(port);
+                    }
+                    processes_with_ports += any;
+                }
+        EXPECT_EQ(processes_with_ports, static_cast<std::size_t>(grants))
+            << "not every process that got its lock found its own connection to the server";
+        auto left = [&] {
+            long long c = 0;
+            if (ports.empty()) return c;
+            if (e_ == engine::postgresql)
+                *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = :a OR client_port IN (" +
+                             ports + ")",
+                    soci::use(tables_, "a"), soci::into(c);
+            else
+                *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE SUBSTRING_INDEX(HOST, ':', -1) IN (" +
+                             ports + ")",
+                    soci::into(c);
+            return c;
+        };
+        EXPECT_TRUE(eventually([&] { return left() == 0; }, 10s))
+            << left() << " server sessions of the churn's processes were still there 10 s after the last one ended: "
+            << "dead processes' connections stayed open";
     }
-    std::cout << "C07 " << engine_name(e_) << ": " << total << " processes in " << churn_ms << " ms, peak sessions "
+    std::cout << "C07 " << engine_name(e_) << ": " << spawned << " processes in " << churn_ms << " ms, peak sessions "
               << peak << " (before " << baseline << ")\n";
     if (HasFailure()) {
         auto kept = fs::temp_directory_path() / ("sqlock-c07-" + tables_);

@@ -8,7 +8,7 @@
 //   --mode churn     C07: one short life. Acquires --lock (table lock, waiting --wait-ms), writes the
 //                    fenced resource once, then releases, or with --abandon leaves by _exit(0)
 //                    without a release. Every step goes to --history (history.hpp), as the battery
-//                    workers do, so K1, K3, K5, K7 and K9 read it.
+//                    workers do, so K1, K3, K5, K7 and K9 read it. Exits 3 when it got no lock.
 //   --mode reap      E05: one reaper pass (grace 0, no token purge, --batch rows per batch); writes
 //                    "purged <n> batches <b> complete <0|1>" to --out. Run with
 //                    SQLOCK_FAILPOINTS=reaper.between_batches=stop, the suite kills it between batches.
@@ -27,8 +27,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <typeinfo>
 
@@ -48,6 +52,7 @@ struct config {
     long long ttl_ms = 2000;
     long long wait_ms = 10000;
     // churn
+    int server_port = 0;  // > 0: print "ports <p>..." (this process's local ports to the server) before leaving
     std::string name = "c";
     std::string history;
     bool abandon = false;
@@ -107,6 +112,32 @@ int row_hold(config const& c) {
     return 0;
 }
 
+/// The local TCP ports of this process's sockets connected to `remote_port` (/proc/self/fd and
+/// /proc/net/tcp{,6}): the suite looks for them among the server's sessions after this process is gone.
+std::set<int> own_ports_to(int remote_port) {
+    std::set<std::string> inodes;
+    for (auto const& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+        if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::set<int> ports;
+    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream in(table);
+        std::string line;
+        std::getline(in, line);  // header
+        while (std::getline(in, line)) {
+            std::istringstream f(line);
+            std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+            f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+            if (inodes.count(inode) == 0) continue;
+            if (std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16) == remote_port)
+                ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+        }
+    }
+    return ports;
+}
+
 int churn(config const& c) {
     history_writer h(c.history, c.name);
     sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables, .lock_wait_timeout = 1s, .io_timeout = 3s});
@@ -126,7 +157,7 @@ int churn(config const& c) {
         f.type = dynamic_cast<sqlock::in_doubt const*>(&e) ? "info" : "fail";
         f.error = error_text(e);
         h.write(f);
-        return 0;
+        return 3;  // no grant: the suite stops the churn early
     }
     base.token = l->token();
     {
@@ -176,6 +207,11 @@ int churn(config const& c) {
         }
         h.write(w);
     }
+    if (c.server_port > 0) {
+        std::string line = "ports";
+        for (int p : own_ports_to(c.server_port)) line += " " + std::to_string(p);
+        std::cout << line << std::endl;
+    }
     if (c.abandon) {
         // Gone without a word: no release, no destructor, no atexit. The row stays until it expires.
         std::fflush(nullptr);
@@ -222,6 +258,7 @@ int main(int argc, char** argv) {
     app.add_option("--wait-ms", c.wait_ms)->check(CLI::Range(0LL, 86400000LL));
     app.add_option("--name", c.name, "churn: this process's name in the run (history `proc`)");
     app.add_option("--history", c.history, "churn: history file (JSON lines, appended)");
+    app.add_option("--server-port", c.server_port, "churn: print this process's local ports to that server port");
     app.add_flag("--abandon", c.abandon, "churn: _exit(0) after the fenced write, without a release");
     app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
     app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");
