@@ -24,6 +24,7 @@
 #include <errmsg.h>
 #include <mysql.h>
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -261,6 +262,15 @@ public:
         // Never auto-reconnect (the default): a silent reconnect would drop a
         // transaction without telling us.
         s.open(*soci::factory_mysql(), connect_string);
+        // Connector/C opens its socket without close-on-exec (libpq sets it): a
+        // program the process starts (system, popen, posix_spawn) would keep the
+        // connection open after this process dies, and a row lock held on it
+        // would stay held until that program ends or the server's idle limit
+        // (the TTL) runs out, not free at the holder's death.
+        if (int fd = socket_of(s); fd >= 0) {
+            int const flags = ::fcntl(fd, F_GETFD);
+            if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+        }
         auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
         s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
         // idle_transaction_timeout: a client that stops inside a transaction of

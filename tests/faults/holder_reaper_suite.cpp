@@ -500,6 +500,65 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     next.release();
 }
 
+// ------------------------------------------------------------------------------------------ C07, a holder's child
+
+TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
+    // A holder that started a program (system(), popen(), posix_spawn) while holding a row lock, then died:
+    // the lock must come free when the holder dies, as for any holder, not when that program ends or
+    // the server's idle limit (the TTL, 15 s here) runs out. So no descriptor of the lock's connection
+    // may reach the program.
+    milliseconds const holder_ttl = 15s;
+    std::string const name = n("c07-child");
+    auto const dir = work();
+    child holder({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--spawn-child", "--url", worker_url(), "--tables",
+                  tables_, "--lock", name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000", "--out",
+                  (dir / "holder.out").string()},
+                 {"SQLOCK_FAILPOINTS=row.before_commit=stop"}, dir / "holder");
+    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: "
+                                          << holder.stderr_text();
+    auto out = lines_of(dir / "holder.out");
+    ASSERT_EQ(out.size(), 2u) << testing::PrintToString(out);
+    long long const holder_token = std::stoll(out[0].substr(9));
+    pid_t const kid = std::stoi(out[1].substr(6));
+    struct reap_kid {
+        pid_t pid;
+        ~reap_kid() { ::kill(pid, SIGKILL); }
+    } const kid_guard{kid};
+
+    // What the program got from the holder: no socket, and not the database file. (The test's own raw
+    // session, which the holder inherited from this process, is left out: it is not the library's.)
+    std::set<std::string> mine;
+    for (auto const& fd : fs::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        mine.insert(fs::read_symlink(fd.path(), ec).string());
+    }
+    std::vector<std::string> leaked;
+    auto const db_file = e_ == engine::sqlite ? fs::weakly_canonical(sqlite_path_of(url_)).string() : std::string();
+    for (auto const& fd : fs::directory_iterator("/proc/" + std::to_string(kid) + "/fd")) {
+        if (std::stoi(fd.path().filename().string()) <= 2) continue;
+        std::error_code ec;
+        auto const target = fs::read_symlink(fd.path(), ec).string();
+        if (target.rfind("socket:", 0) == 0 && mine.count(target) != 0) continue;
+        if (target.rfind("socket:", 0) == 0 || (!db_file.empty() && target.rfind(db_file, 0) == 0))
+            leaked.push_back(fd.path().filename().string() + " -> " + target);
+    }
+    EXPECT_TRUE(leaked.empty()) << "a program the holder started inherited " << leaked.size()
+                                << " descriptors of its database connections: " << testing::PrintToString(leaked)
+                                << "; they must be close-on-exec";
+
+    holder.signal(SIGKILL);
+    ASSERT_TRUE(holder.wait_exit(10s).has_value());
+    auto const killed_at = steady::now();
+    sqlock::store waiters_db(url_, {.table_prefix = tables_, .lock_wait_timeout = 1s, .io_timeout = 2s});
+    auto row_locks = sqlock::row_locker(waiters_db, {.ttl = 2s});
+    lease next = row_locks.acquire(name, holder_ttl + 10s);
+    auto const gap = ms_since(killed_at);
+    EXPECT_LE(gap, 3000) << "the row lock came free " << gap << " ms after its holder died (its idle limit is "
+                         << holder_ttl.count() << " ms): a program the holder started kept its connection open";
+    EXPECT_GT(next.token(), holder_token);
+    next.release();
+}
+
 // ------------------------------------------------------------------------------------------ C07
 
 TEST_P(HolderReaper, C07_ForkExecChurn) {

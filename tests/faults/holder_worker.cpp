@@ -5,6 +5,7 @@
 //                    stops itself inside the holding transaction, just before the COMMIT that ends
 //                    the lease; once continued it writes what release() answered ("released" or
 //                    "release <error type>: <message>") and "state <lease state>".
+//                    With --spawn-child it starts `sleep 60` while it holds the lock, first.
 //   --mode churn     C07: one short life. Acquires --lock (table lock, waiting --wait-ms), writes the
 //                    fenced resource once, then releases, or with --abandon leaves by _exit(0)
 //                    without a release. Every step goes to --history (history.hpp), as the battery
@@ -23,10 +24,12 @@
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
 
+#include <spawn.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -35,6 +38,8 @@
 #include <sstream>
 #include <string>
 #include <typeinfo>
+
+extern char** environ;
 
 namespace {
 
@@ -51,6 +56,7 @@ struct config {
     std::string out;
     long long ttl_ms = 2000;
     long long wait_ms = 10000;
+    bool spawn_child = false;  // row-hold: start `sleep 60` while holding, as a program that runs a command would
     // churn
     int server_port = 0;  // > 0: print "ports <p>..." (this process's local ports to the server) before leaving
     std::string name = "c";
@@ -102,6 +108,14 @@ int row_hold(config const& c) {
     auto locks = sqlock::row_locker(db, {.ttl = milliseconds(c.ttl_ms)});
     sqlock::lease l = locks.acquire(c.lock, milliseconds(c.wait_ms));
     out.line("acquired " + std::to_string(l.token()));
+    if (c.spawn_child) {
+        std::string prog = "sleep", arg = "60";
+        char* argv[] = {prog.data(), arg.data(), nullptr};
+        pid_t pid = -1;
+        if (int rc = ::posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, environ); rc != 0)
+            throw std::runtime_error("posix_spawnp sleep: " + std::string(std::strerror(rc)));
+        out.line("child " + std::to_string(pid));
+    }
     try {
         l.release();  // stops at row.before_commit
         out.line("released");
@@ -258,6 +272,7 @@ int main(int argc, char** argv) {
     app.add_option("--wait-ms", c.wait_ms)->check(CLI::Range(0LL, 86400000LL));
     app.add_option("--name", c.name, "churn: this process's name in the run (history `proc`)");
     app.add_option("--history", c.history, "churn: history file (JSON lines, appended)");
+    app.add_flag("--spawn-child", c.spawn_child, "row-hold: start `sleep 60` while holding the lock");
     app.add_option("--server-port", c.server_port, "churn: print this process's local ports to that server port");
     app.add_flag("--abandon", c.abandon, "churn: _exit(0) after the fenced write, without a release");
     app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
