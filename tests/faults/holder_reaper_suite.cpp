@@ -12,6 +12,9 @@
 //       open (information_schema.innodb_trx). SQLite: the stopped process holds the write lock of
 //       the whole file; everyone gets busy/timeout, a table-lock holder of another name loses its
 //       lease at its local deadline, and only the holder's death (kill -9) frees the file.
+//   C07_RowHolderThatLeftAChildDiesLockFreesAtOnce  a row-lock holder that started a program (sleep)
+//       is killed: the program inherited none of its connections, and the lock is free at once, not
+//       when the program ends or the TTL runs out (MariaDB's sockets were not close-on-exec).
 //   C07_ForkExecChurn  short processes, 4 at a time: acquire, one fenced write, then half release
 //       and half _exit(0) without a release. K1, K3, K5, K6 (an abandoned lock is taken over within
 //       TTL + backoff + slack), K7, K8, K9 over the recorded history and the database's audit; on
@@ -21,8 +24,8 @@
 //       waiter that queued 1.5 s is dated after the previous holder's release (its lease is not
 //       shorter than the TTL), a row lock held in one transaction for seconds renews to now + TTL,
 //       table-lock grants have expires_at - grant time = TTL, and the reaper's delete uses the
-//       database's current time. MariaDB: a session whose `timestamp` was set 30 s back (as an
-//       init_connect or a pooled session could) does not change what the library's sessions use.
+//       database's current time. (A caller's transaction or session settings can't reach the library's
+//       statements: it takes no connection from the caller and opens its own, in autocommit.)
 //   E05_ReaperKilledMidPurge  a reaper killed (kill -9) between batches of a 10,000-row purge has
 //       deleted whole batches, the oldest rows first, and no live row; the next pass completes.
 //       With no reaper at all, acquire takes over expired rows (takeover-on-acquire).
