@@ -5,7 +5,7 @@
 //                    stops itself inside the holding transaction, just before the COMMIT that ends
 //                    the lease; once continued it writes what release() answered ("released" or
 //                    "release <error type>: <message>") and "state <lease state>".
-//                    With --spawn-child it starts `sleep 60` while it holds the lock, first.
+//                    With --spawn-child it starts `sleep 60` after the grant, before the release.
 //   --mode churn     C07: one short life. Acquires --lock (table lock, waiting --wait-ms), writes the
 //                    fenced resource once, then releases, or with --abandon leaves by _exit(0)
 //                    without a release. Every step goes to --history (history.hpp), as the battery
