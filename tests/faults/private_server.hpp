@@ -9,6 +9,7 @@
 //   freezer              a cgroup v1 freezer group of our own (FROZEN / THAWED), emptied and removed on destruction.
 //   faked_clock_server   a private_pg with libfaketime preloaded into the postmaster (FAKETIME_TIMESTAMP_FILE,
 //                        FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1): offset("+6s") moves its wall clock at once.
+//   faked_clock_mariadb  the same for a private_mariadb (libfaketime preloaded into mariadbd).
 // Used by server_nemesis_suite.cpp (D03, D04, D07; MariaDB: D03, D07), failover_suite.cpp (D09) and majority_nemesis_suite.cpp
 // (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres user.
 #pragma once
@@ -416,6 +417,29 @@ private:
     temp_dir dir_;
     fs::path file_;
     std::optional<private_pg> pg_;
+};
+
+/// A private MariaDB whose clock libfaketime moves (preloaded into mariadbd only): `offset("+6s")` jumps it at once.
+class faked_clock_mariadb {
+public:
+    faked_clock_mariadb() : file_(dir_.path() / "faketime") {
+        server_detail::write_file(file_, "+0");
+        fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                         fs::perms::others_read | fs::perms::others_exec);  // mariadbd runs as mysql
+        my_.emplace(private_mariadb::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
+                                                     " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
+                                                     " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
+    }
+    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
+        server_detail::write_file(file_.string() + ".new", o);
+        fs::rename(file_.string() + ".new", file_);
+    }
+    private_mariadb& server() { return *my_; }
+
+private:
+    temp_dir dir_;
+    fs::path file_;
+    std::optional<private_mariadb> my_;
 };
 
 }  // namespace sqlock_test

@@ -914,6 +914,116 @@ protected:
     }
 };
 
+// The server's clock minus this host's, in ms (midpoint of the round trip), either engine.
+long long server_ahead_ms_on(soci::session& s, engine e) {
+    auto const before = std::chrono::system_clock::now();
+    long long const db = db_now_us(s, e);
+    auto const after = std::chrono::system_clock::now();
+    auto const mid = std::chrono::duration_cast<std::chrono::microseconds>(
+                         (before + (after - before) / 2).time_since_epoch()).count();
+    return (db - mid) / 1000;
+}
+
+// D04 (a) on MariaDB: its clock (libfaketime in mariadbd) jumps 3×TTL ahead while the table lock is held.
+TEST_F(ServerNemesisEngines, D04MariaDBServerClockJumpsForwardTheLeaseExpiresAndIsTakenOver) {
+    if (!ready(fs::exists(libfaketime_path()), libfaketime_path().string() + " is missing")) return;
+    auto const e = engine::mysql;
+    faked_clock_mariadb server;
+    std::string const url = server.server().url();
+    sqlock::store holder_db(url, store_opts(true));
+    sqlock::store other_db(url, store_opts(false));
+    auto raw = raw_session(e, url);
+    long long const skew0 = server_ahead_ms_on(*raw, e);
+
+    std::atomic<int> lost_calls{0};
+    auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
+                                                        ++lost_calls;
+                                                        h_.add("holder on_lost");
+                                                    }});
+    auto other = sqlock::table_locker(other_db, {.ttl = ttl});
+    lease held = holder.acquire(name_, 10s);
+    h_.add("holder acquired token " + std::to_string(held.token()));
+    ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
+    ASSERT_FALSE(other.try_acquire(name_).has_value()) << "the lock is held";
+
+    server.offset("+" + std::to_string(std::chrono::seconds(fault_length).count()) + "s");
+    long long const skew1 = server_ahead_ms_on(*raw, e);
+    h_.add("server clock jumped: now " + std::to_string(skew1) + " ms ahead");
+    ASSERT_GT(skew1 - skew0, std::chrono::milliseconds(fault_length).count() - 1000)
+        << "the jump is not visible in SYSDATE(6)";
+
+    auto row = read_row(*raw, e, name_);
+    ASSERT_TRUE(row.has_value());
+    EXPECT_FALSE(row->live()) << "after a jump of 3×TTL the server should see the row expired";
+    EXPECT_THROW(held.renew(), sqlock::lease_lost) << h_.text();
+    EXPECT_EQ(held.state(), lease_state::lost);
+    EXPECT_EQ(lost_calls.load(), 1);
+
+    auto next = other.try_acquire(name_);
+    ASSERT_TRUE(next.has_value()) << "another client could not take over the expired lease\n" << h_.text();
+    h_.add("other acquired token " + std::to_string(next->token()));
+    EXPECT_GT(next->token(), held.token());
+
+    fenced_write(other_db, *raw, name_, next->token());
+    EXPECT_THROW(fenced_write(holder_db, *raw, name_, held.token()), sqlock::stale_token)
+        << "the old holder's fenced write was accepted after the new holder's\n"
+        << h_.text();
+    next->release();
+    server.offset("+0");
+}
+
+// D04 (b) on MariaDB: 3×TTL back: the holder keeps renewing, nobody else gets the lock meanwhile.
+TEST_F(ServerNemesisEngines, D04MariaDBServerClockJumpsBackwardTheHolderKeepsTheLock) {
+    if (!ready(fs::exists(libfaketime_path()), libfaketime_path().string() + " is missing")) return;
+    auto const e = engine::mysql;
+    faked_clock_mariadb server;
+    std::string const url = server.server().url();
+    sqlock::store holder_db(url, store_opts(true));
+    sqlock::store other_db(url, store_opts(false));
+    auto raw = raw_session(e, url);
+    long long const skew0 = server_ahead_ms_on(*raw, e);
+
+    std::atomic<int> lost_calls{0};
+    auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
+                                                        ++lost_calls;
+                                                        h_.add("holder on_lost");
+                                                    }});
+    auto other = sqlock::table_locker(other_db, {.ttl = ttl});
+    lease held = holder.acquire(name_, 10s);
+    ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
+
+    server.offset("-" + std::to_string(std::chrono::seconds(fault_length).count()) + "s");
+    long long const skew1 = server_ahead_ms_on(*raw, e);
+    h_.add("server clock jumped: now " + std::to_string(skew1) + " ms ahead");
+    ASSERT_LT(skew1 - skew0, -(std::chrono::milliseconds(fault_length).count() - 1000))
+        << "the jump is not visible in SYSDATE(6)";
+
+    auto const renewed0 = holder.stats().renewed;
+    int tries = 0, grants = 0;
+    while (holder.stats().renewed < renewed0 + 6 && held.held()) {
+        if (auto got = other.try_acquire(name_)) {
+            ++grants;
+            h_.add("UNEXPECTED: other acquired token " + std::to_string(got->token()) + " while the holder held");
+        }
+        ++tries;
+        std::this_thread::sleep_for(50ms);
+    }
+    h_.add("holder renewed " + std::to_string(holder.stats().renewed - renewed0) + " times; other tried " +
+           std::to_string(tries) + " times");
+    EXPECT_EQ(grants, 0) << "a second holder while the first held the lock\n" << h_.text();
+    EXPECT_GE(holder.stats().renewed, renewed0 + 6) << "the holder lost the lease after a backward jump\n" << h_.text();
+    EXPECT_EQ(held.state(), lease_state::held);
+    EXPECT_EQ(lost_calls.load(), 0);
+    EXPECT_GT(tries, 0);
+
+    auto const token = held.token();
+    held.release();
+    lease next = other.acquire(name_, 10s);
+    EXPECT_GT(next.token(), token);
+    next.release();
+    server.offset("+0");
+}
+
 TEST_F(ServerNemesisEngines, D03MariaDBFrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
     frozen_server(engine::mysql, false);
 }
