@@ -1,5 +1,6 @@
 // sqlock reliability battery — server-side nemeses D03, D04 and D07 (P2, P4, P6, P8), each on a
-// private PostgreSQL server of its own (scripts/test-servers.sh with SQLOCK_TEST_ENGINES=postgresql),
+// private PostgreSQL or MariaDB server of its own (scripts/test-servers.sh with SQLOCK_TEST_ENGINES=
+// postgresql or mariadb),
 // never the shared test servers: the faults hit the whole server.
 //
 //   ServerNemesis.D03FrozenServer...: the whole server (postmaster and every backend) frozen with the
@@ -18,6 +19,23 @@
 //     it reports the loss before the partition heals, a client in the root namespace takes over after
 //     expiry with a greater token, and after healing the old holder's renew, release and fenced write
 //     are refused.
+//   ServerNemesisEngines.*: the same faults on MariaDB (a private server of SQLOCK_TEST_ENGINES=mariadb)
+//     and on the row lock (row_locker: SELECT ... FOR UPDATE in a transaction left open):
+//     - D03 on MariaDB, table lock: as on PostgreSQL (mariadbd is one process in the freezer).
+//     - D03, row lock (PostgreSQL, MariaDB): the holder reports the loss while the server is frozen
+//       (its keep-alive is bounded by io_timeout and the safe deadline, and gives the connection up);
+//       after the thaw the server reads the closed connection to its end and rolls the old
+//       transaction back, the waiter is granted the row with a greater token, the old token's fenced
+//       write is refused, and the row audit (audit.hpp install_row_audit) shows that no transaction
+//       but the new holder's committed a grant.
+//     - D04 on MariaDB (libfaketime preloaded into mariadbd): forward and backward, as on PostgreSQL.
+//     - D07 on MariaDB (table lock) and the row lock on both engines: the partitioned holder reports
+//       the loss during the partition; the client in the root namespace is granted the lock only
+//       after the holder's last safe deadline (the worker prints it: now + remaining()) — for the row
+//       lock once the server ended the holder's transaction by the idle-in-transaction bound the
+//       library sets (PostgreSQL idle_in_transaction_session_timeout, MariaDB idle_transaction_timeout)
+//       — with a greater token; after healing the old holder's renew, release and fenced write are
+//       refused.
 // Each step is recorded with its steady-clock time; assertions order events ("lost before the thaw"),
 // they never rely on a sleep's length. Root is needed (cgroups, netns, running the server as
 // postgres): without it these skip outside CI and fail under CI=true.
