@@ -4,10 +4,13 @@
 //                        postgresql, the SQLOCK_TEST_PG_CONF/HBA/ENV settings); stopped and removed on
 //                        destruction, always. crash(): SIGKILL of the postmaster; kill_tree() + start_again():
 //                        SIGKILL of the whole server process tree, kept down until restarted (same port, data).
+//   private_mariadb      the same for MariaDB only (SQLOCK_TEST_ENGINES=mariadb, the SQLOCK_TEST_MY_ARGS/SQL/ENV
+//                        settings); mariadbd() is the server's one process (for the freezer).
 //   freezer              a cgroup v1 freezer group of our own (FROZEN / THAWED), emptied and removed on destruction.
 //   faked_clock_server   a private_pg with libfaketime preloaded into the postmaster (FAKETIME_TIMESTAMP_FILE,
 //                        FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1): offset("+6s") moves its wall clock at once.
-// Used by server_nemesis_suite.cpp (D03, D04, D07), failover_suite.cpp (D09) and majority_nemesis_suite.cpp
+//   faked_clock_mariadb  the same for a private_mariadb (libfaketime preloaded into mariadbd).
+// Used by server_nemesis_suite.cpp (D03, D04, D07; MariaDB: D03, D07), failover_suite.cpp (D09) and majority_nemesis_suite.cpp
 // (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres user.
 #pragma once
 
@@ -244,6 +247,71 @@ private:
     pid_t postmaster_ = 0;
 };
 
+// ------------------------------------------------------------------ a private MariaDB server
+
+/// scripts/test-servers.sh start in a temp dir, MariaDB only; stopped (and its dir removed) on destruction.
+class private_mariadb {
+public:
+    struct settings {
+        std::string args;  // SQLOCK_TEST_MY_ARGS: extra mariadbd options
+        std::string sql;   // SQLOCK_TEST_MY_SQL: extra setup SQL, run as root
+        std::string env;   // SQLOCK_TEST_MY_ENV
+    };
+
+    explicit private_mariadb(settings s = {}) {
+        using namespace std::chrono_literals;
+        control_ = dir_.path() / "srv";
+        auto r = server_detail::run_command(
+            {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
+            {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=mariadb", "SQLOCK_TEST_MY_ARGS=" + s.args,
+             "SQLOCK_TEST_MY_SQL=" + s.sql, "SQLOCK_TEST_MY_ENV=" + s.env},
+            120s);
+        started_ = true;  // stop even a half-started server
+        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
+        auto env = slurp(control_ / "env.sh");
+        port_ = value_of(env, "SQLOCK_TEST_MYSQL_PORT");
+        pid_file_ = value_of(env, "SQLOCK_TEST_MYSQL_PID_FILE");
+        mariadbd_ = mariadbd();
+    }
+    ~private_mariadb() {
+        using namespace std::chrono_literals;
+        if (!started_) return;
+        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
+                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok() && server_detail::alive(mariadbd_) && ::kill(mariadbd_, SIGKILL) == 0)  // never leave it running
+            std::cerr << "private MariaDB did not stop (" << r.err << "): killed mariadbd " << mariadbd_ << "\n";
+    }
+    private_mariadb(private_mariadb const&) = delete;
+    private_mariadb& operator=(private_mariadb const&) = delete;
+
+    std::string url(std::string const& host = "127.0.0.1", std::string const& db = "sqlock") const {
+        return "mysql://sqlock:sqlock@" + host + ":" + port_ + "/" + db;
+    }
+    std::string const& port() const { return port_; }
+    fs::path const& dir() const { return dir_.path(); }
+
+    /// mariadbd's pid (its pid file): the whole server, one process.
+    pid_t mariadbd() const {
+        pid_t const pid = server_detail::pid_in(pid_file_);
+        if (pid <= 0) throw std::runtime_error("no pid in " + pid_file_);
+        return pid;
+    }
+
+private:
+    static std::string value_of(std::string const& env, std::string const& var) {
+        std::smatch m;
+        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
+            throw std::runtime_error(var + " missing from the env.sh of the private server");
+        return m[1];
+    }
+
+    temp_dir dir_;
+    fs::path control_;
+    bool started_ = false;
+    std::string port_, pid_file_;
+    pid_t mariadbd_ = 0;
+};
+
 // ------------------------------------------------------------------ the cgroup v1 freezer
 
 inline fs::path const freezer_root = "/sys/fs/cgroup/freezer";
@@ -349,6 +417,29 @@ private:
     temp_dir dir_;
     fs::path file_;
     std::optional<private_pg> pg_;
+};
+
+/// A private MariaDB whose clock libfaketime moves (preloaded into mariadbd only): `offset("+6s")` jumps it at once.
+class faked_clock_mariadb {
+public:
+    faked_clock_mariadb() : file_(dir_.path() / "faketime") {
+        server_detail::write_file(file_, "+0");
+        fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                         fs::perms::others_read | fs::perms::others_exec);  // mariadbd runs as mysql
+        my_.emplace(private_mariadb::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
+                                                     " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
+                                                     " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
+    }
+    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
+        server_detail::write_file(file_.string() + ".new", o);
+        fs::rename(file_.string() + ".new", file_);
+    }
+    private_mariadb& server() { return *my_; }
+
+private:
+    temp_dir dir_;
+    fs::path file_;
+    std::optional<private_mariadb> my_;
 };
 
 }  // namespace sqlock_test
