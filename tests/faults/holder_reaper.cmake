@@ -1,4 +1,4 @@
-# Holder-side faults and the reaper (issue 13, plan §4.C03, §4.C07, §4.E04, §4.E05):
+# Holder-side faults and the reaper (issue 13, plan §4.C03, §4.C07, §4.E02, §4.E04, §4.E05):
 # holder_reaper_suite.cpp, on real servers (SQLOCK_TEST_PG_URL, SQLOCK_TEST_PG2_URL for C07's fenced resource,
 # SQLOCK_TEST_MYSQL_URL; same CI rule as sqlock_engine_tests: a missing engine fails under CI=true).
 #   sqlock_holder_worker        the child processes: a row-lock holder stopped at a failpoint (C03), one short
@@ -19,13 +19,19 @@ target_link_libraries(sqlock_holder_reaper_tests PRIVATE sqlock_battery sqlock::
                                                          nlohmann_json::nlohmann_json)
 target_compile_definitions(sqlock_holder_reaper_tests
                            PRIVATE "SQLOCK_HOLDER_WORKER=\"$<TARGET_FILE:sqlock_holder_worker>\"")
-add_dependencies(sqlock_holder_reaper_tests sqlock_holder_worker)
+target_compile_definitions(sqlock_holder_reaper_tests
+                           PRIVATE "SQLOCK_TEST_CLOCK_SHIFT_LIB=\"$<TARGET_FILE:sqlock_test_clock_shift>\"")
+add_dependencies(sqlock_holder_reaper_tests sqlock_holder_worker sqlock_test_clock_shift)
+if(TARGET sqlock-reaper)  # E02 runs the daemon; without it E02 is skipped
+  target_compile_definitions(sqlock_holder_reaper_tests PRIVATE "SQLOCK_REAPER_BIN=\"$<TARGET_FILE:sqlock-reaper>\"")
+  add_dependencies(sqlock_holder_reaper_tests sqlock-reaper)
+endif()
 sqlock_test_target(sqlock_holder_reaper_tests)
 # Labels set after discovery by sqlock_discover_tests (CMake < 3.28 flattens a list-valued LABELS). The churn also
 # carries "battery": its K6 bound is calibrated for an optimised build, so scripts/sanitize.sh leaves it out like the
 # other battery scenarios.
 sqlock_discover_tests(sqlock_holder_reaper_tests NAME sqlock_holder_faults
-                      FILTER "Engines/HolderReaper.C03_*:Engines/HolderReaper.C07_RowHolder*:Engines/HolderReaper.E05_*"
+                      FILTER "Engines/HolderReaper.C03_*:Engines/HolderReaper.C07_RowHolder*:Engines/HolderReaper.E05_*:Engines/HolderReaper.E02_*"
                       LABELS fault-smoke faults TIMEOUT 300)
 sqlock_discover_tests(sqlock_holder_reaper_tests NAME sqlock_holder_churn FILTER "Engines/HolderReaper.C07_ForkExecChurn*"
                       LABELS fault-smoke faults battery TIMEOUT 300)
