@@ -1024,7 +1024,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     // (libfaketime; the system_clock preload if libfaketime hangs one). The reaper deletes by the
     // database's clock, so neither may delete a live lease. On SQLite the database's clock IS the
     // calling process's clock: a skewed reaper there is the documented one-host-clock limit
-    // (docs/guarantees.md, Engines/Characterization.*), so both SQLite reapers run on the host's
+    // (docs/guarantees.md; Engines/Characterization.SqliteProcessWithAClockAheadTakesOverALiveLease
+    // shows a skewed SQLite process breaking a live lease), so both SQLite reapers run on the host's
     // clock; they are still two reapers in two processes racing each other and the clients.
     // Meanwhile 8 client threads take 8 names with TTLs of 0.5-2 s and release, renew, or abandon.
     // Checks: (1) every audited delete that is not a client's release deleted an expired row
@@ -1065,6 +1066,20 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
             set_clock_file(m, clock, r.skew);
             env = clock_file_environment(m, clock);
             r.mover = to_string(m);
+            if (m == clock_mover::libfaketime) {
+                // The environment moves a program's wall clock (else the test would prove nothing):
+                // date(1) under it is off by the skew.
+                auto const probe = run_bounded({"/bin/date", "+%s"}, env, hang_limit);
+                long long const host = std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
+                if (probe.finished) {
+                    long long const off = std::stoll(probe.out.empty() ? "0" : probe.out) - host;
+                    EXPECT_LE(std::abs(off - r.skew.count()), 10)
+                        << "date(1) under the reaper's libfaketime environment was " << off << " s off the host's "
+                        << "clock, not " << r.skew.count() << " s: the clock mover does not work here";
+                }
+            }
         }
         r.outs.push_back(base.string() + ".out");
         r.errs.push_back(base.string() + ".err");
@@ -1124,9 +1139,9 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
                 } catch (std::exception const& e) {
                     log.errors.push_back("try_acquire: " + describe(e));
                 }
-                if (!got) {
+                if (!got) {  // a pause, so that expired rows are left to the reapers too, not all taken over
                     ++log.busy;
-                    std::this_thread::sleep_for(milliseconds(uniform(5, 30)));
+                    std::this_thread::sleep_for(milliseconds(uniform(20, 120)));
                     continue;
                 }
                 ++log.grants;
