@@ -160,6 +160,14 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
     return c;
 }
 
+connection store_impl::borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait) {
+    std::size_t pos = 0;
+    if (!main_.pool.try_lease(pos, 0)) return borrow(what, wait, true);
+    connection c(*this, main_, pos);
+    if (main_.open[pos] == 0) open_slot(main_, pos, what);
+    return c;
+}
+
 void store_impl::drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept {
     auto& prepared = pool.prepared[pos];
     if (!prepared) return;

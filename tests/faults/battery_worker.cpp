@@ -332,10 +332,7 @@ private:
             int const i = c_.own_lock ? c_.lock_offset + k : pick(rng);
             std::string const name = c_.lock_prefix + "L" + std::to_string(i);
             event base{.thread = k, .lock = name, .owner = owner};
-            event inv = base;
-            inv.op = "acquire";
-            inv.type = "invoke";
-            h_.write(inv);
+            write_invoke(base, "acquire");
             std::optional<sqlock::lease> lease;
             try {
                 if (c_.single_try) {
@@ -436,33 +433,22 @@ private:
         h_.write(std::move(ok));
     }
 
-    void release_logged(event rel, sqlock::lease& lease) {
-        rel.op = "release";
-        rel.type = "invoke";
-        h_.write(rel);
-        try {
-            lease.release();
-            rel.type = "ok";
-        } catch (sqlock::lease_lost const& e) {
-            rel.type = "fail";
-            rel.error = error_text(e);
-        } catch (std::exception const& e) {
-            rel.type = "info";
-            rel.error = error_text(e);
-        }
-        h_.write(std::move(rel));
+    void write_invoke(event ev, char const* op) {
+        ev.op = op;
+        ev.type = "invoke";
+        h_.write(std::move(ev));
     }
 
-    /// An explicit renewal, logged invoke/ok (with the validity then left) or fail (lost) / info.
-    bool renew_logged(event ev, sqlock::lease& lease) {
-        ev.op = "renew";
-        ev.type = "invoke";
-        h_.write(ev);
+    /// Runs `call` between its logged invoke and its completion: ok (then `on_ok` adds to the event),
+    /// fail when the lease was lost, info for any other error. Returns whether it was ok.
+    template <class Call, class OnOk>
+    bool logged(event ev, char const* op, Call&& call, OnOk&& on_ok) {
+        ev.op = op;
+        write_invoke(ev, op);
         try {
-            lease.renew();
+            call();
             ev.type = "ok";
-            ev.expires_at_us = us_of(lease.expires_at());
-            ev.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
+            on_ok(ev);
         } catch (sqlock::lease_lost const& e) {
             ev.type = "fail";
             ev.error = error_text(e);
@@ -473,6 +459,18 @@ private:
         bool const ok = ev.type == "ok";
         h_.write(std::move(ev));
         return ok;
+    }
+
+    void release_logged(event rel, sqlock::lease& lease) {
+        logged(std::move(rel), "release", [&] { lease.release(); }, [](event&) {});
+    }
+
+    /// An explicit renewal (ok with the expiry and validity then left).
+    bool renew_logged(event ev, sqlock::lease& lease) {
+        return logged(std::move(ev), "renew", [&] { lease.renew(); }, [&](event& ok) {
+            ok.expires_at_us = us_of(lease.expires_at());
+            ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
+        });
     }
 
     /// The mixed-operation storm (--mixed; see the file comment). Renewals are explicit and logged
@@ -493,10 +491,7 @@ private:
             if (it == lockers.end()) it = lockers.emplace(ttl, make_locker(owner, slot, k, milliseconds(ttl))).first;
             std::string const name = c_.lock_prefix + "L" + std::to_string(pick(rng));
             event base{.thread = k, .lock = name, .owner = owner};
-            event inv = base;
-            inv.op = "acquire";
-            inv.type = "invoke";
-            h_.write(inv);
+            write_invoke(base, "acquire");
             std::optional<sqlock::lease> lease;
             try {
                 lease.emplace(it->second.acquire(name, milliseconds(c_.acquire_wait_ms)));
