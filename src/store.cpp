@@ -155,6 +155,10 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
                       (reserved ? " reserved" : "") + " pooled connections to " + url_ + " stayed busy for " +
                       std::to_string(wait_ms) + " ms during " + std::string(what) +
                       ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
+    return leased(pool, pos, what);
+}
+
+connection store_impl::leased(slots& pool, std::size_t pos, std::string_view what) {
     connection c(*this, pool, pos);
     if (pool.open[pos] == 0) open_slot(pool, pos, what);
     return c;
@@ -163,9 +167,7 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
 connection store_impl::borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait) {
     std::size_t pos = 0;
     if (!main_.pool.try_lease(pos, 0)) return borrow(what, wait, true);
-    connection c(*this, main_, pos);
-    if (main_.open[pos] == 0) open_slot(main_, pos, what);
-    return c;
+    return leased(main_, pos, what);
 }
 
 void store_impl::drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept {

@@ -246,6 +246,8 @@ public:
 private:
     friend class connection;
     void open_slot(slots& pool, std::size_t pos, std::string_view what);
+    /// The connection of a slot just leased from `pool`, opened if it is not.
+    connection leased(slots& pool, std::size_t pos, std::string_view what);
     /// Drop the statements prepared on a slot's session; `dead`: shut its socket
     /// down first, so that no deallocation waits on a server that stopped answering.
     void drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept;
