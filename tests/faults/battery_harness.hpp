@@ -176,14 +176,14 @@ struct scenario {
     /// Workers stay this long after their threads ended, so that a majority's give-backs of late
     /// member grants (detached threads) finish before the process exits.
     milliseconds linger = 0ms;
+    // what must hold
+    bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
     /// K6's faults are the abandoned leases (the worker's `lost` events "abandoned by ..."), written
     /// into nemesis.jsonl as instants: after each, some waiting acquire must succeed within k6_bound_ms.
     bool k6_from_abandons = false;
     /// K4 on the fenced resource's counter: per lock, the resource's final value equals the accepted
     /// fenced writes (write_fenced ok), each value written once.
     bool k4_fenced = false;
-    // what must hold
-    bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
     bool k3_needs_rejection = false;  ///< the fault must have bitten: at least one stale write refused
     /// Progress floor: at least this many grants (far below what a healthy run makes), so that a
     /// library that stops granting cannot pass the safety checks by doing nothing.
