@@ -34,9 +34,21 @@ step_release() {
     bash scripts/check-install.sh build/release-shared
 }
 
+# What this machine does to child processes' clocks and preloads: the client-clock tests preload
+# libfaketime, which once hung their worker in CI only (tests/skewed_process.hpp keeps what it saw).
+hang_dir=/var/tmp/sqlock-libfaketime-hang
+echo "ci.sh: kernel $(uname -r); /etc/ld.so.preload: $(cat /etc/ld.so.preload 2>/dev/null || echo none);" \
+  "preload/faketime variables: $(env | grep -oE '^(LD_PRELOAD|LD_LIBRARY_PATH|FAKETIME[A-Z_]*)=' | tr '\n' ' ')"
+rm -rf "$hang_dir"
+
 summary=()
 start=$SECONDS
 report() {
+  if compgen -G "$hang_dir/*.txt" >/dev/null; then
+    echo
+    echo "ci.sh: libfaketime hung a worker in this run (the tests reran it with their fallback):"
+    cat "$hang_dir"/*.txt
+  fi
   echo
   echo "ci.sh: step durations"
   local line

@@ -21,6 +21,7 @@
 // runs on a thread of its own with a bounded wait, so a hang is a failure, not
 // a hung test. Nothing asserts how fast something happened, beyond "it
 // returned before an absurd bound".
+#include "fault_calls.hpp"
 #include "fault_proxy.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
@@ -62,83 +63,6 @@ using sqlock::locker_options;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-/// A call on a thread of its own, so that a hang is a failure instead of a hung
-/// test: finished_within() waits a bounded time. A test whose call did not
-/// finish must unstick it (cut the proxy, release the blocker) before this is
-/// destroyed; if it still has not returned a minute later, the process aborts
-/// (it cannot return from a test whose objects the call still uses).
-class watched_call {
-public:
-    explicit watched_call(std::function<void()> f) : future_(promise_.get_future().share()) {
-        thread_ = std::thread([this, f = std::move(f)] {
-            try {
-                f();
-                promise_.set_value();
-            } catch (...) {
-                promise_.set_exception(std::current_exception());
-            }
-        });
-    }
-    watched_call(watched_call const&) = delete;
-    watched_call& operator=(watched_call const&) = delete;
-    ~watched_call() {
-        if (future_.wait_for(60s) != std::future_status::ready) {
-            std::fprintf(stderr, "hang_suite: a watched call is still blocked a minute after the test gave up on "
-                                 "it: aborting\n");
-            std::abort();
-        }
-        thread_.join();
-    }
-
-    bool finished_within(milliseconds limit) { return future_.wait_for(limit) == std::future_status::ready; }
-
-    /// What the call threw, as "<type>: <what>", or "returned" (after finished_within() was true).
-    std::string outcome() {
-        try {
-            future_.get();
-            return "returned";
-        } catch (std::exception const& e) {
-            return describe(e);
-        } catch (...) {
-            return "a non-standard exception";
-        }
-    }
-
-private:
-    std::promise<void> promise_;
-    std::shared_future<void> future_;  // get() leaves it valid
-    std::thread thread_;
-};
-
-/// "returned", or the exception `f` threw as "<type>: <what>"; and which sqlock
-/// error class it was.
-struct call_result {
-    enum class kind { returned, lease_lost, usage_error, in_doubt, backend_unavailable, timeout, other };
-    kind what = kind::returned;
-    std::string text = "returned";
-};
-
-template <class F>
-call_result run_call(F&& f) {
-    using k = call_result::kind;
-    try {
-        f();
-        return {};
-    } catch (sqlock::lease_lost const& e) {
-        return {k::lease_lost, describe(e)};
-    } catch (sqlock::usage_error const& e) {
-        return {k::usage_error, describe(e)};
-    } catch (sqlock::in_doubt const& e) {
-        return {k::in_doubt, describe(e)};
-    } catch (sqlock::backend_unavailable const& e) {
-        return {k::backend_unavailable, describe(e)};
-    } catch (sqlock::timeout const& e) {
-        return {k::timeout, describe(e)};
-    } catch (std::exception const& e) {
-        return {k::other, describe(e)};
-    }
-}
-
 enum class strategy { table, row };
 
 std::string strategy_name(strategy s) { return s == strategy::table ? "table lock" : "row lock"; }
@@ -166,7 +90,24 @@ protected:
 
     void hung_renewal(strategy s);
     void late_renewal_reply(strategy s);
+    void max_wait(strategy s, sqlock::store const& db, std::string const& name,
+                  std::function<bool()> const& waiting_in_engine);
     void fork_cannot_release(strategy s);
+};
+
+/// Drops the tables (and the row-token sequence) of a test's own table_prefix on scope exit.
+struct drop_tables_on_exit {
+    engine e;
+    std::string url, tables;
+    ~drop_tables_on_exit() {
+        try {
+            auto s = raw_session(e, url);
+            for (auto const* t : {"_locks", "_tokens", "_fences", "_rows"}) *s << "DROP TABLE IF EXISTS " + tables + t;
+            *s << "DROP SEQUENCE IF EXISTS " + tables + "_row_tokens";
+        } catch (std::exception const& x) {
+            ADD_FAILURE() << "could not drop the test tables " << tables << "_*: " << describe(x);
+        }
+    }
 };
 
 // Items that need a network connection to stall or delay run on the servers;
@@ -194,10 +135,7 @@ void Hang::hung_renewal(strategy s) {
     L.emplace(make_locker(s, *db, {.ttl = 2s, .auto_renew = true, .on_event = event_record::hook(events)}));
     std::optional<lease> l = L->try_acquire(name);
     // On any early exit: cut every connection, so destroying what is left cannot hang.
-    struct cut_on_exit {
-        fault_proxy& p;
-        ~cut_on_exit() { p.block(); }
-    } guard{*proxy};
+    cut_on_exit guard{*proxy};
     ASSERT_TRUE(l.has_value()) << "could not take the " << strategy_name(s) << " through the proxy";
     ASSERT_GE(proxy->forwarded(), 1u) << "the store did not connect through the proxy";
 
@@ -227,16 +165,14 @@ void Hang::hung_renewal(strategy s) {
     // With the server still silent: release, then destroy the lease, the locker
     // and the store. Each may try the database; none may block without limit.
     std::string released;
-    watched_call teardown([&] {
+    bool const returned = returned_within(30s, *proxy, [&] {  // unstuck by cutting every connection
         released = run_call([&] { l->release(); }).text;
         l.reset();
         L.reset();
         db.reset();
     });
-    bool const returned = teardown.finished_within(30s);
     EXPECT_TRUE(returned) << "release() and destroying the lease, locker and store did not return within 30 s "
                           << "while the server was silent";
-    if (!returned) proxy->block();  // unstick it: every connection is cut
     if (returned) {
         EXPECT_NE(released.find("lease_lost"), std::string::npos)
             << "release() of the lost lease: " << released;
@@ -265,10 +201,6 @@ TEST_P(HangServer, HungRowKeepAliveIsLostAtTheSafeDeadline) {
 //    sqlock::backend_unavailable.
 TEST_P(HangServer, TryAcquireOnASilentServerIsBounded) {
     auto proxy = fault_proxy::for_url(url_);
-    struct cut_on_exit {
-        fault_proxy& p;
-        ~cut_on_exit() { p.block(); }
-    };
     std::vector<std::string> record;
     for (strategy s : {strategy::table, strategy::row}) {
         SCOPED_TRACE(strategy_name(s));
@@ -286,7 +218,7 @@ TEST_P(HangServer, TryAcquireOnASilentServerIsBounded) {
         cut_on_exit guard{*proxy};
         proxy->stall();
         call_result got;
-        watched_call attempt([&] {
+        bool const returned = returned_within(30s, *proxy, [&] {
             got = run_call([&] {
                 auto l = L->try_acquire(n(s == strategy::table ? "silent-table" : "silent-row"));
                 if (l) l->release();
@@ -294,12 +226,8 @@ TEST_P(HangServer, TryAcquireOnASilentServerIsBounded) {
             L.reset();
             db.reset();
         });
-        bool const returned = attempt.finished_within(30s);
         EXPECT_TRUE(returned) << "try_acquire() on a silent server (io_timeout 1 s) did not return within 30 s";
-        if (!returned) {
-            proxy->block();
-            continue;
-        }
+        if (!returned) continue;
         record.push_back(strategy_name(s) + ": " + got.text);
         auto const want = s == strategy::table ? call_result::kind::in_doubt : call_result::kind::backend_unavailable;
         EXPECT_EQ(got.what, want) << "expected sqlock::"
@@ -316,18 +244,7 @@ TEST_P(HangServer, TryAcquireOnASilentServerIsBounded) {
 // and the proxy stalls.
 TEST_P(HangPostgres, StoreClosesWhileItsListenerSubscribesOnASilentServer) {
     std::string const tables = "sqlh_" + random_hex(10);  // own channel: <tables>_released
-    struct drop_tables {
-        engine e;
-        std::string url, tables;
-        ~drop_tables() {
-            try {
-                auto s = raw_session(e, url);
-                for (auto const* t : {"_locks", "_tokens", "_fences", "_rows"}) *s << "DROP TABLE IF EXISTS " + tables + t;
-            } catch (std::exception const& x) {
-                ADD_FAILURE() << "could not drop the test tables " << tables << "_*: " << describe(x);
-            }
-        }
-    } cleanup{e_, url_, tables};
+    drop_tables_on_exit cleanup{e_, url_, tables};
     auto proxy = fault_proxy::for_url(url_);
     auto o = stall_options();
     o.connect_timeout = 20s;  // the listener's handshake goes through the latency
@@ -336,10 +253,7 @@ TEST_P(HangPostgres, StoreClosesWhileItsListenerSubscribesOnASilentServer) {
     db.emplace(proxy->proxied_url(url_), o);
     std::optional<locker> L;
     L.emplace(sqlock::table_locker(*db, {.ttl = 10s}));
-    struct cut_on_exit {
-        fault_proxy& p;
-        ~cut_on_exit() { p.block(); }
-    } guard{*proxy};
+    cut_on_exit guard{*proxy};
     proxy->delay(300ms);
     {
         lease l = L->acquire(n("listen"), 0ms);  // a waiting acquire: starts the listener
@@ -356,14 +270,12 @@ TEST_P(HangPostgres, StoreClosesWhileItsListenerSubscribesOnASilentServer) {
     ASSERT_TRUE(seen) << "the server never showed the listener's " << listen;
     proxy->stall();  // the answer to LISTEN is held for good
 
-    watched_call teardown([&] {
+    bool const returned = returned_within(30s, *proxy, [&] {
         L.reset();
         db.reset();
     });
-    bool const returned = teardown.finished_within(30s);
     EXPECT_TRUE(returned) << "destroying the store did not return within 30 s: its LISTEN connection waits for "
                              "an answer from a silent server";
-    if (!returned) proxy->block();
 }
 
 // ============================================================ #11a a late renewal reply
@@ -480,10 +392,10 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
         locker T = sqlock::table_locker(other);
         call_result got;
         bool busy = false;
-        watched_call attempt([&] { got = run_call([&] { busy = !T.try_acquire(name).has_value(); }); });
-        bool const returned = attempt.finished_within(60s);
+        bool const returned = returned_within(
+            60s, [&] { holder.reset(); },  // unstick: the file is free again
+            [&] { got = run_call([&] { busy = !T.try_acquire(name).has_value(); }); });
         EXPECT_TRUE(returned) << "try_acquire() did not return within 60 s";
-        if (!returned) holder.reset();  // unstick: the file is free again
         EXPECT_EQ(got.what, call_result::kind::returned) << "try_acquire() while a row lock holds the file threw "
                                                          << got.text << " instead of returning empty";
         if (got.what == call_result::kind::returned) {
@@ -503,11 +415,9 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
         sqlock::store patient(url_, {.lock_wait_timeout = 30s});
         locker T = sqlock::table_locker(patient);
         call_result got;
-        watched_call attempt([&] { got = run_call([&] { (void)T.acquire(name, 500ms); }); });
-        bool const returned = attempt.finished_within(15s);
+        bool const returned = returned_within(15s, [&] { holder.reset(); },
+                                              [&] { got = run_call([&] { (void)T.acquire(name, 500ms); }); });
         EXPECT_TRUE(returned) << "acquire(name, 500ms) did not return within 15 s while a row lock held the file";
-        if (!returned) holder.reset();
-        (void)attempt.finished_within(60s);
         EXPECT_EQ(got.what, call_result::kind::timeout)
             << "acquire(name, 500ms) while a row lock holds the file: expected sqlock::timeout, got " << got.text;
         std::cout << "[ record   ] acquire(500ms): " << got.text << "\n";
@@ -517,23 +427,32 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
 // ============================================================ #11f milliseconds::max()
 
 /// Waiting for ever: the waiter's first attempt finds the lock held (its
-/// `busy` event, or, for a row lock that waits inside the engine, the engine
-/// showing it waiting), then the holder releases; the waiter gets the lock.
-TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) {
+/// `busy` event, or, for a row lock that waits inside the engine,
+/// `waiting_in_engine()`), then the holder releases; the waiter gets the lock.
+void Hang::max_wait(strategy s, sqlock::store const& db, std::string const& name,
+                    std::function<bool()> const& waiting_in_engine) {
     auto events = std::make_shared<event_record>();
-    std::string const name = n("forever");
-    locker holder_locker = sqlock::table_locker(*db_, {.ttl = 60s});
-    locker waiter_locker = sqlock::table_locker(*db_, {.ttl = 60s, .on_event = event_record::hook(events)});
+    locker holder_locker = make_locker(s, db, {.ttl = 60s});
+    locker waiter_locker = make_locker(s, db, {.ttl = 60s, .on_event = event_record::hook(events)});
     std::optional<lease> holder = holder_locker.try_acquire(name);
     ASSERT_TRUE(holder.has_value());
     std::optional<lease> got;
     watched_call waiter([&] { got.emplace(waiter_locker.acquire(name, milliseconds::max())); });
-    bool const busy = eventually(
-        [&] { return events->count(lease_event::kind::busy, name) > 0 || waiter.finished_within(0ms); }, 30s);
-    ASSERT_TRUE(busy) << "the waiter reported no busy attempt within 30 s";
+    std::string seen;
+    bool const waiting = eventually(
+        [&] {
+            if (events->count(lease_event::kind::busy, name) > 0) seen = "a busy event";
+            else if (waiting_in_engine && waiting_in_engine()) seen = "the engine showing the waiter";
+            else if (waiter.finished_within(0ms)) seen = "the waiter returning";
+            return !seen.empty();
+        },
+        30s);
+    std::cout << "[ record   ] before the release: " << seen << "\n";
+    ASSERT_TRUE(waiting) << "the waiter was not seen waiting (a busy attempt"
+                         << (waiting_in_engine ? ", or the engine showing it" : "") << ") within 30 s";
     holder->release();
     bool const returned = waiter.finished_within(30s);
-    EXPECT_TRUE(returned) << "the waiter did not get the released lock within 30 s";
+    EXPECT_TRUE(returned) << "the waiter did not get the released " << strategy_name(s) << " within 30 s";
     if (!returned) return;  // it waits for ever; nothing to unstick: the lock is free (the destructor aborts)
     std::string const outcome = waiter.outcome();
     EXPECT_EQ(outcome, "returned") << "acquire(name, milliseconds::max()) failed; events:\n" << events->dump();
@@ -544,34 +463,16 @@ TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) {
     std::cout << "[ record   ] acquire(max): " << outcome << "\n[ record   ] events:\n" << events->dump();
 }
 
+TEST_P(Hang, AcquireWithMaxWaitDoesNotOverflow) { max_wait(strategy::table, *db_, n("forever"), nullptr); }
+
 /// A row lock waits inside the engine, so there is no busy event to wait for:
 /// the engine shows the waiter (own tables, so the statement is ours).
 TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
     std::string const tables = "sqlh_" + random_hex(10);
-    struct drop_tables {
-        engine e;
-        std::string url, tables;
-        ~drop_tables() {
-            try {
-                auto s = raw_session(e, url);
-                for (auto const* t : {"_locks", "_tokens", "_fences", "_rows"}) *s << "DROP TABLE IF EXISTS " + tables + t;
-                *s << "DROP SEQUENCE IF EXISTS " + tables + "_row_tokens";
-            } catch (std::exception const& x) {
-                ADD_FAILURE() << "could not drop the test tables " << tables << "_*: " << describe(x);
-            }
-        }
-    } cleanup{e_, url_, tables};
+    drop_tables_on_exit cleanup{e_, url_, tables};
     sqlock::store db(url_, {.create_schema = true, .table_prefix = tables});
-    auto events = std::make_shared<event_record>();
-    std::string const name = n("forever-row");
-    locker holder_locker = sqlock::row_locker(db, {.ttl = 60s});
-    locker waiter_locker = sqlock::row_locker(db, {.ttl = 60s, .on_event = event_record::hook(events)});
-    std::optional<lease> holder = holder_locker.try_acquire(name);
-    ASSERT_TRUE(holder.has_value());
-    std::optional<lease> got;
-    watched_call waiter([&] { got.emplace(waiter_locker.acquire(name, milliseconds::max())); });
     std::string const rows = tables + "_rows";
-    auto waiting_in_engine = [&] {
+    max_wait(strategy::row, db, n("forever-row"), [&] {
         long long k = 0;
         if (e_ == engine::postgresql) {
             *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(:t in query) > 0",
@@ -585,29 +486,7 @@ TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
                 soci::into(k), soci::use(pattern);
         }
         return k > 0;
-    };
-    std::string seen;
-    bool const waiting = eventually(
-        [&] {
-            if (events->count(lease_event::kind::busy, name) > 0) seen = "a busy event";
-            else if (waiting_in_engine()) seen = "the engine showing the waiter";
-            else if (waiter.finished_within(0ms)) seen = "the waiter returning";
-            return !seen.empty();
-        },
-        30s);
-    std::cout << "[ record   ] before the release: " << seen << "\n";
-    ASSERT_TRUE(waiting) << "the waiter was not seen waiting within 30 s";
-    holder->release();
-    bool const returned = waiter.finished_within(30s);
-    EXPECT_TRUE(returned) << "the waiter did not get the released row lock within 30 s";
-    if (!returned) return;
-    std::string const outcome = waiter.outcome();
-    EXPECT_EQ(outcome, "returned") << "acquire(name, milliseconds::max()) failed; events:\n" << events->dump();
-    if (got) {
-        EXPECT_TRUE(got->held());
-        got->release();
-    }
-    std::cout << "[ record   ] acquire(max): " << outcome << "\n[ record   ] events:\n" << events->dump();
+    });
 }
 
 // ============================================================ #11g WAL

@@ -12,6 +12,7 @@
 // Lock names carry a random per-test prefix. Nothing here asserts how fast
 // something happened: waits for an event are bounded polls with generous limits.
 #include "fault_proxy.hpp"
+#include "skewed_process.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -794,27 +795,26 @@ TEST_P(Lifecycle, ClockSkewTelemetry) {
     }
 }
 
-/// libfaketime: SQLOCK_TEST_LIBFAKETIME, else Debian's faketime package (one
-/// multiarch directory or the other); a path that may not exist.
 // The skew estimate against a known offset, in a worker process
 // (sqlock_test_worker skew) whose clock differs from the database's by 30 s:
-//  - PostgreSQL, MariaDB: the worker runs under libfaketime, its clock 30 s
-//    ahead (FAKETIME=+30s; DONT_FAKE_MONOTONIC=1 keeps its steady clock true),
-//    so database time minus its time is about -30 s;
-//  - SQLite: the database's clock is the worker's own (there is no server), so
-//    libfaketime would move both; the worker shifts SQLite's clock alone 30 s
-//    ahead (a VFS with a shifted current time), so the skew is about +30 s.
-// A constant or a sign error cannot pass. libfaketime missing: skipped outside
-// CI, a failure under CI (scripts/deps.sh --servers installs it).
+//  - PostgreSQL, MariaDB: the worker's clock runs 30 s ahead (libfaketime, FAKETIME=+30s with
+//    DONT_FAKE_MONOTONIC=1 so that its steady clock stays true; tests/skewed_process.hpp says what
+//    happens if libfaketime hangs it), so database time minus its time is about -30 s;
+//  - SQLite: the database's clock is the worker's own (there is no server), so libfaketime would
+//    move both; the worker shifts SQLite's clock alone 30 s ahead (a VFS with a shifted current
+//    time), so the skew is about +30 s.
+// A constant or a sign error cannot pass. libfaketime missing: skipped outside CI, a failure under
+// CI (scripts/deps.sh --servers installs it).
 TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
     constexpr auto offset = 30s;
-    std::vector<std::string> args{SQLOCK_TEST_WORKER, "skew", url_, n("skew-known-"), "5"};
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::string const prefix = n("skew-known-");
+    std::vector<std::string> args{SQLOCK_TEST_WORKER, "skew", url_, prefix, "5"};
     std::chrono::microseconds expected{};
+    bounded_run r;
     if (e_ == engine::sqlite) {
         args.push_back(std::to_string(std::chrono::milliseconds(offset).count()));
         expected = offset;
+        r = run_bounded(args, environment_with({}, {}), 60s);
     } else {
         fs::path const faketime = libfaketime_path();
         if (!fs::exists(faketime)) {
@@ -822,26 +822,21 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
             GTEST_SKIP() << faketime << " is missing (not CI, so skipping; with CI set this fails): "
                          << "install faketime (scripts/deps.sh --servers)";
         }
-        env.push_back(std::string("LD_PRELOAD=").append(faketime.string()));
-        env.push_back(std::string("FAKETIME=+").append(std::to_string(offset.count())).append("s"));
-        env.push_back("DONT_FAKE_MONOTONIC=1");
         expected = -offset;
+        // A second attempt (after a libfaketime hang) takes other names: the killed worker may hold one.
+        auto skewed = run_with_clock_ahead(
+            [&](int attempt) {
+                return std::vector<std::string>{SQLOCK_TEST_WORKER, "skew", url_,
+                                                 prefix + std::to_string(attempt) + "-", "5"};
+            },
+            offset, 45s);
+        RecordProperty("clock_mover", skewed.clock_mover);
+        r = std::move(skewed.run);
     }
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    pid_t const pid = spawn_process(args, env, actions.get());
-    int status = 0;
-    bool const done = eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 120s);
-    if (!done) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        FAIL() << "the skew worker still ran after 120 s: killed";
-    }
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "the skew worker failed: " << exit_text(status) << "; stderr: " << slurp(files.path() / "err");
+    ASSERT_TRUE(r.finished) << "the skew worker still ran after its time limit, killed; it was:\n" << r.diagnosis;
+    ASSERT_TRUE(r.exited_ok()) << "the skew worker failed: " << exit_text(r.status) << "; stderr: " << r.err;
 
-    std::istringstream out(slurp(files.path() / "out"));
+    std::istringstream out(r.out);
     std::string w1, w2;
     long long skew_us = 0, samples = 0;
     ASSERT_TRUE(out >> w1 >> skew_us >> w2 >> samples && w1 == "skew_us" && w2 == "samples")

@@ -17,6 +17,8 @@
 #include "test_env.hpp"
 #include "test_process.hpp"
 #include "fault_proxy.hpp"
+#include "fault_calls.hpp"
+#include "marked_sessions.hpp"
 
 #include <sqlock/admin.hpp>
 #include <sqlock/sqlock.hpp>
@@ -49,116 +51,10 @@ using sqlock::locker;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-/// What a call ended with, for the record a test checks: "returned" or the
-/// exception's type and message.
-template <class F>
-std::string outcome_of(F&& f) {
-    try {
-        f();
-        return "returned";
-    } catch (std::exception const& e) {
-        return describe(e);
-    }
-}
-
 /// The engine_fixture on a PostgreSQL or MariaDB server, with stores whose
 /// server sessions the test can find and end without touching anyone else's.
-class Safety : public engine_fixture {
+class Safety : public marked_sessions_fixture {
 protected:
-    void TearDown() override {
-        if (e_ != engine::mysql || users_.empty()) return;
-        try {
-            auto root = mysql_root();
-            if (!root) return;
-            for (auto const& u : users_) {
-                // Sessions first: DROP USER leaves a connected user's sessions running.
-                end_sessions_quietly(u);
-                *root << "DROP USER IF EXISTS '" + u + "'@'127.0.0.1', '" + u + "'@'localhost'";
-            }
-        } catch (std::exception const& e) {
-            ADD_FAILURE() << "could not drop the test's MariaDB users: " << describe(e);
-        }
-    }
-
-    /// A URL of this test's database whose sessions carry `marker()`'s mark:
-    /// PostgreSQL, application_name; MariaDB, a user of their own.
-    std::string tagged_url(std::string const& marker) {
-        if (e_ == engine::postgresql)
-            return url_ + (url_.find('?') == std::string::npos ? "?" : "&") + "application_name=" + marker;
-        auto root = mysql_root();
-        if (!root) return url_;
-        std::string const password = random_hex(16);
-        std::string const db = parse_server_url(url_).db;
-        *root << "CREATE USER '" + marker + "'@'127.0.0.1' IDENTIFIED BY '" + password + "', '" + marker +
-                     "'@'localhost' IDENTIFIED BY '" + password + "'";
-        users_.push_back(marker);
-        *root << "GRANT ALL ON `" + db + "`.* TO '" + marker + "'@'127.0.0.1', '" + marker + "'@'localhost'";
-        return with_password(url_, marker, password);
-    }
-
-    /// A fresh marker for tagged_url (a valid application_name and MariaDB user name).
-    static std::string new_marker() { return "sqlt_" + random_hex(12); }
-
-    /// The server sessions carrying `marker`.
-    std::vector<long long> sessions_of(std::string const& marker) {
-        std::vector<long long> ids;
-        if (e_ == engine::postgresql) {
-            soci::rowset<int> rs = (raw_->prepare << "SELECT pid FROM pg_stat_activity WHERE application_name = :a",
-                                    soci::use(marker));
-            for (int pid : rs) ids.push_back(pid);
-        } else {
-            soci::rowset<long long> rs =
-                (raw_->prepare << "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE USER = :u",
-                 soci::use(marker));
-            for (long long id : rs) ids.push_back(id);
-        }
-        return ids;
-    }
-
-    /// The session carrying `marker` that has a transaction open (a row-lock
-    /// holder; the test's stores have one at most), if any.
-    std::optional<long long> session_in_transaction(std::string const& marker) {
-        long long id = 0;
-        if (e_ == engine::postgresql) {
-            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
-                     " AND xact_start IS NOT NULL",
-                soci::into(id), soci::use(marker);
-        } else {
-            *raw_ << "SELECT CAST(p.ID AS SIGNED) FROM information_schema.PROCESSLIST p"
-                     " JOIN information_schema.innodb_trx t ON t.trx_mysql_thread_id = p.ID WHERE p.USER = :u",
-                soci::into(id), soci::use(marker);
-        }
-        if (!raw_->got_data()) return std::nullopt;
-        return id;
-    }
-
-    /// End every session carrying `marker` from the server side and wait until
-    /// the server shows none. Returns how many were ended (the test asserts > 0).
-    std::size_t end_sessions(std::string const& marker) {
-        auto ids = sessions_of(marker);
-        for (long long id : ids) {
-            try {
-                if (e_ == engine::postgresql) {
-                    int pid = static_cast<int>(id);
-                    *raw_ << "SELECT pg_terminate_backend(:p)", soci::use(pid);
-                } else {
-                    *raw_ << "KILL CONNECTION " + std::to_string(id);
-                }
-            } catch (soci::soci_error const&) {  // gone already
-            }
-        }
-        EXPECT_TRUE(eventually([&] { return sessions_of(marker).empty(); }, 10s))
-            << "the server still shows sessions of " << marker << " 10 s after ending them";
-        return ids.size();
-    }
-
-    void end_sessions_quietly(std::string const& marker) {
-        try {
-            for (long long id : sessions_of(marker)) *raw_ << "KILL CONNECTION " + std::to_string(id);
-        } catch (std::exception const&) {
-        }
-    }
-
     /// Cancel the statement `id` is running (none if it is idle).
     void cancel_statement(soci::session& s, long long id) {
         if (e_ == engine::postgresql) {
@@ -168,18 +64,6 @@ protected:
             s << "KILL QUERY " + std::to_string(id);
         }
     }
-
-    /// MariaDB as root over the server's socket (to create and drop users).
-    std::unique_ptr<soci::session> mysql_root() {
-        std::string sock;
-        require_env("SQLOCK_TEST_MYSQL_SOCKET", sock);
-        if (should_stop()) return nullptr;
-        return std::make_unique<soci::session>(*soci::factory_mysql(),
-                                               "unix_socket=" + mysql_quote_param(sock) + " user='root' dbname=" +
-                                                   mysql_quote_param(parse_server_url(url_).db));
-    }
-
-    std::vector<std::string> users_;  // MariaDB users made by tagged_url
 };
 
 // ============================================================ #2: clean-up after a broken connection
@@ -207,7 +91,7 @@ TEST_P(Safety, CleanUpAfterABrokenConnectionSparesAnotherHoldersRow) {
         ASSERT_TRUE(warm.has_value());
         warm->release();
     }
-    ASSERT_GT(end_sessions(marker), 0u) << "B's store has no session on the server";
+    ASSERT_FALSE(end_sessions(marker).empty()) << "B's store has no session on the server";
 
     std::optional<lease> b;
     std::string const what = outcome_of([&] { b = B.try_acquire(name); });
@@ -322,7 +206,7 @@ TEST_P(Safety, ReleaseAfterReconnectFindsTheLockTakenOver) {
     locker B = sqlock::table_locker(*db_, {.ttl = 60s, .auto_renew = false});
     auto b = B.try_acquire(name);
     ASSERT_TRUE(b.has_value()) << "B could not take the force-released lock";
-    ASSERT_GT(end_sessions(marker), 0u) << "A's store has no session on the server";
+    ASSERT_FALSE(end_sessions(marker).empty()) << "A's store has no session on the server";
 
     std::string const what = outcome_of([&] { a->release(); });
     EXPECT_NE(what.find("lease_lost"), std::string::npos)
@@ -626,7 +510,7 @@ TEST_P(Safety, RowLockerRetriesAStaleConnection) {
         ASSERT_TRUE(first.has_value());
         first->release();
     }
-    ASSERT_GT(end_sessions(marker), 0u) << "the row locker's store has no session on the server";
+    ASSERT_FALSE(end_sessions(marker).empty()) << "the row locker's store has no session on the server";
 
     std::optional<lease> l;
     std::string const what = outcome_of([&] { l = R.try_acquire(n("after-kill")); });

@@ -243,6 +243,8 @@ inline std::string sqlite_path_of(std::string const& url) {
     throw std::invalid_argument("not a sqlite URL: " + url);
 }
 
+/// A value for a keyword=value connect string (libpq's, and SOCI's MySQL
+/// backend's, which quote alike): in single quotes, ' and \ escaped by a backslash.
 inline std::string pg_quote_param(std::string const& v) {
     std::string out = "'";
     for (char c : v) {
@@ -252,14 +254,7 @@ inline std::string pg_quote_param(std::string const& v) {
     return out + "'";
 }
 
-inline std::string mysql_quote_param(std::string const& v) {
-    std::string out = "'";
-    for (char c : v) {
-        if (c == '\'' || c == '\\') out += '\\';
-        out += c;
-    }
-    return out + "'";
-}
+inline std::string mysql_quote_param(std::string const& v) { return pg_quote_param(v); }
 
 // ------------------------------------------------------------------ raw SQL
 

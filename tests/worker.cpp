@@ -18,6 +18,13 @@
 //       process's own, so libfaketime would move both: DB_CLOCK_SHIFT_MS shifts
 //       SQLite's clock alone (a default VFS whose current time is shifted).
 //
+//   sqlock_test_worker hold URL NAME TTL_MS HOLD_MS
+//       For Engines/ClientClock.WallClockJumpsDoNotMoveTheRenewalSchedule (C06): acquire NAME with
+//       a TTL_MS lease that the watchdog renews, print "held <token>", keep it HOLD_MS (steady
+//       clock) checking every 20 ms that it is still held, then print "renewed <N>" (the locker's
+//       renewal count) and release it. The test jumps this process's wall clock meanwhile. A lease
+//       that stops being held prints "lost after <ms> ms: <state>" and exits 3.
+//
 // Exit 0 on success; on any error, a message on stderr and exit 2.
 #include "worker_common.hpp"
 
@@ -44,7 +51,8 @@ namespace {
 
 int usage(char const* self) {
     std::cerr << "usage: " << self << " URL LOCK_NAME COUNTER_FILE RECORD_FILE ITERATIONS READY_FILE GO_FILE\n"
-              << "       " << self << " skew URL NAME_PREFIX COUNT [DB_CLOCK_SHIFT_MS]\n";
+              << "       " << self << " skew URL NAME_PREFIX COUNT [DB_CLOCK_SHIFT_MS]\n"
+              << "       " << self << " hold URL NAME TTL_MS HOLD_MS\n";
     return 2;
 }
 
@@ -125,6 +133,26 @@ void skew(std::string const& url, std::string const& prefix, int count) {
     std::cout << "skew_us " << st.clock_skew.count() << " samples " << st.clock_samples << std::endl;
 }
 
+int hold(std::string const& url, std::string const& name, std::chrono::milliseconds ttl,
+         std::chrono::milliseconds hold_for) {
+    sqlock::store db{url};
+    sqlock::locker locks = sqlock::table_locker(db, {.ttl = ttl});
+    sqlock::lease l = locks.acquire(name, 10s);
+    std::cout << "held " << l.token() << std::endl;
+    auto const start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < hold_for) {
+        if (l.state() != sqlock::lease_state::held) {
+            auto const after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+            std::cout << "lost after " << after.count() << " ms: " << sqlock::to_string(l.state()) << std::endl;
+            return 3;
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    std::cout << "renewed " << locks.stats().renewed << std::endl;
+    l.release();
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +162,10 @@ int main(int argc, char** argv) {
             if (argc != 5 && argc != 6) return usage(argv[0]);
             if (argc == 6) shift_sqlite_clock(std::atoll(argv[5]));
             skew(argv[2], argv[3], std::atoi(argv[4]));
+        } else if (std::string(argv[1]) == "hold") {
+            if (argc != 6) return usage(argv[0]);
+            return hold(argv[2], argv[3], std::chrono::milliseconds(std::atoll(argv[4])),
+                        std::chrono::milliseconds(std::atoll(argv[5])));
         } else if (argc == 8) {
             contend(argv[1], argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6], argv[7]);
         } else {

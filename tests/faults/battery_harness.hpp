@@ -7,7 +7,8 @@
 //   2. P battery_worker processes (history-<name>.jsonl each), plus a reaper process if asked;
 //   3. a nemesis applying faults while they run, logged in nemesis.jsonl on the raw monotonic
 //      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a majority
-//      member stalled through its fault proxy;
+//      member stalled through its fault proxy, or the scenario's own script (nemesis_script: a
+//      member's server killed, frozen, black-holed; scenario::members names private members);
 //   4. then audit*.jsonl (the audit of every lock database), remaining.jsonl (the lock rows left),
 //      final.json (the unfenced counters' final values, the owners of killed or abandoning
 //      processes, the scenario's parameters), and the checkers (checkers.hpp) over all of it.
@@ -27,6 +28,8 @@
 #include "audit.hpp"
 #include "checkers.hpp"
 #include "history.hpp"
+
+#include "majority_members.hpp"
 
 #include "../fault_proxy.hpp"
 #include "../test_env.hpp"
@@ -91,6 +94,8 @@ enum class nemesis_kind {
     stall_two_members,  ///< majority: stall two random members' proxies (a majority of 3) for stop_for
     block_member,  ///< majority: a random member's proxy refuses (closes) connections for stop_for
 };
+
+struct nemesis_ctl;
 
 /// What a run recorded, for a scenario's own checks (scenario::extra_checks).
 struct run_record {
@@ -176,6 +181,12 @@ struct scenario {
     /// Workers stay this long after their threads ended, so that a majority's give-backs of late
     /// member grants (detached threads) finish before the process exits.
     milliseconds linger = 0ms;
+    /// Majority: the member databases (each gets a fault proxy); empty: the shared test servers'
+    /// (shared_majority_members: pg, pg2, mariadb).
+    std::vector<sqlock_test::member_spec> members;
+    /// The scenario's own nemesis, run instead of `nemesis` while the workers run (it logs its faults
+    /// through nemesis_ctl::log and must have healed everything when it returns).
+    std::function<void(nemesis_ctl&)> nemesis_script;
     // what must hold
     bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
     /// K6's faults are the abandoned leases (the worker's `lost` events "abandoned by ..."), written
@@ -226,6 +237,18 @@ struct lock_db {
     std::string worker_url;  ///< what workers connect to (the proxy's, in majority runs)
     std::unique_ptr<sqlock_test::fault_proxy> proxy;
     std::unique_ptr<soci::session> raw;
+};
+
+/// What a scenario's nemesis_script can do while the workers run.
+struct nemesis_ctl {
+    /// Logs a fault in nemesis.jsonl (fault, target, phase start|stop|instant, detail).
+    std::function<void(std::string, std::string, std::string, std::string)> log;
+    /// Waits `d` (cut short at the run's end), reaping exited workers meanwhile.
+    std::function<void(milliseconds)> sleep;
+    /// The member of that label (its proxy, its direct URL).
+    std::function<lock_db&(std::string const&)> member;
+    /// The run's end: faults after it are not seen by the workers.
+    std::chrono::steady_clock::time_point end;
 };
 
 /// A worker process of the run.
@@ -351,19 +374,14 @@ private:
     void open_databases() {
         using namespace sqlock_test;
         if (s_.majority) {
-            struct source {
-                char const* var;
-                char const* label;
-                engine e;
-            };
-            for (auto const& src : {source{"SQLOCK_TEST_PG_URL", "pg", engine::postgresql},
-                                    source{"SQLOCK_TEST_PG2_URL", "pg2", engine::postgresql},
-                                    source{"SQLOCK_TEST_MYSQL_URL", "mariadb", engine::mysql}}) {
+            auto specs = s_.members;
+            if (specs.empty()) specs = shared_majority_members();
+            if (should_stop()) return;
+            for (auto const& spec : specs) {
                 lock_db d;
-                d.label = src.label;
-                d.e = src.e;
-                require_env(src.var, d.url);
-                if (should_stop()) return;
+                d.label = spec.label;
+                d.e = spec.e;
+                d.url = spec.url;
                 d.proxy = fault_proxy::for_url(d.url);
                 d.worker_url = d.proxy->proxied_url(d.url);
                 dbs_.push_back(std::move(d));
@@ -699,6 +717,27 @@ private:
 
     void drive_nemesis() {
         using clock = std::chrono::steady_clock;
+        if (s_.nemesis_script) {
+            nemesis_ctl ctl;
+            ctl.log = [this](std::string f, std::string t, std::string p, std::string d) {
+                log_nemesis(std::move(f), std::move(t), std::move(p), std::move(d));
+            };
+            ctl.sleep = [this](milliseconds d) { sleep_until(std::min(clock::now() + d, end_)); };
+            ctl.member = [this](std::string const& label) -> lock_db& {
+                for (auto& d : dbs_)
+                    if (d.label == label) return d;
+                throw std::invalid_argument("the nemesis script names no member of the run: " + label);
+            };
+            ctl.end = end_;
+            s_.nemesis_script(ctl);
+            // The members may have restarted: the checks and the cleanup read them on new sessions.
+            for (auto& d : dbs_) {
+                d.raw = sqlock_test::raw_session(d.e, d.url);
+                if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
+            }
+            sleep_until(end_);
+            return;
+        }
         if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed && s_.killpoint.empty()) return;
         // Faults only in the first part of the run, so that the last part shows recovery.
         auto const quiet = end_ - std::max<clock::duration>(s_.ttl * 2, duration_ / 5);

@@ -20,6 +20,7 @@
 // test server: run it only on servers of its own (the ctest entries are RUN_SERIAL).
 #include "test_env.hpp"
 #include "fault_proxy.hpp"
+#include "majority_members.hpp"
 
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
@@ -291,77 +292,19 @@ INSTANTIATE_TEST_SUITE_P(Engines, Characterization, ::testing::Values(engine::my
 
 // ============================================================ F06: a member that loses its rows and rejoins at once
 
-/// One member database: its server, the proxy the library reaches it through,
-/// a store on the proxy and a direct raw session for the checks (as in tests/majority_suite.cpp).
-struct member_db {
-    std::string label;
-    engine e{};
-    std::string url;  // direct
-    std::unique_ptr<fault_proxy> proxy;
-    std::optional<sqlock::store> store;  // through the proxy
-    std::unique_ptr<soci::session> raw;  // direct
-};
-
-/// Three member databases with tables of the test's own: PostgreSQL `sqlock`, PostgreSQL `sqlock2`, MariaDB.
+/// Three member databases with tables of the test's own: PostgreSQL `sqlock`, PostgreSQL `sqlock2`, MariaDB
+/// (majority_members.hpp), each through a fault proxy.
 class MajorityCharacterization : public ::testing::Test {
 protected:
     void SetUp() override {
-        struct source {
-            char const* var;
-            char const* label;
-            engine e;
-        };
-        for (auto const& src : {source{"SQLOCK_TEST_PG_URL", "pg", engine::postgresql},
-                                source{"SQLOCK_TEST_PG2_URL", "pg2", engine::postgresql},
-                                source{"SQLOCK_TEST_MYSQL_URL", "mariadb", engine::mysql}}) {
-            member_db m;
-            m.label = src.label;
-            m.e = src.e;
-            require_env(src.var, m.url);
-            if (should_stop()) return;
-            members_.push_back(std::move(m));
-        }
-        tables_ = "sqlmc_" + random_hex(10);
+        auto specs = shared_majority_members();
+        if (should_stop()) return;
         prefix_ = random_prefix();
-        for (auto& m : members_) {
-            m.proxy = fault_proxy::for_url(m.url);
-            m.store.emplace(m.proxy->proxied_url(m.url), sqlock::store_options{.pool_size = 4,
-                                                                             .create_schema = true,
-                                                                             .table_prefix = tables_,
-                                                                             .connect_timeout = 5s,
-                                                                             .io_timeout = 20s});
-            m.raw = raw_session(m.e, m.url);
-        }
+        members_.open(specs, "sqlmc_" + random_hex(10),
+                      sqlock::store_options{.pool_size = 4, .connect_timeout = 5s, .io_timeout = 20s});
     }
 
-    void TearDown() override {
-        for (auto& m : members_) {
-            if (m.proxy) m.proxy->unblock();
-        }
-        for (auto& m : members_) {
-            m.store.reset();
-            m.proxy.reset();
-        }
-        if (tables_.empty()) return;
-        for (auto& m : members_) {
-            try {
-                auto s = raw_session(m.e, m.url);
-                std::vector<std::string> names(64);
-                std::string const like = tables_ + "\\_%";
-                if (m.e == engine::postgresql)
-                    *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
-                        soci::into(names), soci::use(like);
-                else
-                    *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
-                          "table_name LIKE :p",
-                        soci::into(names), soci::use(like);
-                for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
-            } catch (std::exception const& e) {
-                ADD_FAILURE() << "could not drop the test tables " << tables_ << "_* on " << m.label << ": "
-                              << describe(e);
-            }
-        }
-    }
+    void TearDown() override { members_.close(); }
 
     std::string n(std::string_view s) const { return prefix_ + std::string(s); }
     member_db& at(std::size_t i) { return members_.at(i); }
@@ -374,23 +317,12 @@ protected:
         return sqlock::majority_locker(std::move(ms), {.member_timeout = 5s, .owner = owner, .auto_renew = false});
     }
 
-    std::optional<lock_row> row_on(std::size_t i, std::string const& name) {
-        return read_row(*at(i).raw, at(i).e, name, tables_);
-    }
+    std::optional<lock_row> row_on(std::size_t i, std::string const& name) { return members_.row_on(i, name); }
 
     /// "pg: A token 3, pg2: none, ..." (for messages).
-    std::string rows_of(std::string const& name) {
-        std::string out;
-        for (std::size_t i = 0; i < members_.size(); ++i) {
-            auto r = row_on(i, name);
-            out += (out.empty() ? "" : ", ") + at(i).label + ": " +
-                   (r ? r->owner + " token " + std::to_string(r->token) : std::string("none"));
-        }
-        return out;
-    }
+    std::string rows_of(std::string const& name) { return members_.rows_of(name); }
 
-    std::vector<member_db> members_;
-    std::string tables_;
+    majority_members members_;
     std::string prefix_;
 };
 
@@ -423,7 +355,7 @@ TEST_F(MajorityCharacterization, MemberLosingItsRowsAndRejoiningAtOnceGivesTwoHo
     }
 
     // pg2 loses A's row behind the library's back.
-    std::string const locks = locks_table(tables_);
+    std::string const locks = locks_table(members_.tables());
     *at(1).raw << "DELETE FROM " + locks + " WHERE name = :n", soci::use(name);
     ASSERT_FALSE(row_on(1, name)) << "A's row on pg2 was not deleted";
 

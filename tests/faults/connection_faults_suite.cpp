@@ -27,13 +27,15 @@
 //
 // Sessions are ended only when they are this test's own: a PostgreSQL
 // application_name, or a MariaDB user of their own made over
-// SQLOCK_TEST_MYSQL_SOCKET (as tests/safety_suite.cpp does).
+// SQLOCK_TEST_MYSQL_SOCKET (tests/marked_sessions.hpp, shared with tests/safety_suite.cpp).
 //
 // What happened is recorded (lease events in order, states sampled next to the
 // database's own view of the row) and checked afterwards. Waits are bounded
 // polls; a call that may hang runs on a thread of its own, and only "it returned
 // before an absurd bound" is asserted about time.
+#include "fault_calls.hpp"
 #include "fault_proxy.hpp"
+#include "marked_sessions.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -77,102 +79,12 @@ using sqlock::locker;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-// ------------------------------------------------------------------ records
-
-/// How a call ended: returned, or which sqlock error (with its text).
-struct call_result {
-    enum class kind { returned, lease_lost, in_doubt, backend_unavailable, timeout, stale_token, other };
-    kind what = kind::returned;
-    std::string text = "returned";
-    /// One of the typed "could not reach the database" outcomes.
-    bool typed_unreachable() const {
-        return what == kind::in_doubt || what == kind::backend_unavailable || what == kind::timeout;
-    }
-};
-
-template <class F>
-call_result run_call(F&& f) {
-    using k = call_result::kind;
-    try {
-        f();
-        return {};
-    } catch (sqlock::lease_lost const& e) {
-        return {k::lease_lost, describe(e)};
-    } catch (sqlock::in_doubt const& e) {
-        return {k::in_doubt, describe(e)};
-    } catch (sqlock::backend_unavailable const& e) {
-        return {k::backend_unavailable, describe(e)};
-    } catch (sqlock::timeout const& e) {
-        return {k::timeout, describe(e)};
-    } catch (sqlock::stale_token const& e) {
-        return {k::stale_token, describe(e)};
-    } catch (std::exception const& e) {
-        return {k::other, describe(e)};
-    }
-}
-
-/// A call on a thread of its own, so a hang is a failure rather than a hung
-/// test. A test whose call did not finish must unstick it (proxy->block())
-/// before this is destroyed; still blocked a minute later, the process aborts.
-class watched_call {
-public:
-    explicit watched_call(std::function<void()> f) : future_(promise_.get_future().share()) {
-        thread_ = std::thread([this, f = std::move(f)] {
-            try {
-                f();
-            } catch (...) {
-            }
-            promise_.set_value();
-        });
-    }
-    watched_call(watched_call const&) = delete;
-    watched_call& operator=(watched_call const&) = delete;
-    ~watched_call() {
-        if (future_.wait_for(60s) != std::future_status::ready) {
-            std::fprintf(stderr, "connection_faults: a watched call is still blocked a minute after the test gave "
-                                 "up on it: aborting\n");
-            std::abort();
-        }
-        thread_.join();
-    }
-    bool finished_within(milliseconds limit) { return future_.wait_for(limit) == std::future_status::ready; }
-
-private:
-    std::promise<void> promise_;
-    std::shared_future<void> future_;
-    std::thread thread_;
-};
-
-/// Cuts every connection of a proxy on scope exit, so destroying what a test
-/// left behind cannot hang on a silent "server".
-struct cut_on_exit {
-    fault_proxy& p;
-    ~cut_on_exit() {
-        p.restore();
-        p.block();
-    }
-};
-
 // ------------------------------------------------------------------ fixtures
 
 /// The engine fixture with stores whose server sessions the test can find and
 /// end (a PostgreSQL application_name, a MariaDB user of their own).
-class ConnFaults : public engine_fixture {
+class ConnFaults : public marked_sessions_fixture {
 protected:
-    void TearDown() override {
-        if (e_ != engine::mysql || users_.empty()) return;
-        try {
-            auto root = mysql_root();
-            if (!root) return;
-            for (auto const& u : users_) {
-                end_sessions_quietly(u);
-                *root << "DROP USER IF EXISTS '" + u + "'@'127.0.0.1', '" + u + "'@'localhost'";
-            }
-        } catch (std::exception const& e) {
-            ADD_FAILURE() << "could not drop the test's MariaDB users: " << describe(e);
-        }
-    }
-
     /// Bounds short enough that every call through a hung proxy ends in seconds.
     static sqlock::store_options fast_options() {
         sqlock::store_options o;
@@ -184,100 +96,17 @@ protected:
         return o;
     }
 
-    std::string tagged_url(std::string const& marker) {
-        if (e_ == engine::postgresql)
-            return url_ + (url_.find('?') == std::string::npos ? "?" : "&") + "application_name=" + marker;
-        auto root = mysql_root();
-        if (!root) return url_;
-        std::string const password = random_hex(16);
-        std::string const db = parse_server_url(url_).db;
-        *root << "CREATE USER '" + marker + "'@'127.0.0.1' IDENTIFIED BY '" + password + "', '" + marker +
-                     "'@'localhost' IDENTIFIED BY '" + password + "'";
-        users_.push_back(marker);
-        *root << "GRANT ALL ON `" + db + "`.* TO '" + marker + "'@'127.0.0.1', '" + marker + "'@'localhost'";
-        return with_password(url_, marker, password);
-    }
-
-    static std::string new_marker() { return "sqlt_" + random_hex(12); }
-
-    std::vector<long long> sessions_of(std::string const& marker, std::string const& pg_condition = "") {
-        std::vector<long long> ids;
-        if (e_ == engine::postgresql) {
-            soci::rowset<int> rs = (raw_->prepare << "SELECT pid FROM pg_stat_activity WHERE application_name = :a" +
-                                                         pg_condition,
-                                    soci::use(marker));
-            for (int pid : rs) ids.push_back(pid);
-        } else {
-            soci::rowset<long long> rs =
-                (raw_->prepare << "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE USER = :u",
-                 soci::use(marker));
-            for (long long id : rs) ids.push_back(id);
-        }
-        return ids;
-    }
-
     /// The session of `marker` waiting for a row lock (a statement blocked by
     /// another transaction; the test's own stores run nothing else that waits).
+    /// (MariaDB: a locking read on a unique key waits inside the optimizer,
+    /// state "Statistics", before information_schema.innodb_trx lists its
+    /// transaction: look for the statement itself.)
     std::optional<long long> session_waiting_for_a_lock(std::string const& marker) {
-        long long id = 0;
-        if (e_ == engine::postgresql) {
-            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
-                     " AND wait_event_type = 'Lock'",
-                soci::into(id), soci::use(marker);
-        } else {
-            // A locking read on a unique key waits inside the optimizer (state
-            // "Statistics"), before information_schema.innodb_trx lists its
-            // transaction: look for the statement itself.
-            *raw_ << "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST"
-                     " WHERE USER = :u AND COMMAND <> 'Sleep' AND INFO LIKE '%FOR UPDATE%'",
-                soci::into(id), soci::use(marker);
-        }
-        if (!raw_->got_data()) return std::nullopt;
-        return id;
-    }
-
-    /// The session of `marker` with a transaction open (a row-lock holder).
-    std::optional<long long> session_in_transaction(std::string const& marker) {
-        long long id = 0;
-        if (e_ == engine::postgresql) {
-            *raw_ << "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
-                     " AND xact_start IS NOT NULL",
-                soci::into(id), soci::use(marker);
-        } else {
-            *raw_ << "SELECT CAST(p.ID AS SIGNED) FROM information_schema.PROCESSLIST p"
-                     " JOIN information_schema.innodb_trx t ON t.trx_mysql_thread_id = p.ID WHERE p.USER = :u",
-                soci::into(id), soci::use(marker);
-        }
-        if (!raw_->got_data()) return std::nullopt;
-        return id;
-    }
-
-    void end_session(long long id) {
-        if (e_ == engine::postgresql) {
-            int pid = static_cast<int>(id);
-            int ok = 0;
-            *raw_ << "SELECT CASE WHEN pg_terminate_backend(:p) THEN 1 ELSE 0 END", soci::into(ok), soci::use(pid);
-            EXPECT_EQ(ok, 1) << "pg_terminate_backend(" << pid << ") refused";
-        } else {
-            *raw_ << "KILL CONNECTION " + std::to_string(id);
-        }
-    }
-
-    /// End every session of `marker`; returns their ids (the server shows none afterwards).
-    std::vector<long long> end_sessions(std::string const& marker) {
-        auto ids = sessions_of(marker);
-        for (long long id : ids) {
-            try {
-                end_session(id);
-            } catch (soci::soci_error const&) {  // gone already
-            }
-        }
-        EXPECT_TRUE(eventually([&] {
-            for (long long id : sessions_of(marker))
-                if (std::find(ids.begin(), ids.end(), id) != ids.end()) return false;
-            return true;
-        }, 10s)) << "the server still shows the ended sessions of " << marker;
-        return ids;
+        return session_found_by(marker,
+                                "SELECT CAST(pid AS bigint) FROM pg_stat_activity WHERE application_name = :a"
+                                " AND wait_event_type = 'Lock'",
+                                "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST"
+                                " WHERE USER = :u AND COMMAND <> 'Sleep' AND INFO LIKE '%FOR UPDATE%'");
     }
 
     /// Sessions and their transactions, for failure messages.
@@ -297,22 +126,6 @@ protected:
             out += "  (cannot read it: " + describe(e) + ")\n";
         }
         return out;
-    }
-
-    void end_sessions_quietly(std::string const& marker) {
-        try {
-            for (long long id : sessions_of(marker)) *raw_ << "KILL CONNECTION " + std::to_string(id);
-        } catch (std::exception const&) {
-        }
-    }
-
-    std::unique_ptr<soci::session> mysql_root() {
-        std::string sock;
-        require_env("SQLOCK_TEST_MYSQL_SOCKET", sock);
-        if (should_stop()) return nullptr;
-        return std::make_unique<soci::session>(*soci::factory_mysql(),
-                                               "unix_socket=" + mysql_quote_param(sock) + " user='root' dbname=" +
-                                                   mysql_quote_param(parse_server_url(url_).db));
     }
 
     /// Samples `l` next to the database's view of its row until `until()` holds
@@ -346,7 +159,27 @@ protected:
         return seen;
     }
 
-    std::vector<std::string> users_;
+    /// The checks of a table lease whose connections broke while it was held
+    /// (`how`, at `broken_at`): `renewals` renewals succeeded since, it is held
+    /// and was never lost, and its row is still its own (same token and owner),
+    /// with an expiry past `before`'s when that is given.
+    void expect_the_lease_kept(lease const& l, event_record const& events, steady::time_point broken_at,
+                               std::size_t renewals, std::string const& how,
+                               std::optional<lock_row> const& before = std::nullopt) {
+        std::string const& name = l.name();
+        auto const renewed_since = [&] { return events.count_after(lease_event::kind::renewed, name, broken_at); };
+        EXPECT_TRUE(eventually([&] { return renewed_since() >= renewals; }, 20s))
+            << "fewer than " << renewals << " renewals succeeded after " << how << "; events:\n" << events.dump();
+        EXPECT_EQ(l.state(), lease_state::held) << events.dump();
+        EXPECT_EQ(events.count(lease_event::kind::lost, name), 0u) << events.dump();
+        auto const now = read_row(*raw_, e_, name);
+        ASSERT_TRUE(now.has_value()) << "the lock row is gone after " << how;
+        EXPECT_EQ(now->token, l.token()) << "the renewals after " << how << " changed the token";
+        EXPECT_EQ(now->owner, l.owner());
+        if (before) {
+            EXPECT_GT(now->expires_us, before->expires_us) << "the row's expiry did not move after " << how;
+        }
+    }
 };
 
 class ConnFaultsPostgres : public ConnFaults {};
@@ -375,9 +208,7 @@ TEST_P(ConnFaults, BlackholedAcquireIsBoundedAndTyped) {
 
     proxy->blackhole();
     call_result r;
-    watched_call call([&] { r = run_call([&] { (void)L.try_acquire(name); }); });
-    bool const returned = call.finished_within(30s);
-    if (!returned) proxy->block();
+    bool const returned = returned_within(30s, *proxy, [&] { r = run_call([&] { (void)L.try_acquire(name); }); });
     ASSERT_TRUE(returned) << "try_acquire() into a black hole did not return within 30 s (bounds: lock wait 0.5 s + "
                              "io_timeout 0.5 s, connect_timeout 2 s)";
     EXPECT_TRUE(r.typed_unreachable()) << "try_acquire() into a black hole: " << r.text;
@@ -408,15 +239,13 @@ TEST_P(ConnFaults, SwallowedAcquireReplyIsInDoubtAndTheRowExpires) {
     proxy->swallow_replies();
     call_result r;
     bool got_lease = false;
-    watched_call call([&] {
+    bool const returned = returned_within(30s, *proxy, [&] {
         r = run_call([&] {
             auto l = L.try_acquire(name);
             got_lease = l.has_value();
             if (l) l->release();
         });
     });
-    bool const returned = call.finished_within(30s);
-    if (!returned) proxy->block();
     ASSERT_TRUE(returned) << "try_acquire() with its answer swallowed did not return within 30 s";
     EXPECT_EQ(r.what, call_result::kind::in_doubt)
         << "try_acquire() whose statement ran but whose answer never came: " << r.text
@@ -502,21 +331,17 @@ TEST_P(ConnFaults, BlackholedRenewalGoesInDoubtThenLost) {
     EXPECT_EQ(events->count(lease_event::kind::lost, name), 1u) << events->dump();
 
     call_result renewed;
-    watched_call call([&] { renewed = run_call([&] { m->renew(); }); });
-    bool const returned = call.finished_within(30s);
-    if (!returned) proxy->block();
+    bool const returned = returned_within(30s, *proxy, [&] { renewed = run_call([&] { m->renew(); }); });
     ASSERT_TRUE(returned) << "renew() into a black hole did not return within 30 s";
     EXPECT_TRUE(renewed.typed_unreachable()) << "renew() into a black hole: " << renewed.text;
     EXPECT_EQ(m->state(), lease_state::in_doubt) << "after a renewal that could not reach the database";
 
     call_result released;
-    watched_call teardown([&] {
+    bool const torn_down = returned_within(30s, *proxy, [&] {
         released = run_call([&] { l->release(); });
         l.reset();
         L.reset();
     });
-    bool const torn_down = teardown.finished_within(30s);
-    if (!torn_down) proxy->block();
     ASSERT_TRUE(torn_down) << "releasing and destroying the lost lease blocked on the black hole";
     EXPECT_EQ(released.what, call_result::kind::lease_lost) << released.text;
     proxy->block();  // what is left (m's release) fails at once instead of waiting on the hole
@@ -540,9 +365,7 @@ TEST_P(ConnFaults, SwallowedReleaseIsInDoubtThenLost) {
 
     proxy->swallow_replies();
     call_result r;
-    watched_call call([&] { r = run_call([&] { l->release(); }); });
-    bool const returned = call.finished_within(30s);
-    if (!returned) proxy->block();
+    bool const returned = returned_within(30s, *proxy, [&] { r = run_call([&] { l->release(); }); });
     ASSERT_TRUE(returned) << "release() with its answer swallowed did not return within 30 s";
     auto const after = l->state();
     EXPECT_TRUE(r.typed_unreachable()) << "release() whose answer never came: " << r.text;
@@ -554,12 +377,11 @@ TEST_P(ConnFaults, SwallowedReleaseIsInDoubtThenLost) {
     EXPECT_TRUE(eventually([&] { return stop.stop_requested(); }, 30s))
         << "the lease of unknown fate was not lost at its safe deadline (ttl 5 s); state " << to_string(l->state());
     EXPECT_EQ(l->state(), lease_state::lost);
-    watched_call teardown([&] {
+    (void)returned_within(30s, *proxy, [&] {
         l.reset();
         L.reset();
         db.reset();
     });
-    if (!teardown.finished_within(30s)) proxy->block();
 }
 
 // ============================================================ 2. sessions killed by the server
@@ -588,17 +410,9 @@ TEST_P(ConnFaults, KilledPooledConnectionBetweenRenewalsKeepsTheLease) {
     ASSERT_TRUE(right_after.has_value()) << "the lock row went with the session";
     EXPECT_EQ(right_after->token, l->token());
 
-    EXPECT_TRUE(eventually([&] { return events->count_after(lease_event::kind::renewed, name, kill_done) >= 2; }, 20s))
-        << "the lease was not renewed twice after its connections were killed; events:\n" << events->dump();
-    EXPECT_EQ(l->state(), lease_state::held);
-    EXPECT_EQ(events->count(lease_event::kind::lost, name), 0u) << events->dump();
+    expect_the_lease_kept(*l, *events, kill_done, 2, "its connections were killed", before);
     EXPECT_EQ(events->count(lease_event::kind::renew_failed, name), 0u)
         << "a killed idle connection should be reopened transparently; events:\n" << events->dump();
-    auto const now = read_row(*raw_, e_, name);
-    ASSERT_TRUE(now.has_value());
-    EXPECT_EQ(now->token, l->token()) << "the renewals after the kill changed the token";
-    EXPECT_EQ(now->owner, l->owner());
-    EXPECT_GT(now->expires_us, before->expires_us) << "the row's expiry did not move after the kill";
     for (long long id : sessions_of(marker))
         EXPECT_EQ(std::count(killed.begin(), killed.end(), id), 0) << "session " << id << " was ended, yet shown";
     EXPECT_NO_THROW(l->release());
@@ -622,14 +436,7 @@ TEST_P(ConnFaults, ResetConnectionsWhileHeldKeepTheLease) {
     proxy->reset();
     auto const reset_at = steady::now();
     EXPECT_TRUE(eventually([&] { return proxy->resets() >= 1; }, 10s)) << "no connection was reset";
-    EXPECT_TRUE(eventually([&] { return events->count_after(lease_event::kind::renewed, name, reset_at) >= 2; }, 20s))
-        << "the lease was not renewed twice after its connections were reset; events:\n" << events->dump();
-    EXPECT_EQ(l->state(), lease_state::held);
-    EXPECT_EQ(events->count(lease_event::kind::lost, name), 0u) << events->dump();
-    auto const row = read_row(*raw_, e_, name);
-    ASSERT_TRUE(row.has_value());
-    EXPECT_EQ(row->token, l->token());
-    EXPECT_EQ(row->owner, l->owner());
+    expect_the_lease_kept(*l, *events, reset_at, 2, "its connections were reset");
     EXPECT_NO_THROW(l->release());
 }
 
@@ -663,15 +470,7 @@ TEST_P(ConnFaults, KilledDuringARenewalKeepsTheLease) {
     auto const killed_at = steady::now();
     tx->rollback();
 
-    EXPECT_TRUE(eventually([&] { return events->count_after(lease_event::kind::renewed, name, killed_at) >= 1; }, 20s))
-        << "no renewal succeeded after the renewing session was killed; events:\n" << events->dump();
-    EXPECT_EQ(l->state(), lease_state::held) << events->dump();
-    EXPECT_EQ(events->count(lease_event::kind::lost, name), 0u) << events->dump();
-    auto const now = read_row(*raw_, e_, name);
-    ASSERT_TRUE(now.has_value());
-    EXPECT_EQ(now->token, l->token());
-    EXPECT_EQ(now->owner, l->owner());
-    EXPECT_GT(now->expires_us, before->expires_us);
+    expect_the_lease_kept(*l, *events, killed_at, 1, "the renewing session was killed", before);
     EXPECT_NO_THROW(l->release());
 }
 
@@ -936,6 +735,23 @@ protected:
         return id;
     }
 
+    /// The lower token's write `r` once the higher token has committed: refused
+    /// (stale_token; SQLite may refuse the stale snapshot's write otherwise), its
+    /// transaction rolled back, and the fence still at the higher token.
+    void expect_refused_after_the_higher(fence_steps& st, fence_steps::side& lo, call_result const& r,
+                                         std::int64_t low, std::int64_t high) {
+        EXPECT_NE(r.what, call_result::kind::returned)
+            << "token " << low << " was accepted after " << high << " committed";
+        if (e_ != engine::sqlite) {
+            EXPECT_EQ(r.what, call_result::kind::stale_token) << r.text;
+        }
+        try {
+            lo.tx->rollback();
+        } catch (std::exception const&) {
+        }
+        EXPECT_EQ(st.stored(), high);
+    }
+
     /// Runs `f` on a thread; waits until `x` blocks in the server (or, on
     /// SQLite, a moment), then runs `unblock`; returns f's result.
     call_result blocked_write(fence_steps& st, fence_steps::side& x, std::int64_t token,
@@ -978,15 +794,7 @@ TEST_P(FenceRace, LowerTokenStartedFirstIsRefusedAfterTheHigherCommits) {
     ASSERT_EQ(st.write(hi, high).what, call_result::kind::returned);
     hi.tx->commit();
     auto const r = st.write(lo, low);
-    EXPECT_NE(r.what, call_result::kind::returned) << "token " << low << " was accepted after " << high << " committed";
-    if (e_ != engine::sqlite) {
-        EXPECT_EQ(r.what, call_result::kind::stale_token) << r.text;
-    }
-    try {
-        lo.tx->rollback();
-    } catch (std::exception const&) {
-    }
-    EXPECT_EQ(st.stored(), high);
+    expect_refused_after_the_higher(st, lo, r, low, high);
 }
 
 // The higher token writes first and keeps its transaction open; the lower
@@ -1003,15 +811,7 @@ TEST_P(FenceRace, LowerTokenBlockedBehindTheHigherIsRefused) {
     auto const r = blocked_write(st, lo, low, [&] { hi.tx->commit(); }, early);
     EXPECT_FALSE(early && r.what == call_result::kind::returned)
         << "token " << low << " was accepted while " << high << " held the resource";
-    EXPECT_NE(r.what, call_result::kind::returned) << "token " << low << " was accepted after " << high << " committed";
-    if (e_ != engine::sqlite) {
-        EXPECT_EQ(r.what, call_result::kind::stale_token) << r.text;
-    }
-    try {
-        lo.tx->rollback();
-    } catch (std::exception const&) {
-    }
-    EXPECT_EQ(st.stored(), high);
+    expect_refused_after_the_higher(st, lo, r, low, high);
 }
 
 // The control: the lower token writes first; the higher one blocks, and passes

@@ -14,6 +14,7 @@
 #include "test_env.hpp"
 #include "fault_proxy.hpp"
 #include "test_process.hpp"
+#include "private_server.hpp"
 
 #include <sqlock/sqlock.hpp>
 
@@ -134,64 +135,7 @@ bool alive(pid_t pid) {
     return false;
 }
 
-// ------------------------------------------------------------------ the primary
-
-// scripts/test-servers.sh start in a temp dir, PostgreSQL only; stopped on destruction (its dir removed).
-class private_pg {
-public:
-    private_pg(std::string const& conf, std::string const& hba) {
-        control_ = dir_.path() / "srv";
-        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
-                     {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql",
-                      "SQLOCK_TEST_PG_CONF=" + conf, "SQLOCK_TEST_PG_HBA=" + hba});
-        started_ = true;  // stop even a half-started server
-        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
-        auto env = slurp(control_ / "env.sh");
-        port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
-        data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
-        socket_dir_ = value_of(env, "SQLOCK_TEST_PG_SOCKET_DIR");
-        postmaster_ = pid_in(fs::path(data_) / "postmaster.pid");
-    }
-    ~private_pg() {
-        if (!started_) return;
-        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"}, {"SQLOCK_TEST_DIR=" + control_.string()});
-        if (!r.ok() && alive(postmaster_) && ::kill(postmaster_, SIGKILL) == 0)  // never leave our server running
-            std::cerr << "the private primary did not stop (" << r.err << "): killed its postmaster " << postmaster_
-                      << "\n";
-    }
-    private_pg(private_pg const&) = delete;
-    private_pg& operator=(private_pg const&) = delete;
-
-    std::string url() const { return "postgresql://sqlock:sqlock@127.0.0.1:" + port_ + "/sqlock"; }
-    std::string const& port() const { return port_; }
-    fs::path socket_dir() const { return socket_dir_; }
-
-    /// kill -9 of the postmaster (its backends end when they notice). Its postmaster.pid is removed once it is
-    /// dead (it may stay a zombie nobody reaps), so that the teardown's stop sees a stopped server.
-    void crash() {
-        if (::kill(postmaster_, SIGKILL) != 0)
-            throw std::runtime_error("cannot kill the primary's postmaster " + std::to_string(postmaster_) + ": " +
-                                     std::strerror(errno));
-        if (!eventually([&] { return !alive(postmaster_); }, 60s))
-            throw std::runtime_error("the primary's postmaster " + std::to_string(postmaster_) + " survived SIGKILL");
-        auto const pidfile = fs::path(data_) / "postmaster.pid";
-        if (pid_in(pidfile) == postmaster_) fs::remove(pidfile);
-    }
-
-private:
-    static std::string value_of(std::string const& env, std::string const& var) {
-        std::smatch m;
-        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
-            throw std::runtime_error(var + " missing from the env.sh of the private server");
-        return m[1];
-    }
-
-    temp_dir dir_;
-    fs::path control_;
-    bool started_ = false;
-    std::string port_, data_, socket_dir_;
-    pid_t postmaster_ = 0;
-};
+// ------------------------------------------------------------------ the primary: private_pg (private_server.hpp)
 
 // ------------------------------------------------------------------ the standby
 
@@ -288,7 +232,7 @@ TEST_F(FailoverCharacterization, AsyncStandbyPromotedLosesAnAcknowledgedGrant) {
         if (in_ci()) GTEST_FAIL() << "no pg_basebackup in " << pg_bin() << " and CI is set: run scripts/deps.sh --servers";
         GTEST_SKIP() << "no pg_basebackup in " << pg_bin() << " (not CI, so skipping): run scripts/deps.sh --servers";
     }
-    private_pg primary("wal_level = replica\nmax_wal_senders = 4", "host replication all 127.0.0.1/32 trust");
+    private_pg primary({.conf = "wal_level = replica\nmax_wal_senders = 4", .hba = "host replication all 127.0.0.1/32 trust"});
     fault_proxy proxy("127.0.0.1", std::stoi(primary.port()));
     standby_pg standby(primary, proxy.port());
     ASSERT_TRUE(in_recovery(standby.url())) << "the standby is not in recovery; its log:\n" << standby.log();

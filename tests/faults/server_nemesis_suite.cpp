@@ -23,6 +23,7 @@
 // postgres): without it these skip outside CI and fail under CI=true.
 #include "test_env.hpp"
 #include "test_process.hpp"
+#include "private_server.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -143,180 +144,6 @@ void write_file(fs::path const& p, std::string const& text) {
         throw std::runtime_error("cannot write '" + text + "' to " + p.string() + ": " + std::strerror(err));
 }
 
-std::string trim(std::string s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-    return s;
-}
-
-// ------------------------------------------------------------------ a private PostgreSQL server
-
-// scripts/test-servers.sh start in a temp dir, PostgreSQL only; stopped (and its dir removed) on destruction.
-class private_pg {
-public:
-    struct settings {
-        std::string conf;  // SQLOCK_TEST_PG_CONF
-        std::string hba;   // SQLOCK_TEST_PG_HBA
-        std::string env;   // SQLOCK_TEST_PG_ENV
-    };
-
-    explicit private_pg(settings s) {
-        control_ = dir_.path() / "srv";
-        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
-                     {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql",
-                      "SQLOCK_TEST_PG_CONF=" + s.conf, "SQLOCK_TEST_PG_HBA=" + s.hba, "SQLOCK_TEST_PG_ENV=" + s.env},
-                     120s);
-        started_ = true;  // stop even a half-started server
-        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
-        auto env = slurp(control_ / "env.sh");
-        port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
-        data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
-        postmaster_ = postmaster();
-    }
-    ~private_pg() {
-        if (!started_) return;
-        auto r = run({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"}, {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
-        if (!r.ok() && postmaster_ > 0 && ::kill(postmaster_, SIGKILL) == 0) {  // never leave our server running
-            std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
-                      << "\n";
-        }
-    }
-    private_pg(private_pg const&) = delete;
-    private_pg& operator=(private_pg const&) = delete;
-
-    std::string url(std::string const& host = "127.0.0.1", std::string const& db = "sqlock") const {
-        return "postgresql://sqlock:sqlock@" + host + ":" + port_ + "/" + db;
-    }
-    std::string conninfo(std::string const& host) const {
-        return "host=" + host + " port=" + port_ + " dbname=sqlock user=sqlock password=sqlock connect_timeout=2";
-    }
-    std::string const& port() const { return port_; }
-    fs::path const& dir() const { return dir_.path(); }
-
-    // The postmaster's pid (first line of postmaster.pid).
-    pid_t postmaster() const {
-        std::ifstream in(fs::path(data_) / "postmaster.pid");
-        long pid = 0;
-        in >> pid;
-        if (pid <= 0) throw std::runtime_error("no postmaster.pid in " + data_);
-        return static_cast<pid_t>(pid);
-    }
-
-private:
-    static std::string value_of(std::string const& env, std::string const& var) {
-        std::smatch m;
-        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
-            throw std::runtime_error(var + " missing from the env.sh of the private server");
-        return m[1];
-    }
-
-    temp_dir dir_;
-    fs::path control_;
-    bool started_ = false;
-    std::string port_, data_;
-    pid_t postmaster_ = 0;
-};
-
-// ------------------------------------------------------------------ the cgroup v1 freezer
-
-fs::path const freezer_root = "/sys/fs/cgroup/freezer";
-
-// A freezer cgroup of our own; on destruction: thawed, emptied into the root cgroup, removed.
-class freezer {
-public:
-    freezer() : dir_(freezer_root / ("sqlock-nemesis-" + std::to_string(::getpid()) + "-" + random_hex(8))) {
-        remove_stale();
-        fs::create_directory(dir_);
-    }
-    ~freezer() { empty_and_remove(dir_); }
-    freezer(freezer const&) = delete;
-    freezer& operator=(freezer const&) = delete;
-
-    // Groups left by a run that was killed mid-freeze (its pid, in the name, is gone): thawed and removed,
-    // so their server is not left frozen for ever.
-    static void remove_stale() {
-        std::error_code ec;
-        for (auto const& entry : fs::directory_iterator(freezer_root, ec)) {
-            std::smatch m;
-            auto const name = entry.path().filename().string();
-            if (std::regex_match(name, m, std::regex("sqlock-nemesis-([0-9]+)-[0-9a-f]+")) &&
-                ::kill(static_cast<pid_t>(std::stol(m[1])), 0) != 0 && errno == ESRCH)
-                empty_and_remove(entry.path());
-        }
-    }
-
-private:
-    static void empty_and_remove(fs::path const& dir_) {
-        try {
-            write_file(dir_ / "freezer.state", "THAWED");
-            std::istringstream procs(slurp(dir_ / "cgroup.procs"));
-            for (std::string pid; procs >> pid;) {
-                try {
-                    write_file(freezer_root / "cgroup.procs", pid);
-                } catch (...) {  // it exited meanwhile
-                }
-            }
-        } catch (...) {
-        }
-        for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0; ++i) std::this_thread::sleep_for(50ms);
-    }
-
-public:
-
-    // Moves `root` and then all its descendants here. A child forked after `root` moved is born here.
-    std::size_t adopt_tree(pid_t root) {
-        write_file(dir_ / "cgroup.procs", std::to_string(root));
-        std::vector<pid_t> todo{root};
-        std::size_t moved = 1;
-        while (!todo.empty()) {
-            pid_t parent = todo.back();
-            todo.pop_back();
-            for (pid_t child : children_of(parent)) {
-                try {
-                    write_file(dir_ / "cgroup.procs", std::to_string(child));
-                    ++moved;
-                } catch (...) {  // exited meanwhile
-                }
-                todo.push_back(child);
-            }
-        }
-        return moved;
-    }
-
-    // Writes FROZEN or THAWED and waits until the kernel reports it done (FREEZING is transitional).
-    void set(std::string const& state) {
-        write_file(dir_ / "freezer.state", state);
-        if (!eventually([&] { return trim(slurp(dir_ / "freezer.state")) == state; }, 10s))
-            throw std::runtime_error("the freezer cgroup " + dir_.string() + " did not reach " + state +
-                                     " within 10 s: it says " + slurp(dir_ / "freezer.state"));
-    }
-
-    std::size_t members() const {
-        std::istringstream procs(slurp(dir_ / "cgroup.procs"));
-        std::size_t n = 0;
-        for (std::string pid; procs >> pid;) ++n;
-        return n;
-    }
-
-private:
-    static std::vector<pid_t> children_of(pid_t parent) {
-        std::vector<pid_t> kids;
-        for (auto const& entry : fs::directory_iterator("/proc")) {
-            auto const name = entry.path().filename().string();
-            if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-            auto stat = slurp(entry.path() / "stat");
-            auto close = stat.rfind(')');
-            if (close == std::string::npos) continue;
-            std::istringstream rest(stat.substr(close + 1));
-            std::string state;
-            long ppid = 0;
-            if (rest >> state >> ppid && ppid == parent) kids.push_back(static_cast<pid_t>(std::stol(name)));
-        }
-        return kids;
-    }
-
-    fs::path dir_;
-};
-
 // ------------------------------------------------------------------ the fixture
 
 class ServerNemesis : public ::testing::Test {
@@ -396,7 +223,7 @@ protected:
 
 TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
     if (!ready(fs::exists(freezer_root / "cgroup.procs"), "no cgroup v1 freezer at " + freezer_root.string())) return;
-    private_pg pg({});
+    private_pg pg;
     std::string const url = pg.url();
     sqlock::store holder_db(url, store_opts(true));
     sqlock::store waiter_db(url, store_opts(false));
@@ -477,27 +304,6 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
 }
 
 // ------------------------------------------------------------------ D04
-
-// A private server whose clock libfaketime moves: `offset("+6s")` jumps it at once (no restart).
-class faked_clock_server {
-public:
-    faked_clock_server() : file_(dir_.path() / "faketime") {
-        write_file(file_, "+0");
-        pg_.emplace(private_pg::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
-                                                " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
-                                                " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
-    }
-    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
-        write_file(file_.string() + ".new", o);
-        fs::rename(file_.string() + ".new", file_);
-    }
-    private_pg& pg() { return *pg_; }
-
-private:
-    temp_dir dir_;
-    fs::path file_;
-    std::optional<private_pg> pg_;
-};
 
 // The server's clock minus this host's, in ms (midpoint of the round trip).
 long long server_ahead_ms(soci::session& s) {

@@ -1,0 +1,354 @@
+// sqlock fault tests — private PostgreSQL servers and the server-wide faults applied to them.
+//
+//   private_pg           scripts/test-servers.sh start in a temp dir, PostgreSQL only (SQLOCK_TEST_ENGINES=
+//                        postgresql, the SQLOCK_TEST_PG_CONF/HBA/ENV settings); stopped and removed on
+//                        destruction, always. crash(): SIGKILL of the postmaster; kill_tree() + start_again():
+//                        SIGKILL of the whole server process tree, kept down until restarted (same port, data).
+//   freezer              a cgroup v1 freezer group of our own (FROZEN / THAWED), emptied and removed on destruction.
+//   faked_clock_server   a private_pg with libfaketime preloaded into the postmaster (FAKETIME_TIMESTAMP_FILE,
+//                        FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1): offset("+6s") moves its wall clock at once.
+// Used by server_nemesis_suite.cpp (D03, D04, D07), failover_suite.cpp (D09) and majority_nemesis_suite.cpp
+// (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres user.
+#pragma once
+
+#include "../test_env.hpp"
+#include "../test_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef SQLOCK_TEST_SERVERS_SCRIPT
+#error "SQLOCK_TEST_SERVERS_SCRIPT (path of scripts/test-servers.sh) must be defined by the build"
+#endif
+
+namespace sqlock_test {
+
+namespace server_detail {
+
+using namespace std::chrono_literals;
+
+struct command_result {
+    int status = 0;
+    std::string out, err;
+    bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+
+/// Runs `args` (args[0] a path) with this process's environment plus `extra_env`, waits (killed after `limit`).
+inline command_result run_command(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},
+                                  std::chrono::milliseconds limit = 120s) {
+    temp_dir files;
+    spawn_file_actions actions;
+    actions.capture_to_files(files.path() / "out", files.path() / "err");
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    pid_t const pid = spawn_process(std::move(args), env, actions.get());
+    command_result r;
+    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit)) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &r.status, 0);
+    }
+    r.out = slurp(files.path() / "out");
+    r.err = slurp(files.path() / "err");
+    return r;
+}
+
+inline void write_file(fs::path const& p, std::string const& text) {
+    int fd = ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CREAT, 0644);
+    if (fd < 0) throw std::runtime_error("cannot open " + p.string() + ": " + std::strerror(errno));
+    auto n = ::write(fd, text.data(), text.size());
+    int const err = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size()))
+        throw std::runtime_error("cannot write '" + text + "' to " + p.string() + ": " + std::strerror(err));
+}
+
+inline std::string trim(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    return s;
+}
+
+inline pid_t pid_in(fs::path const& postmaster_pid) {
+    std::ifstream in(postmaster_pid);
+    long pid = 0;
+    in >> pid;
+    return static_cast<pid_t>(pid);
+}
+
+/// Process `pid` exists and is not a zombie.
+inline bool alive(pid_t pid) {
+    if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("State:", 0) == 0) return line.find('Z') == std::string::npos;
+    return false;
+}
+
+/// The direct children of `parent` (from /proc/<pid>/stat).
+inline std::vector<pid_t> children_of(pid_t parent) {
+    std::vector<pid_t> kids;
+    for (auto const& entry : fs::directory_iterator("/proc")) {
+        auto const name = entry.path().filename().string();
+        if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+        auto stat = slurp(entry.path() / "stat");
+        auto close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 1));
+        std::string state;
+        long ppid = 0;
+        if (rest >> state >> ppid && ppid == parent) kids.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return kids;
+}
+
+}  // namespace server_detail
+
+// ------------------------------------------------------------------ a private PostgreSQL server
+
+/// scripts/test-servers.sh start in a temp dir, PostgreSQL only; stopped (and its dir removed) on destruction.
+class private_pg {
+public:
+    struct settings {
+        std::string conf;  // SQLOCK_TEST_PG_CONF
+        std::string hba;   // SQLOCK_TEST_PG_HBA
+        std::string env;   // SQLOCK_TEST_PG_ENV
+    };
+
+    explicit private_pg(settings s = {}) {
+        using namespace std::chrono_literals;
+        control_ = dir_.path() / "srv";
+        auto r = server_detail::run_command(
+            {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
+            {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql", "SQLOCK_TEST_PG_CONF=" + s.conf,
+             "SQLOCK_TEST_PG_HBA=" + s.hba, "SQLOCK_TEST_PG_ENV=" + s.env},
+            120s);
+        started_ = true;  // stop even a half-started server
+        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
+        auto env = slurp(control_ / "env.sh");
+        port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
+        data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
+        socket_dir_ = value_of(env, "SQLOCK_TEST_PG_SOCKET_DIR");
+        postmaster_ = postmaster();
+    }
+    ~private_pg() {
+        using namespace std::chrono_literals;
+        if (!started_) return;
+        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
+                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok() && server_detail::alive(postmaster_) && ::kill(postmaster_, SIGKILL) == 0)  // never leave it running
+            std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
+                      << "\n";
+    }
+    private_pg(private_pg const&) = delete;
+    private_pg& operator=(private_pg const&) = delete;
+
+    std::string url(std::string const& host = "127.0.0.1", std::string const& db = "sqlock") const {
+        return "postgresql://sqlock:sqlock@" + host + ":" + port_ + "/" + db;
+    }
+    std::string conninfo(std::string const& host) const {
+        return "host=" + host + " port=" + port_ + " dbname=sqlock user=sqlock password=sqlock connect_timeout=2";
+    }
+    std::string const& port() const { return port_; }
+    fs::path const& dir() const { return dir_.path(); }
+    fs::path socket_dir() const { return socket_dir_; }
+
+    /// The postmaster's pid (first line of postmaster.pid).
+    pid_t postmaster() const {
+        pid_t const pid = server_detail::pid_in(fs::path(data_) / "postmaster.pid");
+        if (pid <= 0) throw std::runtime_error("no postmaster.pid in " + data_);
+        return pid;
+    }
+
+    /// kill -9 of the postmaster (its backends end when they notice). Its postmaster.pid is removed once it is
+    /// dead (it may stay a zombie nobody reaps), so that the teardown's stop sees a stopped server.
+    void crash() {
+        using namespace std::chrono_literals;
+        if (::kill(postmaster_, SIGKILL) != 0)
+            throw std::runtime_error("cannot kill the postmaster " + std::to_string(postmaster_) + ": " +
+                                     std::strerror(errno));
+        if (!eventually([&] { return !server_detail::alive(postmaster_); }, 60s))
+            throw std::runtime_error("the postmaster " + std::to_string(postmaster_) + " survived SIGKILL");
+        auto const pidfile = fs::path(data_) / "postmaster.pid";
+        if (server_detail::pid_in(pidfile) == postmaster_) fs::remove(pidfile);
+    }
+
+    /// kill -9 of the whole server: the postmaster and every process under it at once (backends, checkpointer,
+    /// walwriter, ...), then waits until all are gone and removes the lock files that name the dead postmaster.
+    /// The server stays down until start_again(). Returns how many processes were killed.
+    std::size_t kill_tree() {
+        using namespace std::chrono_literals;
+        std::vector<pid_t> tree{postmaster_};
+        for (std::size_t i = 0; i < tree.size(); ++i)
+            for (pid_t child : server_detail::children_of(tree[i])) tree.push_back(child);
+        if (::kill(postmaster_, SIGKILL) != 0)
+            throw std::runtime_error("cannot kill the postmaster " + std::to_string(postmaster_) + ": " +
+                                     std::strerror(errno));
+        for (std::size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGKILL);  // one may have exited meanwhile
+        // Children forked in between are orphans of a dead postmaster: they exit when they notice it.
+        if (!eventually(
+                [&] {
+                    for (pid_t p : tree)
+                        if (server_detail::alive(p)) return false;
+                    for (pid_t p : server_detail::children_of(postmaster_))
+                        if (server_detail::alive(p)) return false;
+                    return true;
+                },
+                60s))
+            throw std::runtime_error("the server tree of postmaster " + std::to_string(postmaster_) +
+                                     " survived SIGKILL for 60 s");
+        for (auto const& f : {fs::path(data_) / "postmaster.pid", socket_dir_ / (".s.PGSQL." + port_ + ".lock")})
+            if (fs::exists(f) && server_detail::pid_in(f) == postmaster_) fs::remove(f);
+        return tree.size();
+    }
+
+    /// Starts the server again on its data and port (scripts/test-servers.sh restart postgresql: crash recovery
+    /// after kill_tree), with the postmaster environment it was started with.
+    void start_again() {
+        using namespace std::chrono_literals;
+        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", "postgresql"},
+                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok())
+            throw std::runtime_error("scripts/test-servers.sh restart postgresql failed (" + exit_text(r.status) +
+                                     "): " + r.err);
+        postmaster_ = postmaster();
+    }
+
+private:
+    static std::string value_of(std::string const& env, std::string const& var) {
+        std::smatch m;
+        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
+            throw std::runtime_error(var + " missing from the env.sh of the private server");
+        return m[1];
+    }
+
+    temp_dir dir_;
+    fs::path control_;
+    bool started_ = false;
+    std::string port_, data_;
+    fs::path socket_dir_;
+    pid_t postmaster_ = 0;
+};
+
+// ------------------------------------------------------------------ the cgroup v1 freezer
+
+inline fs::path const freezer_root = "/sys/fs/cgroup/freezer";
+
+/// A freezer cgroup of our own; on destruction: thawed, emptied into the root cgroup, removed.
+class freezer {
+public:
+    freezer() : dir_(freezer_root / ("sqlock-nemesis-" + std::to_string(::getpid()) + "-" + random_hex(8))) {
+        remove_stale();
+        fs::create_directory(dir_);
+    }
+    ~freezer() { empty_and_remove(dir_); }
+    freezer(freezer const&) = delete;
+    freezer& operator=(freezer const&) = delete;
+
+    /// Groups left by a run that was killed mid-freeze (its pid, in the name, is gone): thawed and removed,
+    /// so their server is not left frozen for ever.
+    static void remove_stale() {
+        std::error_code ec;
+        for (auto const& entry : fs::directory_iterator(freezer_root, ec)) {
+            std::smatch m;
+            auto const name = entry.path().filename().string();
+            if (std::regex_match(name, m, std::regex("sqlock-nemesis-([0-9]+)-[0-9a-f]+")) &&
+                ::kill(static_cast<pid_t>(std::stol(m[1])), 0) != 0 && errno == ESRCH)
+                empty_and_remove(entry.path());
+        }
+    }
+
+    /// Moves `root` and then all its descendants here. A child forked after `root` moved is born here.
+    std::size_t adopt_tree(pid_t root) {
+        server_detail::write_file(dir_ / "cgroup.procs", std::to_string(root));
+        std::vector<pid_t> todo{root};
+        std::size_t moved = 1;
+        while (!todo.empty()) {
+            pid_t parent = todo.back();
+            todo.pop_back();
+            for (pid_t child : server_detail::children_of(parent)) {
+                try {
+                    server_detail::write_file(dir_ / "cgroup.procs", std::to_string(child));
+                    ++moved;
+                } catch (...) {  // exited meanwhile
+                }
+                todo.push_back(child);
+            }
+        }
+        return moved;
+    }
+
+    /// Writes FROZEN or THAWED and waits until the kernel reports it done (FREEZING is transitional).
+    void set(std::string const& state) {
+        using namespace std::chrono_literals;
+        server_detail::write_file(dir_ / "freezer.state", state);
+        if (!eventually([&] { return server_detail::trim(slurp(dir_ / "freezer.state")) == state; }, 10s))
+            throw std::runtime_error("the freezer cgroup " + dir_.string() + " did not reach " + state +
+                                     " within 10 s: it says " + slurp(dir_ / "freezer.state"));
+    }
+
+    std::size_t members() const {
+        std::istringstream procs(slurp(dir_ / "cgroup.procs"));
+        std::size_t n = 0;
+        for (std::string pid; procs >> pid;) ++n;
+        return n;
+    }
+
+private:
+    static void empty_and_remove(fs::path const& dir_) {
+        using namespace std::chrono_literals;
+        try {
+            server_detail::write_file(dir_ / "freezer.state", "THAWED");
+            std::istringstream procs(slurp(dir_ / "cgroup.procs"));
+            for (std::string pid; procs >> pid;) {
+                try {
+                    server_detail::write_file(freezer_root / "cgroup.procs", pid);
+                } catch (...) {  // it exited meanwhile
+                }
+            }
+        } catch (...) {
+        }
+        for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0; ++i) std::this_thread::sleep_for(50ms);
+    }
+
+    fs::path dir_;
+};
+
+// ------------------------------------------------------------------ a server with a faked clock
+
+/// A private server whose clock libfaketime moves: `offset("+6s")` jumps it at once (no restart).
+class faked_clock_server {
+public:
+    faked_clock_server() : file_(dir_.path() / "faketime") {
+        server_detail::write_file(file_, "+0");
+        pg_.emplace(private_pg::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
+                                                " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
+                                                " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
+    }
+    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
+        server_detail::write_file(file_.string() + ".new", o);
+        fs::rename(file_.string() + ".new", file_);
+    }
+    private_pg& pg() { return *pg_; }
+
+private:
+    temp_dir dir_;
+    fs::path file_;
+    std::optional<private_pg> pg_;
+};
+
+}  // namespace sqlock_test
