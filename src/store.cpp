@@ -155,9 +155,19 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
                       (reserved ? " reserved" : "") + " pooled connections to " + url_ + " stayed busy for " +
                       std::to_string(wait_ms) + " ms during " + std::string(what) +
                       ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
+    return leased(pool, pos, what);
+}
+
+connection store_impl::leased(slots& pool, std::size_t pos, std::string_view what) {
     connection c(*this, pool, pos);
     if (pool.open[pos] == 0) open_slot(pool, pos, what);
     return c;
+}
+
+connection store_impl::borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait) {
+    std::size_t pos = 0;
+    if (!main_.pool.try_lease(pos, 0)) return borrow(what, wait, true);
+    return leased(main_, pos, what);
 }
 
 void store_impl::drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept {

@@ -37,7 +37,10 @@ private:
                 auto row = store_->dialect().find_lock(s, name());
                 return !row && clock::now() < valid_until();
             },
-            {.on_reconnect = [&](soci::session&) { reconnected = true; }});
+            // A free main connection, else a reserved one: a pool busy with
+            // acquires (a herd of waiters on this very lock) must not keep its
+            // holder from letting it go.
+            {.on_reconnect = [&](soci::session&) { reconnected = true; }, .reserved_when_busy = true});
         return deleted;
     }
 

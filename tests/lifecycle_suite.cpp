@@ -810,11 +810,11 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
     std::string const prefix = n("skew-known-");
     std::vector<std::string> args{SQLOCK_TEST_WORKER, "skew", url_, prefix, "5"};
     std::chrono::microseconds expected{};
-    bounded_run r;
+    command_result r;
     if (e_ == engine::sqlite) {
         args.push_back(std::to_string(std::chrono::milliseconds(offset).count()));
         expected = offset;
-        r = run_bounded(args, environment_with({}, {}), 60s);
+        r = run_command(args, {}, 60s);
     } else {
         fs::path const faketime = libfaketime_path();
         if (!fs::exists(faketime)) {
@@ -834,7 +834,7 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
         r = std::move(skewed.run);
     }
     ASSERT_TRUE(r.finished) << "the skew worker still ran after its time limit, killed; it was:\n" << r.diagnosis;
-    ASSERT_TRUE(r.exited_ok()) << "the skew worker failed: " << exit_text(r.status) << "; stderr: " << r.err;
+    ASSERT_TRUE(r.ok()) << "the skew worker failed: " << exit_text(r.status) << "; stderr: " << r.err;
 
     std::istringstream out(r.out);
     std::string w1, w2;

@@ -12,6 +12,7 @@
 // asserts on that run and its output says which clock mover was used.
 #pragma once
 
+#include "run_command.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -30,29 +31,6 @@
 extern char** environ;
 
 namespace sqlock_test {
-
-/// A finished (or killed) child process: its waitpid status and what it printed.
-struct bounded_run {
-    bool finished = false;  ///< false: still running at the limit, killed
-    int status = 0;
-    std::string out, err;
-    std::string diagnosis;  ///< when not finished: what the process was doing
-    bool exited_ok() const { return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-};
-
-/// This process's environment without the variables that start with one of `drop`, plus `add`.
-inline std::vector<std::string> environment_with(std::vector<std::string> const& add,
-                                                 std::vector<std::string_view> const& drop) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-        std::string_view const entry(*e);
-        bool dropped = false;
-        for (auto prefix : drop) dropped = dropped || entry.starts_with(prefix);
-        if (!dropped) env.emplace_back(entry);
-    }
-    env.insert(env.end(), add.begin(), add.end());
-    return env;
-}
 
 /// LD_PRELOAD=`lib`, ahead of any preload this process was given (kept, after it).
 inline std::string preload_first(std::string const& lib) {
@@ -101,25 +79,6 @@ inline std::string describe_running_process(pid_t pid) {
         d += "  gdb backtrace:\n" + slurp(files.path() / "out");
     }
     return d;
-}
-
-/// Runs `args` with `env`, waiting at most `limit`; killed (SIGKILL) and described if still running.
-inline bounded_run run_bounded(std::vector<std::string> args, std::vector<std::string> env,
-                               std::chrono::seconds limit) {
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    pid_t const pid = spawn_process(std::move(args), std::move(env), actions.get());
-    bounded_run r;
-    r.finished = eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit);
-    if (!r.finished) {
-        r.diagnosis = describe_running_process(pid);
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &r.status, 0);
-    }
-    r.out = slurp(files.path() / "out");
-    r.err = slurp(files.path() / "err");
-    return r;
 }
 
 /// How a test moves a worker's wall clock: libfaketime (every clock read of the process), or
@@ -179,7 +138,7 @@ inline void report_libfaketime_hang(std::string const& what, std::string const& 
 
 /// A run of a worker whose wall clock was `ahead` of the host's, and how the clock was moved.
 struct skewed_run {
-    bounded_run run;
+    command_result run;
     std::string clock_mover;  ///< "libfaketime", or "system_clock preload" after libfaketime hung
     std::string libfaketime_hang;  ///< the hung process's description, when the fallback ran
 };
@@ -194,23 +153,23 @@ skewed_run run_with_clock_ahead(ArgsFor args_for, std::chrono::seconds ahead, st
     s.clock_mover = to_string(clock_mover::libfaketime);
     std::string const offset = (ahead.count() >= 0 ? "+" : "") + std::to_string(ahead.count()) + "s";
     std::vector<std::string> const args = args_for(1);
-    s.run = run_bounded(args,
+    s.run = run_in_env(args,
                         environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
                                           "DONT_FAKE_MONOTONIC=1"},
                                          clock_variables()),
-                        limit);
+                        limit, describe_running_process);
     if (s.run.finished) return s;
 
     s.libfaketime_hang = s.run.diagnosis;
     report_libfaketime_hang(args.front() + " (FAKETIME=" + offset + ") for " + std::to_string(limit.count()) + " s",
                             s.libfaketime_hang);
     s.clock_mover = to_string(clock_mover::system_clock_preload);
-    s.run = run_bounded(args_for(2),
+    s.run = run_in_env(args_for(2),
                         environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
                                           "SQLOCK_TEST_CLOCK_SHIFT_MS=" +
                                               std::to_string(std::chrono::milliseconds(ahead).count())},
                                          clock_variables()),
-                        limit);
+                        limit, describe_running_process);
     return s;
 }
 

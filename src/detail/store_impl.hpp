@@ -153,6 +153,8 @@ public:
     /// @throws timeout when the pool stays exhausted; backend_unavailable when connecting fails.
     [[nodiscard]] connection borrow(std::string_view what);
     [[nodiscard]] connection borrow(std::string_view what, std::chrono::milliseconds wait, bool reserved = false);
+    /// A free main connection at once, else a reserved one (waiting up to `wait`).
+    [[nodiscard]] connection borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait);
 
     /// How `run` treats failures.
     struct run_options {
@@ -178,6 +180,10 @@ public:
         std::optional<std::chrono::milliseconds> pool_wait;
         /// Use the reserved pool (renewals, token draws).
         bool reserved = false;
+        /// Use the main pool if one of its connections is free at once, else the
+        /// reserved pool (a release: a pool busy with acquires, a herd of waiters
+        /// on the very lock, must not keep its holder from letting it go).
+        bool reserved_when_busy = false;
         /// Called when an attempt's connection broke or got no answer within its
         /// bound, before reconnecting (a renewal's lease is in doubt from then on).
         std::function<void()> on_broken;
@@ -240,6 +246,8 @@ public:
 private:
     friend class connection;
     void open_slot(slots& pool, std::size_t pos, std::string_view what);
+    /// The connection of a slot just leased from `pool`, opened if it is not.
+    connection leased(slots& pool, std::size_t pos, std::string_view what);
     /// Drop the statements prepared on a slot's session; `dead`: shut its socket
     /// down first, so that no deallocation waits on a server that stopped answering.
     void drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept;
@@ -291,7 +299,8 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
     for (;;) {
         std::optional<connection> borrowed;
         try {
-            borrowed.emplace(borrow(what, how.pool_wait.value_or(options_.pool_wait), how.reserved));
+            auto const wait = how.pool_wait.value_or(options_.pool_wait);
+            borrowed.emplace(how.reserved_when_busy ? borrow_main_or_reserved(what, wait) : borrow(what, wait, how.reserved));
         } catch (backend_unavailable const& e) {
             if (reconnected && how.on_reconnect) throw in_doubt_error(std::string("reconnecting failed (") + e.what() + ")", e.code());
             throw;

@@ -236,6 +236,12 @@ public:
         // crash and its token handed out again: never let a role's or URL's
         // synchronous_commit = off apply to sqlock's own connections.
         s << "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'";
+        // sqlock's statements are written for READ COMMITTED (single conditional
+        // statements; the row lock waits for the holder's row and then locks it).
+        // A SERIALIZABLE or REPEATABLE READ default (server, database, role or the
+        // URL's options) would make them fail with serialization errors (40001)
+        // and the row lock's COMMIT report a held lock as lost: never inherit it.
+        s << "SET default_transaction_isolation = 'read committed'";
         s << "SET TIME ZONE 'UTC'";
         s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
     }

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -54,6 +55,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <set>
 #include <string>
 #include <thread>
@@ -103,6 +105,8 @@ struct run_record {
     std::vector<nemesis_event> nemesis;
     std::int64_t realtime_minus_mono_ns = 0;  ///< db_time_us * 1000 - this = the raw monotonic clock
     milliseconds ttl{0};
+    int processes = 0;
+    int threads = 0;
 };
 
 /// What a scenario runs and what it asserts.
@@ -125,6 +129,26 @@ struct scenario {
     milliseconds lock_wait_timeout = 1s;
     milliseconds io_timeout = 2s;
     std::vector<std::string> worker_env;  ///< extra "KEY=value" for the workers (SQLOCK_FAILPOINTS=...)
+    /// The store's pooled connections in each worker (0: threads + 4); the store adds 2 reserved ones.
+    int pool_size = 0;
+    /// Thread k of worker slot p takes only lock p * threads + k (locks must be processes × threads).
+    bool own_lock = false;
+    /// > 0: each worker thread stops after this many critical sections.
+    int rounds = 0;
+    /// The mixed-operation storm (battery_worker --mixed): TTL U(ttl_min, ttl) per acquire, explicit
+    /// renewals, abandoned leases written to after their deadline (abandon_pct).
+    bool mixed = false;
+    milliseconds ttl_min = 0ms;
+    /// Query parameters added to the lock database's URL the workers use (single-database runs),
+    /// e.g. PostgreSQL "options=-c%20default_transaction_isolation%3Dserializable".
+    std::string url_params;
+    /// MariaDB server variables set globally (as root) for the run and restored after it:
+    /// {"tx_isolation", "'READ-COMMITTED'"}. Such a scenario must run alone (RUN_SERIAL).
+    std::map<std::string, std::string> mysql_globals;
+    /// Count the workers' connections on the server (tagged: PostgreSQL application_name, MariaDB a
+    /// user of the run) every 50 ms; asserted: never more than the stores' limit, processes ×
+    /// (pool_size + 2 reserved + PostgreSQL's LISTEN connection), plus the reaper's. Not on SQLite.
+    bool count_connections = false;
     // reaper process
     bool reaper = false;
     milliseconds reaper_interval = 100ms;
@@ -165,6 +189,12 @@ struct scenario {
     std::function<void(nemesis_ctl&)> nemesis_script;
     // what must hold
     bool k1 = true, k2 = false, k3 = true, k4 = true, k5 = true, k6 = false, k7 = true, k8 = true, k9 = true;
+    /// K6's faults are the abandoned leases (the worker's `lost` events "abandoned by ..."), written
+    /// into nemesis.jsonl as instants: after each, some waiting acquire must succeed within k6_bound_ms.
+    bool k6_from_abandons = false;
+    /// K4 on the fenced resource's counter: per lock, the resource's final value equals the accepted
+    /// fenced writes (write_fenced ok), each value written once.
+    bool k4_fenced = false;
     bool k3_needs_rejection = false;  ///< the fault must have bitten: at least one stale write refused
     /// Progress floor: at least this many grants (far below what a healthy run makes), so that a
     /// library that stops granting cannot pass the safety checks by doing nothing.
@@ -325,10 +355,17 @@ private:
         end_ = started_ + duration_;
         // The barrier: late enough for every worker to have started and connected.
         if (s_.start_barrier) start_mono_ns_ = raw_monotonic_ns() + 1'500'000'000;
+        std::jthread sampler;
+        if (s_.count_connections && !conn_marker_.empty())
+            sampler = std::jthread([this](std::stop_token stop) { sample_connections(stop); });
         for (int i = 0; i < s_.processes; ++i) start_worker(i, 0);
         if (s_.reaper) start_reaper();
         drive_nemesis();
         wait_for_workers();
+        if (sampler.joinable()) {
+            sampler.request_stop();
+            sampler.join();
+        }
         return check();
     }
 
@@ -358,7 +395,8 @@ private:
                 require_env(url_var(e_), d.url);
                 if (should_stop()) return;
             }
-            d.worker_url = d.url;
+            d.worker_url = worker_url_of(d);
+            if (should_stop()) return;
             dbs_.push_back(std::move(d));
         }
         for (auto& d : dbs_) {
@@ -368,6 +406,80 @@ private:
             if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
             install_audit(*d.raw, d.e, tables_);
             if (s_.row && s_.row_audit) install_row_audit(*d.raw, d.e, tables_);
+        }
+        if (!s_.mysql_globals.empty()) set_mysql_globals();
+    }
+
+    static std::string with_query(std::string url, std::string const& kv) {
+        url += url.find('?') == std::string::npos ? "?" : "&";
+        url += kv;
+        return url;
+    }
+
+    /// The workers' URL of the lock database: the scenario's parameters, and the tag its connections
+    /// are counted by (count_connections).
+    std::string worker_url_of(lock_db const& d) {
+        using namespace sqlock_test;
+        std::string url = d.url;
+        if (!s_.url_params.empty()) url = with_query(url, s_.url_params);
+        if (!s_.count_connections || d.e == engine::sqlite) return url;
+        conn_marker_ = "sqlb_" + random_hex(12);
+        if (d.e == engine::postgresql) return with_query(url, "application_name=" + conn_marker_);
+        // MariaDB shows no client name: the run's workers log in as a user of their own.
+        auto root = mysql_root();
+        if (!root) return url;
+        std::string const password = random_hex(16);
+        *root << "CREATE USER '" + conn_marker_ + "'@'127.0.0.1' IDENTIFIED BY '" + password + "', '" + conn_marker_ +
+                     "'@'localhost' IDENTIFIED BY '" + password + "'";
+        mysql_user_ = conn_marker_;
+        *root << "GRANT ALL ON `" + parse_server_url(d.url).db + "`.* TO '" + conn_marker_ + "'@'127.0.0.1', '" +
+                     conn_marker_ + "'@'localhost'";
+        return with_password(d.url, conn_marker_, password);
+    }
+
+    /// MariaDB's root over the socket (SQLOCK_TEST_MYSQL_SOCKET): users and global variables.
+    std::unique_ptr<soci::session> mysql_root() {
+        using namespace sqlock_test;
+        std::string sock, url;
+        require_env("SQLOCK_TEST_MYSQL_SOCKET", sock);
+        require_env(url_var(engine::mysql), url);
+        if (should_stop()) return nullptr;
+        return std::make_unique<soci::session>(*soci::factory_mysql(), "unix_socket=" + mysql_quote_param(sock) +
+                                                                           " user='root' dbname=" +
+                                                                           mysql_quote_param(parse_server_url(url).db));
+    }
+
+    void set_mysql_globals() {
+        auto root = mysql_root();
+        if (!root) return;
+        for (auto const& [name, value] : s_.mysql_globals) {
+            std::string before;
+            *root << "SELECT CAST(@@GLOBAL." + name + " AS CHAR)", soci::into(before);
+            saved_globals_.emplace_back(name, "'" + before + "'");
+            *root << "SET GLOBAL " + name + " = " + value;
+            std::cout << "[battery] " << s_.id << ": SET GLOBAL " << name << " = " << value << " (was " << before
+                      << ")\n";
+        }
+    }
+
+    /// Counts the tagged connections of the workers on the server every 50 ms until stopped; the most
+    /// seen goes to max_connections_.
+    void sample_connections(std::stop_token stop) {
+        lock_db const& d = dbs_.front();
+        try {
+            auto s = sqlock_test::raw_session(d.e, d.url);
+            std::string const sql = d.e == engine::postgresql
+                                        ? "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = :m"
+                                        : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = :m";
+            while (!stop.stop_requested()) {
+                long long n = 0;
+                *s << sql, soci::use(conn_marker_), soci::into(n);
+                max_connections_ = std::max<long long>(max_connections_, n);
+                ++connection_samples_;
+                std::this_thread::sleep_for(50ms);
+            }
+        } catch (std::exception const& ex) {
+            connection_error_ = ex.what();
         }
     }
 
@@ -405,6 +517,19 @@ private:
     }
 
     void cleanup_tables() {
+        if (!saved_globals_.empty() || !mysql_user_.empty()) {
+            try {
+                auto root = mysql_root();
+                for (auto const& [name, value] : saved_globals_) *root << "SET GLOBAL " + name + " = " + value;
+                if (!mysql_user_.empty())
+                    *root << "DROP USER IF EXISTS '" + mysql_user_ + "'@'127.0.0.1', '" + mysql_user_ + "'@'localhost'";
+            } catch (std::exception const& ex) {
+                ADD_FAILURE() << "could not restore MariaDB's global variables or drop the run's user " << mysql_user_
+                              << ": " << ex.what();
+            }
+            saved_globals_.clear();
+            mysql_user_.clear();
+        }
         for (auto& d : dbs_) {
             if (!d.raw) continue;
             try {
@@ -431,6 +556,9 @@ private:
         workers_.clear();
         exits_.clear();
         killpoint_hits_ = 0;
+        max_connections_ = 0;
+        connection_samples_ = 0;
+        connection_error_.clear();
         nemesis_.close();
     }
 
@@ -467,6 +595,10 @@ private:
                            std::to_string(s_.cs_max_us), "--hold-min-ms", ms(s_.hold_min), "--hold-max-ms",
                            ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
         if (s_.no_renew) a.push_back("--no-renew");
+        if (s_.pool_size > 0) a.insert(a.end(), {"--pool-size", std::to_string(s_.pool_size)});
+        if (s_.own_lock) a.insert(a.end(), {"--own-lock", "--lock-offset", std::to_string(w.slot * s_.threads)});
+        if (s_.rounds > 0) a.insert(a.end(), {"--rounds", std::to_string(s_.rounds)});
+        if (s_.mixed) a.insert(a.end(), {"--mixed", "--ttl-min-ms", ms(s_.ttl_min)});
         if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.log_busy) a.push_back("--log-busy");
         if (s_.single_try) a.push_back("--single-try");
@@ -793,6 +925,12 @@ private:
                 history.insert(history.end(), h.begin(), h.end());
             }
         }
+        std::map<std::string, std::int64_t> fenced_values;
+        if (s_.k4_fenced && res_raw_) {
+            soci::rowset<soci::row> rows = (res_raw_->prepare << "SELECT lock_name, value FROM " + res_tables_ + "_values");
+            for (auto const& row : rows) fenced_values[row.get<std::string>(0)] = row.get<long long>(1);
+            for (int i = 0; i < s_.locks; ++i) fenced_values.try_emplace(lock_prefix_ + "L" + std::to_string(i), 0);
+        }
         std::map<std::string, std::int64_t> counters;
         for (int i = 0; i < s_.locks; ++i) {
             std::ifstream in(dir_ / ("counter-" + std::to_string(i)));
@@ -850,6 +988,49 @@ private:
         reports.push_back({k3_fenced(history), s_.k3, true});
         if (s_.k4 || !counters.empty()) reports.push_back({k4_counter(history, counters), s_.k4, true});
         reports.push_back({k5_sequencing(history), s_.k5, true});
+        if (s_.k4_fenced) {
+            // K4 over the fenced resource's own counter: the accepted writes stand in for the sections.
+            std::vector<event> fenced;
+            for (auto const& ev : history)
+                if (ev.op == "write_fenced") {
+                    fenced.push_back(ev);
+                    fenced.back().op = "write_unfenced";
+                }
+            auto k4f = k4_counter(fenced, fenced_values);
+            k4f.checker = "K4-fenced";
+            reports.push_back({std::move(k4f), true, true});
+        }
+        if (s_.k6_from_abandons) {
+            for (auto const& ev : history)
+                if (ev.op == "lost" && ev.error.rfind("abandoned by the worker", 0) == 0)
+                    nemesis_ << to_json(nemesis_event{"abandon", ev.proc, "instant", ev.mono_ns, ev.lock}).dump() << '\n';
+            nemesis_ << std::flush;
+        }
+        if (s_.count_connections) {
+            report conn{"connections", {}, {}};
+            if (e_ == engine::sqlite || s_.majority) {
+                conn.counts["not_counted"] = 1;  // no server to ask
+            } else {
+                // Each worker's store: its pool, 2 reserved connections, and on PostgreSQL the LISTEN connection.
+                long long const per_worker =
+                    (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + (e_ == engine::postgresql ? 1 : 0);
+                long long const limit = s_.processes * per_worker + (s_.reaper ? 4 + (e_ == engine::postgresql ? 1 : 0) : 0);
+                conn.counts["max"] = max_connections_;
+                conn.counts["limit"] = limit;
+                conn.counts["samples"] = connection_samples_;
+                if (!connection_error_.empty() || connection_samples_ == 0)
+                    conn.violations.push_back({"connections", "the server's connections could not be counted: " +
+                                                                  (connection_error_.empty() ? std::string("no sample")
+                                                                                             : connection_error_)});
+                else if (max_connections_ > limit)
+                    conn.violations.push_back(
+                        {"connections", std::to_string(max_connections_) + " connections of the run's workers on the server, "
+                                        "above the stores' limit " + std::to_string(limit) + " (processes × (pool_size + 2 reserved" +
+                                        (e_ == engine::postgresql ? " + 1 listener)" : ")") +
+                                        (s_.reaper ? " + the reaper's)" : ")")});
+            }
+            reports.push_back({std::move(conn), true, true});
+        }
         if (s_.k6) {
             std::vector<nemesis_event> nem = read_nemesis((dir_ / "nemesis.jsonl").string());
             reports.push_back({k6_availability(history, nem, s_.k6_bound_ms), true, false});
@@ -888,7 +1069,7 @@ private:
         }
         if (!s_.extra_checks.empty()) {
             run_record rec{history, audit, remaining, read_nemesis((dir_ / "nemesis.jsonl").string()),
-                           realtime_minus_mono_ns_, s_.ttl};
+                           realtime_minus_mono_ns_, s_.ttl, s_.processes, s_.threads};
             for (auto const& f : s_.extra_checks) reports.push_back({f(rec), true, true});
         }
 
@@ -1090,6 +1271,12 @@ private:
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;
     std::int64_t start_mono_ns_ = 0;  ///< the start barrier on the raw monotonic clock; 0: none
+    std::string conn_marker_;  ///< count_connections: the workers' application_name (PG) or user (MariaDB)
+    std::string mysql_user_;   ///< the MariaDB user of the run, dropped at cleanup
+    std::vector<std::pair<std::string, std::string>> saved_globals_;  ///< MariaDB globals to restore
+    std::atomic<long long> max_connections_{0};
+    std::atomic<long long> connection_samples_{0};
+    std::string connection_error_;
     std::chrono::steady_clock::time_point started_, end_;
 };
 

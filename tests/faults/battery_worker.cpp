@@ -14,6 +14,14 @@
 //     (so a holder paused mid-hold writes again, stale, when it resumes).
 // Renewals, failed renewals and losses the locker reports are logged as renew ok (with the
 // validity then left) / renew fail / lost ok.
+// --own-lock: thread k takes only lock --lock-offset + k (one lock per thread); --rounds N: each
+// thread stops after N critical sections.
+// --mixed: the mixed-operation storm instead of the loop above: each acquire takes a TTL of
+// U(--ttl-min-ms, --ttl-ms), the holder renews explicitly (no watchdog) and writes the fenced
+// resource a random number of times, then releases or, with --abandon-pct, abandons the lease:
+// it logs that it gave it up (op lost), waits past its local deadline, and writes the fenced
+// resource once more with its stale token, on purpose, for the fence to refuse.
+// --pool-size bounds the store's pooled connections (default threads + 4).
 // --mode reaper runs a reaper loop instead (reap ok with `value` = rows purged).
 // Built to be killed (SIGKILL) or paused (SIGSTOP) at any moment: every line is flushed as it
 // is written, the counter is replaced atomically, and nothing is done at exit that a kill skips.
@@ -37,6 +45,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +53,7 @@
 #include <string>
 #include <thread>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -86,6 +96,12 @@ struct config {
     long long linger_ms = 0;
     bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last thread ended (a majority's late give-backs finish)
     std::uint64_t seed = 1;
+    int pool_size = 0;      // 0: threads + 4
+    bool own_lock = false;  // thread k uses only lock lock_offset + k
+    int lock_offset = 0;
+    int rounds = 0;         // > 0: each thread stops after this many critical sections
+    bool mixed = false;     // the mixed-operation storm (thread_loop_mixed)
+    long long ttl_min_ms = 0;
     // reaper mode
     long long reaper_interval_ms = 100;
     long long reaper_grace_ms = 0;
@@ -130,7 +146,7 @@ void abandon(sqlock::lease l) {
 class worker {
 public:
     explicit worker(config c) : c_(std::move(c)), h_(c_.history, c_.name) {
-        sqlock::store_options so{.pool_size = static_cast<std::size_t>(c_.threads) + 4,
+        sqlock::store_options so{.pool_size = static_cast<std::size_t>(c_.pool_size > 0 ? c_.pool_size : c_.threads + 4),
                                  .table_prefix = c_.tables,
                                  .connect_timeout = 5s,
                                  .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
@@ -147,9 +163,10 @@ public:
     }
 
 private:
-    sqlock::locker make_locker(std::string const& owner, std::shared_ptr<held_slot> const& slot, int k) {
+    sqlock::locker make_locker(std::string const& owner, std::shared_ptr<held_slot> const& slot, int k,
+                               std::optional<milliseconds> ttl_override = std::nullopt) {
         auto hook = [this, slot, owner, k](sqlock::lease_event const& ev) { on_event(ev, *slot, owner, k); };
-        auto const ttl = milliseconds(c_.ttl_ms);
+        auto const ttl = ttl_override.value_or(milliseconds(c_.ttl_ms));
         if (c_.urls.size() == 1) {
             sqlock::locker_options o{.ttl = ttl, .owner = owner, .auto_renew = !c_.no_renew, .on_event = hook};
             return c_.row ? sqlock::row_locker(stores_.front(), o) : sqlock::table_locker(stores_.front(), o);
@@ -276,7 +293,8 @@ private:
 
     void thread_main(int k) {
         try {
-            thread_loop(k);
+            if (c_.mixed) thread_loop_mixed(k);
+            else thread_loop(k);
         } catch (std::exception const& e) {
             failed_ = true;
             std::cerr << c_.name << "[" << ::getpid() << "] thread " << k << ": " << error_text(e) << "\n";
@@ -288,12 +306,7 @@ private:
         std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t" + std::to_string(k);
         auto slot = std::make_shared<held_slot>();
         sqlock::locker locker = make_locker(owner, slot, k);
-        auto res = open_resource();
-        if (res && c_.resource_backend == "postgresql") *res << "SET synchronous_commit = off";
-        std::optional<sqlock::fence> fence;
-        if (res)
-            fence.emplace(c_.resource_backend == "postgresql" ? sqlock::engine::postgresql : sqlock::engine::sqlite,
-                          c_.resource_tables);
+        auto [res, fence] = open_fenced_resource();
         if (c_.start_mono_ns > 0) {
             // The start barrier: every thread of every worker begins at the same instant.
             while (sqlock_battery::raw_monotonic_ns() < c_.start_mono_ns)
@@ -303,7 +316,8 @@ private:
         auto const end = clock_type::now() + milliseconds(c_.duration_ms);
         std::uniform_int_distribution<int> pick(0, c_.locks - 1);
         std::int64_t round = -1;
-        while (clock_type::now() < end) {
+        int sections = 0;
+        while (clock_type::now() < end && (c_.rounds <= 0 || sections++ < c_.rounds)) {
             if (c_.round_ms > 0 && c_.start_mono_ns > 0) {
                 // Rounds: every thread of every worker invokes its acquire at the same instants.
                 std::int64_t const period = c_.round_ms * 1'000'000;
@@ -315,13 +329,10 @@ private:
                         std::min<std::int64_t>(at - sqlock_battery::raw_monotonic_ns(), 1'000'000)));
                 if (clock_type::now() >= end) break;
             }
-            int const i = pick(rng);
+            int const i = c_.own_lock ? c_.lock_offset + k : pick(rng);
             std::string const name = c_.lock_prefix + "L" + std::to_string(i);
             event base{.thread = k, .lock = name, .owner = owner};
-            event inv = base;
-            inv.op = "acquire";
-            inv.type = "invoke";
-            h_.write(inv);
+            write_invoke(base, "acquire");
             std::optional<sqlock::lease> lease;
             try {
                 if (c_.single_try) {
@@ -340,18 +351,7 @@ private:
                     lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
                 }
             } catch (std::exception const& e) {
-                event out = base;
-                out.op = "acquire";
-                // Definitely nothing held: timeout, unreachable (majority: too few members),
-                // usage. An unknown outcome (in_doubt, anything else) is info.
-                bool const definite = dynamic_cast<sqlock::timeout const*>(&e) ||
-                                      dynamic_cast<sqlock::backend_unavailable const*>(&e) ||
-                                      dynamic_cast<sqlock::cancelled const*>(&e);
-                out.type = definite ? "fail" : "info";
-                out.error = error_text(e);
-                h_.write(std::move(out));
-                if (!definite && !dynamic_cast<sqlock::error const*>(&e)) failed_ = true;
-                std::this_thread::sleep_for(10ms);
+                acquire_failed(base, e);
                 continue;
             }
             {
@@ -359,13 +359,7 @@ private:
                 slot->lease = &*lease;
             }
             base.token = lease->token();
-            event ok = base;
-            ok.op = "acquire";
-            ok.type = "ok";
-            ok.db_time_us = us_of(lease->created_at());
-            ok.expires_at_us = us_of(lease->expires_at());
-            ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease->remaining()).count();
-            h_.write(std::move(ok));
+            granted(base, *lease);
 
             // The critical section.
             if (fence) fenced_write(*res, *fence, base);
@@ -395,25 +389,141 @@ private:
                 lease.reset();
                 continue;
             }
-            event rel = base;
-            rel.op = "release";
-            rel.type = "invoke";
-            h_.write(rel);
-            try {
-                lease->release();
-                rel.type = "ok";
-            } catch (sqlock::lease_lost const& e) {
-                rel.type = "fail";
-                rel.error = error_text(e);
-            } catch (std::exception const& e) {
-                rel.type = "info";
-                rel.error = error_text(e);
-            }
-            h_.write(std::move(rel));
+            release_logged(base, *lease);
             lease.reset();
             if (c_.think_max_ms > 0)
                 std::this_thread::sleep_for(
                     milliseconds(std::uniform_int_distribution<long long>(0, c_.think_max_ms)(rng)));
+        }
+    }
+
+    /// A thread's fenced resource: its own session and fence (both empty without a resource).
+    std::pair<std::unique_ptr<soci::session>, std::optional<sqlock::fence>> open_fenced_resource() {
+        auto res = open_resource();
+        if (res && c_.resource_backend == "postgresql") *res << "SET synchronous_commit = off";
+        std::optional<sqlock::fence> fence;
+        if (res)
+            fence.emplace(c_.resource_backend == "postgresql" ? sqlock::engine::postgresql : sqlock::engine::sqlite,
+                          c_.resource_tables);
+        return {std::move(res), std::move(fence)};
+    }
+
+    /// Logs an acquire that threw, then pauses 10 ms.
+    void acquire_failed(event out, std::exception const& e) {
+        out.op = "acquire";
+        // Definitely nothing held: timeout, unreachable (majority: too few members),
+        // usage. An unknown outcome (in_doubt, anything else) is info.
+        bool const definite = dynamic_cast<sqlock::timeout const*>(&e) ||
+                              dynamic_cast<sqlock::backend_unavailable const*>(&e) ||
+                              dynamic_cast<sqlock::cancelled const*>(&e);
+        out.type = definite ? "fail" : "info";
+        out.error = error_text(e);
+        h_.write(std::move(out));
+        if (!definite && !dynamic_cast<sqlock::error const*>(&e)) failed_ = true;
+        std::this_thread::sleep_for(10ms);
+    }
+
+    /// Logs a grant (`base` carries its token).
+    void granted(event ok, sqlock::lease const& lease) {
+        ok.op = "acquire";
+        ok.type = "ok";
+        ok.db_time_us = us_of(lease.created_at());
+        ok.expires_at_us = us_of(lease.expires_at());
+        ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
+        h_.write(std::move(ok));
+    }
+
+    void write_invoke(event ev, char const* op) {
+        ev.op = op;
+        ev.type = "invoke";
+        h_.write(std::move(ev));
+    }
+
+    /// Runs `call` between its logged invoke and its completion: ok (then `on_ok` adds to the event),
+    /// fail when the lease was lost, info for any other error. Returns whether it was ok.
+    template <class Call, class OnOk>
+    bool logged(event ev, char const* op, Call&& call, OnOk&& on_ok) {
+        ev.op = op;
+        write_invoke(ev, op);
+        try {
+            call();
+            ev.type = "ok";
+            on_ok(ev);
+        } catch (sqlock::lease_lost const& e) {
+            ev.type = "fail";
+            ev.error = error_text(e);
+        } catch (std::exception const& e) {
+            ev.type = "info";
+            ev.error = error_text(e);
+        }
+        bool const ok = ev.type == "ok";
+        h_.write(std::move(ev));
+        return ok;
+    }
+
+    void release_logged(event rel, sqlock::lease& lease) {
+        logged(std::move(rel), "release", [&] { lease.release(); }, [](event&) {});
+    }
+
+    /// An explicit renewal (ok with the expiry and validity then left).
+    bool renew_logged(event ev, sqlock::lease& lease) {
+        return logged(std::move(ev), "renew", [&] { lease.renew(); }, [&](event& ok) {
+            ok.expires_at_us = us_of(lease.expires_at());
+            ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
+        });
+    }
+
+    /// The mixed-operation storm (--mixed; see the file comment). Renewals are explicit and logged
+    /// here; the locker's hook logs losses (its slot stays empty, so it logs no renewal).
+    void thread_loop_mixed(int k) {
+        std::mt19937_64 rng(c_.seed * 1000003 + static_cast<std::uint64_t>(k) * 7919 + 17);
+        std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t" + std::to_string(k);
+        auto slot = std::make_shared<held_slot>();
+        std::map<long long, sqlock::locker> lockers;  // one per TTL drawn (in 50 ms steps)
+        auto [res, fence] = open_fenced_resource();
+        auto const end = clock_type::now() + milliseconds(c_.duration_ms);
+        std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        std::uniform_int_distribution<long long> draw_ttl(c_.ttl_min_ms, c_.ttl_ms);
+        auto percent = [&] { return std::uniform_int_distribution<int>(0, 99)(rng); };
+        while (clock_type::now() < end) {
+            long long const ttl = draw_ttl(rng) / 50 * 50;
+            auto it = lockers.find(ttl);
+            if (it == lockers.end()) it = lockers.emplace(ttl, make_locker(owner, slot, k, milliseconds(ttl))).first;
+            std::string const name = c_.lock_prefix + "L" + std::to_string(pick(rng));
+            event base{.thread = k, .lock = name, .owner = owner};
+            write_invoke(base, "acquire");
+            std::optional<sqlock::lease> lease;
+            try {
+                lease.emplace(it->second.acquire(name, milliseconds(c_.acquire_wait_ms)));
+            } catch (std::exception const& e) {
+                acquire_failed(base, e);
+                continue;
+            }
+            base.token = lease->token();
+            granted(base, *lease);
+            if (fence) fenced_write(*res, *fence, base);
+            // Up to three steps, each after a pause of up to half the TTL: a renewal or a fenced write.
+            bool renewed_ok = true;
+            for (int step = std::uniform_int_distribution<int>(0, 3)(rng); step > 0 && renewed_ok; --step) {
+                std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(0, ttl / 2)(rng)));
+                if (percent() < 50) renewed_ok = renew_logged(base, *lease);
+                else if (fence) fenced_write(*res, *fence, base);
+            }
+            if (percent() < c_.abandon_pct) {
+                // Abandoned: the client gives the lease up (op lost), then, past its local deadline, writes
+                // the resource with its stale token anyway: the fence must refuse it once a later grant wrote.
+                event ab = base;
+                ab.op = "lost";
+                ab.type = "ok";
+                ab.error = "abandoned by the worker: it writes once more after its deadline, on purpose";
+                h_.write(std::move(ab));
+                std::this_thread::sleep_for(lease->remaining() +
+                                            milliseconds(std::uniform_int_distribution<long long>(20, 300)(rng)));
+                if (fence) fenced_write(*res, *fence, base);
+                abandon(std::move(*lease));
+                continue;
+            }
+            release_logged(base, *lease);
         }
     }
 
@@ -493,6 +603,12 @@ int main(int argc, char** argv) {
     app.add_option("--linger-ms", c.linger_ms, "stay this long after the threads ended");
     app.add_flag("--single-try", c.single_try, "try_acquire (one round) instead of a waiting acquire");
     app.add_flag("--log-busy", c.log_busy, "log each busy attempt inside a waiting acquire (op busy)");
+    app.add_option("--pool-size", c.pool_size, "the store's pooled connections (0: threads + 4)")->check(CLI::Range(0, 1024));
+    app.add_flag("--own-lock", c.own_lock, "thread k takes only lock --lock-offset + k");
+    app.add_option("--lock-offset", c.lock_offset, "with --own-lock: the first thread's lock");
+    app.add_option("--rounds", c.rounds, "> 0: each thread stops after this many critical sections");
+    app.add_flag("--mixed", c.mixed, "the mixed-operation storm: random TTLs, explicit renewals, abandons");
+    app.add_option("--ttl-min-ms", c.ttl_min_ms, "--mixed: TTLs are U(this, --ttl-ms)");
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));

@@ -33,10 +33,6 @@ using sqlock::lease_state;
 
 constexpr auto ahead = 90s;
 
-// Runs `sqlock_test_worker skew URL NAME_PREFIX 1 [SHIFT_MS]` (it acquires NAME_PREFIX0, waiting up
-// to 10 s, then releases it) with this process's environment; killed after 60 s.
-bounded_run run_worker(std::vector<std::string> args) { return run_bounded(std::move(args), environment_with({}, {}), 60s); }
-
 class ClientClock : public engine_fixture {};
 
 TEST_P(ClientClock, ClockAheadCannotTakeOverALiveLease) {
@@ -56,7 +52,7 @@ TEST_P(ClientClock, ClockAheadCannotTakeOverALiveLease) {
     auto const& r = skewed.run;
     ASSERT_TRUE(r.finished) << "the skewed worker still ran after 60 s (it waits 10 s), killed; it was:\n"
                             << r.diagnosis;
-    EXPECT_FALSE(r.exited_ok()) << "a client 90 s ahead got a lock held for another 30 s: expiry was judged by the "
+    EXPECT_FALSE(r.ok()) << "a client 90 s ahead got a lock held for another 30 s: expiry was judged by the "
                                    "client's clock; worker stdout: "
                                 << r.out;
     EXPECT_NE(r.err.find("timeout"), std::string::npos)
@@ -180,13 +176,14 @@ TEST_P(Characterization, SqliteProcessWithAClockAheadTakesOverALiveLease) {
     lease held = holder.acquire(prefix + "0", 10s);
     auto const token = held.token();
 
-    auto r = run_worker(
-        {SQLOCK_TEST_WORKER, "skew", url_, prefix, "1", std::to_string(std::chrono::milliseconds(ahead).count())});
+    auto r = run_in_env(
+        {SQLOCK_TEST_WORKER, "skew", url_, prefix, "1", std::to_string(std::chrono::milliseconds(ahead).count())},
+        environment_with({}), 60s, describe_running_process);
     ASSERT_TRUE(r.finished) << "the worker still ran after 60 s (it waits 10 s at most), killed; it was:\n"
                             << r.diagnosis;
 
     // The worker got the lock (and released it) while this lease, 30 s long, was still ours.
-    ASSERT_TRUE(r.exited_ok()) << "expected the limit to show: a SQLite process 90 s ahead takes over a live lease; "
+    ASSERT_TRUE(r.ok()) << "expected the limit to show: a SQLite process 90 s ahead takes over a live lease; "
                                   "the worker said: "
                                << r.err;
     EXPECT_EQ(held.state(), lease_state::held) << "this lease was still valid by its own clock when the worker took it";

@@ -53,36 +53,6 @@ std::string outcome_of(F&& f) {
 
 // ------------------------------------------------------------------ commands
 
-std::vector<std::string> this_environment() {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    return env;
-}
-
-struct cmd_result {
-    int status = 0;
-    std::string out, err;
-    bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-};
-
-// Runs `args` (args[0] a path) with this environment plus `extra_env`, waits (killed after `limit`).
-cmd_result run(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},
-               std::chrono::milliseconds limit = 120s) {
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    auto env = this_environment();
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    pid_t const pid = spawn_process(std::move(args), env, actions.get());
-    cmd_result r;
-    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &r.status, 0);
-    }
-    r.out = slurp(files.path() / "out");
-    r.err = slurp(files.path() / "err");
-    return r;
-}
 
 std::string join(std::vector<std::string> const& v) {
     std::string s;
@@ -114,7 +84,7 @@ std::vector<std::string> as_postgres(std::vector<std::string> args) {
 // Runs `args` and throws, naming the command and its output, when it fails.
 std::string must(std::vector<std::string> args) {
     auto const line = join(args);
-    auto r = run(std::move(args));
+    auto r = run_command(std::move(args));
     if (!r.ok()) throw std::runtime_error("`" + line + "` failed (" + exit_text(r.status) + "): " + r.err + r.out);
     return r.out;
 }
@@ -182,7 +152,7 @@ public:
     ~standby_pg() {
         if (!started_) return;
         pid_t const pid = pid_in(data_ / "postmaster.pid");
-        auto r = run(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-m", "immediate", "-w", "-t",
+        auto r = run_command(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-m", "immediate", "-w", "-t",
                                   "60", "stop"}));
         if (!r.ok() && alive(pid) && ::kill(pid, SIGKILL) == 0)  // never leave our server running
             std::cerr << "the standby did not stop (" << r.err << r.out << "): killed its postmaster " << pid << "\n";

@@ -14,6 +14,7 @@
 // (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres user.
 #pragma once
 
+#include "../run_command.hpp"
 #include "../test_env.hpp"
 #include "../test_process.hpp"
 
@@ -44,32 +45,6 @@ namespace sqlock_test {
 namespace server_detail {
 
 using namespace std::chrono_literals;
-
-struct command_result {
-    int status = 0;
-    std::string out, err;
-    bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-};
-
-/// Runs `args` (args[0] a path) with this process's environment plus `extra_env`, waits (killed after `limit`).
-inline command_result run_command(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},
-                                  std::chrono::milliseconds limit = 120s) {
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    pid_t const pid = spawn_process(std::move(args), env, actions.get());
-    command_result r;
-    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &r.status, 0);
-    }
-    r.out = slurp(files.path() / "out");
-    r.err = slurp(files.path() / "err");
-    return r;
-}
 
 inline void write_file(fs::path const& p, std::string const& text) {
     int fd = ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CREAT, 0644);
@@ -135,7 +110,7 @@ public:
     explicit private_pg(settings s = {}) {
         using namespace std::chrono_literals;
         control_ = dir_.path() / "srv";
-        auto r = server_detail::run_command(
+        auto r = run_command(
             {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
             {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql", "SQLOCK_TEST_PG_CONF=" + s.conf,
              "SQLOCK_TEST_PG_HBA=" + s.hba, "SQLOCK_TEST_PG_ENV=" + s.env},
@@ -151,7 +126,7 @@ public:
     ~private_pg() {
         using namespace std::chrono_literals;
         if (!started_) return;
-        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
                                             {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
         if (!r.ok() && server_detail::alive(postmaster_) && ::kill(postmaster_, SIGKILL) == 0)  // never leave it running
             std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
@@ -223,7 +198,7 @@ public:
     /// after kill_tree), with the postmaster environment it was started with.
     void start_again() {
         using namespace std::chrono_literals;
-        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", "postgresql"},
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", "postgresql"},
                                             {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
         if (!r.ok())
             throw std::runtime_error("scripts/test-servers.sh restart postgresql failed (" + exit_text(r.status) +
@@ -261,7 +236,7 @@ public:
     explicit private_mariadb(settings s = {}) {
         using namespace std::chrono_literals;
         control_ = dir_.path() / "srv";
-        auto r = server_detail::run_command(
+        auto r = run_command(
             {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
             {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=mariadb", "SQLOCK_TEST_MY_ARGS=" + s.args,
              "SQLOCK_TEST_MY_SQL=" + s.sql, "SQLOCK_TEST_MY_ENV=" + s.env},
@@ -276,7 +251,7 @@ public:
     ~private_mariadb() {
         using namespace std::chrono_literals;
         if (!started_) return;
-        auto r = server_detail::run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
                                             {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
         if (!r.ok() && server_detail::alive(mariadbd_) && ::kill(mariadbd_, SIGKILL) == 0)  // never leave it running
             std::cerr << "private MariaDB did not stop (" << r.err << "): killed mariadbd " << mariadbd_ << "\n";

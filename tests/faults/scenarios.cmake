@@ -1,8 +1,10 @@
 # sqlock reliability battery — the load-and-fault scenarios (tests/faults/battery_*.{hpp,cpp}).
 # Included at the end of tests/faults/CMakeLists.txt, which defines the checker library sqlock_battery.
 #   sqlock_battery_worker  one load process of a scenario (histories, fenced and unfenced writes; --mode reaper)
-#   sqlock_battery_tests   the scenarios: Engines/BatteryConformance.<Test>/<engine> (B01, E01, E03; labels
-#                          conformance;battery), Engines/BatteryFaults.<Test>/<engine> (C01, C02) and
+#   sqlock_battery_tests   the scenarios: Engines/BatteryConformance.<Test>/<engine> (B01, B03, E01, E03),
+#                          BatteryIsolation.<Test> and BatteryIsolationServer.<Test> (B01 variants; the
+#                          latter sets MariaDB globals, so runs alone) (labels conformance;battery),
+#                          Engines/BatteryFaults.<Test>/<engine> (B02, B04, C01, C02) and
 #                          BatteryMajority.<Test> (F01, F05) (labels fault-smoke;battery).
 #   sqlock_majority_battery_tests  BatteryMajorityF.<Test>: F08, F09, the slow member, F10 (fault-smoke;battery).
 # Same server variables and CI rule as sqlock_engine_tests, plus SQLOCK_TEST_PG2_URL (the fenced resource, and
@@ -25,8 +27,10 @@ add_dependencies(sqlock_battery_tests sqlock_battery_worker)
 sqlock_test_target(sqlock_battery_tests)
 
 # Labels set after discovery by main's sqlock_discover_tests (CMake < 3.28 flattens a list-valued LABELS).
-sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_conformance FILTER "Engines/BatteryConformance.*"
-                      LABELS conformance battery TIMEOUT 2400)
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_conformance
+                      FILTER "Engines/BatteryConformance.*:BatteryIsolation.*" LABELS conformance battery TIMEOUT 2400)
+sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_isolation_server FILTER "BatteryIsolationServer.*"
+                      LABELS conformance battery TIMEOUT 600 SERIAL)
 sqlock_discover_tests(sqlock_battery_tests NAME sqlock_battery_faults FILTER "Engines/BatteryFaults.*:BatteryMajority.*"
                       LABELS fault-smoke battery TIMEOUT 2400)
 

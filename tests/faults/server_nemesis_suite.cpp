@@ -99,36 +99,6 @@ private:
 
 // ------------------------------------------------------------------ commands
 
-std::vector<std::string> this_environment() {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    return env;
-}
-
-struct cmd_result {
-    int status = 0;
-    std::string out, err;
-    bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-};
-
-// Runs `args` (args[0] a path) with this environment plus `extra_env`, waits (killed after `limit`).
-cmd_result run(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},
-               std::chrono::milliseconds limit = 60s) {
-    temp_dir files;
-    spawn_file_actions actions;
-    actions.capture_to_files(files.path() / "out", files.path() / "err");
-    auto env = this_environment();
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    pid_t const pid = spawn_process(std::move(args), env, actions.get());
-    cmd_result r;
-    if (!eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &r.status, 0);
-    }
-    r.out = slurp(files.path() / "out");
-    r.err = slurp(files.path() / "err");
-    return r;
-}
 
 std::string join(std::vector<std::string> const& v) {
     std::string s;
@@ -139,7 +109,7 @@ std::string join(std::vector<std::string> const& v) {
 // Runs `args` and throws, naming the command and its output, when it fails.
 std::string must(std::vector<std::string> args, std::vector<std::string> const& extra_env = {}) {
     auto const line = join(args);
-    auto r = run(std::move(args), extra_env);
+    auto r = run_command(std::move(args), extra_env);
     if (!r.ok())
         throw std::runtime_error("`" + line + "` failed (" + exit_text(r.status) + "): " + r.err + r.out);
     return r.out;
@@ -458,8 +428,8 @@ public:
     }
     ~net_namespace() {
         if (!created_) return;
-        (void)run({ip_, "netns", "del", name_});  // takes its end of the veth, its nftables and the pair with it
-        (void)run({ip_, "link", "del", outer_});  // in case the pair outlived it
+        (void)run_command({ip_, "netns", "del", name_});  // takes its end of the veth, its nftables and the pair with it
+        (void)run_command({ip_, "link", "del", outer_});  // in case the pair outlived it
     }
     net_namespace(net_namespace const&) = delete;
     net_namespace& operator=(net_namespace const&) = delete;
@@ -487,12 +457,12 @@ public:
 private:
     // Namespaces left by a run that was killed (its pid, in the name, is gone): deleted with their veth.
     void remove_stale() {
-        std::istringstream list(run({ip_, "netns", "list"}).out);
+        std::istringstream list(run_command({ip_, "netns", "list"}).out);
         for (std::string line; std::getline(list, line);) {
             std::smatch m;
             if (std::regex_search(line, m, std::regex("^(sqlock-nem-([0-9]+)-[0-9a-f]{4})\\b")) &&
                 ::kill(static_cast<pid_t>(std::stol(m[2])), 0) != 0 && errno == ESRCH)
-                (void)run({ip_, "netns", "del", m[1]});
+                (void)run_command({ip_, "netns", "del", m[1]});
         }
     }
 
