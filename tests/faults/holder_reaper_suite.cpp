@@ -1068,7 +1068,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
                 // date(1) under it is off by the skew. If libfaketime hangs date(1), it is described and
                 // kept, and the reaper runs under the system_clock preload at once.
                 set_clock_file(m, clock, r.skew);
-                auto const probe = run_bounded({"/bin/date", "+%s"}, clock_file_environment(m, clock), hang_limit);
+                auto const probe = run_in_env({"/bin/date", "+%s"}, clock_file_environment(m, clock), hang_limit,
+                                              describe_running_process);
                 long long const host = std::chrono::duration_cast<std::chrono::seconds>(
                                            std::chrono::system_clock::now().time_since_epoch())
                                            .count();
