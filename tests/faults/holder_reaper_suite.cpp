@@ -1,5 +1,5 @@
 // sqlock reliability battery — holder-side faults and the reaper (issue 13, plan §4.C03, §4.C07,
-// §4.E04, §4.E05). Each test has tables of its own (a random table prefix, dropped afterwards).
+// §4.E02, §4.E04, §4.E05). Each test has tables of its own (a random table prefix, dropped afterwards).
 //
 //   C03_StoppedRowHolderInOpenTransaction  a row-lock holder SIGSTOPped inside its open
 //       transaction (failpoint row.before_commit=stop: just before the COMMIT of its release).
@@ -26,6 +26,11 @@
 //       table-lock grants have expires_at - grant time = TTL, and the reaper's delete uses the
 //       database's current time. (A caller's transaction or session settings can't reach the library's
 //       statements: it takes no connection from the caller and opens its own, in autocommit.)
+//   E02_TwoReapersWithSkewedClocks  two sqlock-reaper daemons on the same tables, their wall clocks
+//       60 s ahead and 60 s behind (PostgreSQL, MariaDB; on SQLite both on the host's clock), while 8
+//       threads take, renew, release and abandon leases: no reaper deletes a live lease, the purged
+//       counts they print add up to the audit's deletes, no expired row outlives two passes, no error
+//       surfaces, both stop cleanly on SIGTERM; K1.
 //   E05_ReaperKilledMidPurge  a reaper killed (kill -9) between batches of a 10,000-row purge has
 //       deleted whole batches, the oldest rows first, and no live row; the next pass completes.
 //       With no reaper at all, acquire takes over expired rows (takeover-on-acquire).
