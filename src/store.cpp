@@ -359,6 +359,21 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
             throw backend_unavailable("sqlock: lost the connection to " + url_ + " during " + std::string(what) +
                                           ": " + message + "; retry later",
                                       code);
+        case failure::permission: {
+            // The engine's message names the refused privilege; say which ones sqlock needs.
+            std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
+            if (engine() == sqlock::engine::mysql) need += ", and EXECUTE on their procedures,";
+            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
+                                    " was refused for lack of privileges (" + message + "): GRANT " + need +
+                                    " to the database user of the URL (see " + schema_file(engine()) +
+                                    "), or use a user that has them",
+                                code);
+        }
+        case failure::read_only:
+            throw backend_error("sqlock: " + std::string(what) + " on " + url_ + " was refused: the database is read-only (" +
+                                    message + "); point the URL at a writable database (the primary, a file this "
+                                    "process may write), or turn its read-only mode off",
+                                code);
         case failure::transient:
         case failure::lock_wait:
         case failure::other: break;
