@@ -38,23 +38,45 @@ using steady = std::chrono::steady_clock;
 bool contains(std::string const& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 /// PostgreSQL and MariaDB with database users of the test's own, made with only some privileges on the lock
-/// tables and dropped afterwards (MariaDB users through marked_sessions_fixture's root session and TearDown).
+/// tables, and dropped afterwards (also after a fatal failure of the body).
 class BadConfig : public marked_sessions_fixture {
 protected:
+    // The users are dropped here even after a fatal failure in the body (when mysql_root() and pg_superuser(),
+    // which stop a failed test, give no session).
     void TearDown() override {
-        if (e_ == engine::postgresql && !pg_roles_.empty()) {
-            for (auto const& r : pg_roles_) {
-                try {
-                    auto su = pg_superuser();
-                    *su << "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :u", soci::use(r);
-                    *su << "DROP OWNED BY " + r;
-                    *su << "DROP ROLE IF EXISTS " + r;
-                } catch (std::exception const& e) {
-                    ADD_FAILURE() << "could not drop the test's PostgreSQL role " << r << ": " << describe(e);
+        for (auto const& r : pg_roles_) {
+            try {
+                auto su = pg_superuser_session();
+                *su << "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :u", soci::use(r);
+                *su << "DROP OWNED BY " + r;
+                *su << "DROP ROLE IF EXISTS " + r;
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the test's PostgreSQL role " << r << ": " << describe(e);
+            }
+        }
+        if (e_ == engine::mysql && !users_.empty() && ::testing::Test::HasFatalFailure()) {
+            try {
+                soci::session root(*soci::factory_mysql(),
+                                   "unix_socket=" + mysql_quote_param(getenv_nonempty("SQLOCK_TEST_MYSQL_SOCKET").value()) +
+                                       " user='root'");
+                for (auto const& u : users_) {
+                    end_sessions_quietly(u);
+                    root << "DROP USER IF EXISTS '" + u + "'@'127.0.0.1', '" + u + "'@'localhost'";
                 }
+                users_.clear();
+            } catch (std::exception const& e) {
+                ADD_FAILURE() << "could not drop the test's MariaDB users: " << describe(e);
             }
         }
         marked_sessions_fixture::TearDown();
+    }
+
+    std::unique_ptr<soci::session> pg_superuser_session() const {
+        return std::make_unique<soci::session>(
+            *soci::factory_postgresql(),
+            "host=" + pg_quote_param(getenv_nonempty("SQLOCK_TEST_PG_SOCKET_DIR").value()) +
+                " port=" + getenv_nonempty("SQLOCK_TEST_PG_PORT").value() +
+                " dbname=" + pg_quote_param(parse_server_url(url_).db) + " user=postgres");
     }
 
     /// PostgreSQL as the superuser over the server's socket (the test user may not create roles).
@@ -63,9 +85,7 @@ protected:
         require_env("SQLOCK_TEST_PG_SOCKET_DIR", dir);
         require_env("SQLOCK_TEST_PG_PORT", port);
         if (should_stop()) return nullptr;
-        return std::make_unique<soci::session>(*soci::factory_postgresql(),
-                                               "host=" + pg_quote_param(dir) + " port=" + port + " dbname=" +
-                                                   pg_quote_param(parse_server_url(url_).db) + " user=postgres");
+        return pg_superuser_session();
     }
 
     /// A URL of this test's database for a new user with `privileges` (e.g. "SELECT" or
