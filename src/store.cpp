@@ -362,11 +362,12 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
         case failure::permission: {
             // The engine's message names the refused privilege; say which ones sqlock needs.
             std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
-            if (engine() == sqlock::engine::mysql) need += ", and EXECUTE on their procedures,";
+            if (engine() == sqlock::engine::mysql) need += " and EXECUTE on their procedures";
             throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
-                                    " was refused for lack of privileges (" + message + "): GRANT " + need +
-                                    " to the database user of the URL (see " + schema_file(engine()) +
-                                    "), or use a user that has them",
+                                    " was refused for lack of privileges (" + message +
+                                    "): GRANT the database user of the URL what sqlock needs (" + need +
+                                    "; creating the schema also needs CREATE: else apply " + schema_file(engine()) +
+                                    " as its owner), or use a user that has it",
                                 code);
         }
         case failure::read_only:
