@@ -371,9 +371,10 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
                                 code);
         }
         case failure::read_only:
-            throw backend_error("sqlock: " + std::string(what) + " on " + url_ + " was refused: the database is read-only (" +
-                                    message + "); point the URL at a writable database (the primary, a file this "
-                                    "process may write), or turn its read-only mode off",
+            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
+                                    " was refused: the database is read-only (" + message +
+                                    "); point the URL at a writable database (the primary, a file this process may "
+                                    "write), or turn its read-only mode off",
                                 code);
         case failure::transient:
         case failure::lock_wait:

@@ -9,10 +9,10 @@
 //       no token counter is written.
 //   Engines/ReadOnlyDatabase.AcquireIsRefusedAsReadOnly/{postgresql,sqlite}
 //       PostgreSQL with default_transaction_read_only = on (through the URL's libpq `options`; sqlock does not
-//       override it), SQLite on a file made immutable (chattr +i: the tests run as root, so chmod 0444 would not
-//       stop a write): backend_error naming the read-only database and what to do; no row. MariaDB has no such
-//       case here: its read_only is global (it would break every other test on the shared server) and a
-//       mysql:// URL passes no session settings; the SELECT-only user covers the same refusal there.
+//       override it), SQLite on a file made immutable (chattr +i when run as root, which chmod 0444 would not
+//       stop; chmod 0444 otherwise): backend_error naming the read-only database and what to do; no row.
+//       MariaDB has no such case here: its read_only is global (it would break every other test on the shared
+//       server) and a mysql:// URL passes no session settings; the SELECT-only user covers the same refusal there.
 //   Engines/BadConfig.RevokedRenewalsLoseTheLeaseByItsDeadline/{postgresql,mysql}
 //       a holder whose UPDATE privilege is revoked while it holds: its renewals fail, and it is reported lost by its
 //       safe deadline (on_lost, stop_token, state lost), never held past it (every observation after
@@ -20,6 +20,8 @@
 //       after the old lease's last expiry by the database's clock.
 #include "marked_sessions.hpp"
 #include "test_env.hpp"
+
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -56,9 +58,8 @@ protected:
         }
         if (e_ == engine::mysql && !users_.empty() && ::testing::Test::HasFatalFailure()) {
             try {
-                soci::session root(*soci::factory_mysql(),
-                                   "unix_socket=" + mysql_quote_param(getenv_nonempty("SQLOCK_TEST_MYSQL_SOCKET").value()) +
-                                       " user='root'");
+                auto const socket = getenv_nonempty("SQLOCK_TEST_MYSQL_SOCKET").value();
+                soci::session root(*soci::factory_mysql(), "unix_socket=" + mysql_quote_param(socket) + " user='root'");
                 for (auto const& u : users_) {
                     end_sessions_quietly(u);
                     root << "DROP USER IF EXISTS '" + u + "'@'127.0.0.1', '" + u + "'@'localhost'";
@@ -234,10 +235,13 @@ TEST_P(ReadOnlyDatabase, AcquireIsRefusedAsReadOnly) {
     std::string const name = n("read-only");
     std::string url = url_;
     fs::path file;
-    struct undo_immutable {
+    struct undo_read_only {
         fs::path file;
-        ~undo_immutable() {
-            if (!file.empty()) chattr("-i", file);
+        ~undo_read_only() {
+            if (file.empty()) return;
+            if (::geteuid() == 0) chattr("-i", file);
+            std::error_code ec;
+            fs::permissions(file, fs::perms::owner_write, fs::perm_options::add, ec);
         }
     } undo;
     if (e_ == engine::postgresql) {
@@ -246,8 +250,12 @@ TEST_P(ReadOnlyDatabase, AcquireIsRefusedAsReadOnly) {
     } else {
         file = sqlite_path_of(url_);
         db_.reset();  // the schema is in the file; the test's own store closes its connections
-        ASSERT_TRUE(chattr("+i", file)) << "chattr +i " << file << " failed (needs root on ext4, xfs or btrfs)";
         undo.file = file;
+        if (::geteuid() == 0) {  // root writes a file whatever its mode says
+            ASSERT_TRUE(chattr("+i", file)) << "chattr +i " << file << " failed (needs ext4, xfs or btrfs)";
+        } else {
+            fs::permissions(file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+        }
     }
     {
         sqlock::store s(url);
