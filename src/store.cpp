@@ -95,7 +95,10 @@ store_impl::store_impl(std::string_view url, store_options const& options)
                     break;
                 } catch (soci::soci_error const& e) {
                     auto f = dialect_->classify(e, c.session());
-                    if (attempt == 20 || f == failure::connection) throw;
+                    // A missing privilege or a read-only database does not pass by retrying.
+                    if (attempt == 20 || f == failure::connection || f == failure::permission ||
+                        f == failure::read_only)
+                        throw;
                     pause_before_retry(attempt);
                 }
             }

@@ -6,7 +6,7 @@
 //   Engines/BadConfig.SelectOnlyUserIsRefusedWithAGrantHint/{postgresql,mysql}
 //       a user with SELECT only on the lock tables: try_acquire and acquire throw backend_error whose message names
 //       the refused privilege and says to GRANT it (not "unreachable", not a retryable connection error); no row,
-//       no token counter is written.
+//       no token counter is written; opening a store with create_schema says that CREATE is needed too.
 //   Engines/ReadOnlyDatabase.AcquireIsRefusedAsReadOnly/{postgresql,sqlite}
 //       PostgreSQL with default_transaction_read_only = on (through the URL's libpq `options`; sqlock does not
 //       override it), SQLite on a file made immutable (chattr +i when run as root, which chmod 0444 would not
@@ -169,6 +169,19 @@ TEST_P(BadConfig, SelectOnlyUserIsRefusedWithAGrantHint) {
     // The same name is free for a user with privileges.
     auto fresh = sqlock::table_locker(*db_, {.ttl = 2s}).try_acquire(name);
     EXPECT_TRUE(fresh.has_value()) << "the name is not free after the refused attempts";
+
+    // Creating the schema needs CREATE, which this user lacks either: the message says so.
+    std::string const prefix = "sqlt_" + random_hex(8);
+    try {
+        sqlock::store s(url, {.create_schema = true, .table_prefix = prefix});
+        ADD_FAILURE() << "a user with SELECT only created the schema " << prefix;
+    } catch (sqlock::backend_error const& err) {
+        std::string const m = err.what();
+        EXPECT_TRUE(contains(m, "denied")) << "the engine's refusal is missing: " << m;
+        EXPECT_TRUE(contains(m, "CREATE") && contains(m, "GRANT")) << "the message does not say what to do: " << m;
+    } catch (std::exception const& err) {
+        ADD_FAILURE() << "opening a store with create_schema: expected sqlock::backend_error, got " << describe(err);
+    }
 }
 
 TEST_P(BadConfig, RevokedRenewalsLoseTheLeaseByItsDeadline) {
