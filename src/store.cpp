@@ -95,7 +95,10 @@ store_impl::store_impl(std::string_view url, store_options const& options)
                     break;
                 } catch (soci::soci_error const& e) {
                     auto f = dialect_->classify(e, c.session());
-                    if (attempt == 20 || f == failure::connection) throw;
+                    // A missing privilege or a read-only database does not pass by retrying.
+                    if (attempt == 20 || f == failure::connection || f == failure::permission ||
+                        f == failure::read_only)
+                        throw;
                     pause_before_retry(attempt);
                 }
             }
@@ -359,6 +362,23 @@ void store_impl::raise(soci::soci_error const& e, failure f, std::string_view wh
             throw backend_unavailable("sqlock: lost the connection to " + url_ + " during " + std::string(what) +
                                           ": " + message + "; retry later",
                                       code);
+        case failure::permission: {
+            // The engine's message names the refused privilege; say which ones sqlock needs.
+            std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
+            if (engine() == sqlock::engine::mysql) need += " and EXECUTE on their procedures";
+            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
+                                    " was refused for lack of privileges (" + message +
+                                    "): GRANT the database user of the URL what sqlock needs (" + need +
+                                    "; creating the schema also needs CREATE: else apply " + schema_file(engine()) +
+                                    " as its owner), or use a user that has it",
+                                code);
+        }
+        case failure::read_only:
+            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
+                                    " was refused: the database is read-only (" + message +
+                                    "); point the URL at a writable database (the primary, a file this process may "
+                                    "write), or turn its read-only mode off",
+                                code);
         case failure::transient:
         case failure::lock_wait:
         case failure::other: break;

@@ -83,7 +83,10 @@ class in_doubt : public error {
 
 /// The database reported an error sqlock does not handle itself; `code()`
 /// holds the native code. What to do: look at the message; usually a bug or a
-/// misconfigured server.
+/// misconfigured server. A missing privilege (PostgreSQL 42501, MySQL/MariaDB
+/// 1044/1142/1143/1370, SQLite 23) and a read-only database (PostgreSQL 25006,
+/// MySQL/MariaDB 1290/1792, SQLite 8) are reported as this too, with a message
+/// that says so and what to grant or change: retrying does not help.
 class backend_error : public error {
     using error::error;
 };

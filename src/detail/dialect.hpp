@@ -108,6 +108,8 @@ enum class failure {
     lock_wait,   // a bounded row-lock wait ran out: the row is busy
     connection,  // the connection is broken: reconnect, the outcome may be unknown
     schema,      // a lock table is missing
+    permission,  // the database user may not do it (a missing GRANT): report as backend_error, saying so
+    read_only,   // the database refuses writes (read-only mode, a standby, a read-only file): likewise
     other,       // report as backend_error
 };
 

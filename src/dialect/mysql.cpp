@@ -555,6 +555,14 @@ public:
             case 1146:                              // ER_NO_SUCH_TABLE
             case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire or _renew
                 return failure::schema;
+            case 1044:                              // ER_DBACCESS_DENIED_ERROR
+            case 1142:                              // ER_TABLEACCESS_DENIED_ERROR
+            case 1143:                              // ER_COLUMNACCESS_DENIED_ERROR
+            case 1370:                              // ER_PROCACCESS_DENIED_ERROR: EXECUTE on a procedure
+                return failure::permission;
+            case 1290:                              // ER_OPTION_PREVENTS_STATEMENT: --read-only
+            case 1792:                              // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+                return failure::read_only;
             case 1053:                              // ER_SERVER_SHUTDOWN
             case 1927:                              // ER_CONNECTION_KILLED
             case 2002: case 2003: case 2006: case 2013: case 2055:

@@ -419,6 +419,8 @@ public:
         if (code == "40001" || code == "40P01") return failure::transient;
         if (code == "55P03") return failure::lock_wait;
         if (code == "42P01") return failure::schema;
+        if (code == "42501") return failure::permission;  // insufficient_privilege
+        if (code == "25006") return failure::read_only;   // read_only_sql_transaction (also a hot standby)
         if (code.starts_with("08") || code.starts_with("57P")) return failure::connection;
         return failure::other;
     }

@@ -397,6 +397,10 @@ public:
                 return failure::transient;
             case 14:  // SQLITE_CANTOPEN
                 return failure::connection;
+            case 8:  // SQLITE_READONLY: the file (or its directory) may not be written
+                return failure::read_only;
+            case 23:  // SQLITE_AUTH: an authorizer refused the statement
+                return failure::permission;
             default: return failure::other;
         }
     }
