@@ -16,8 +16,10 @@
 // directory stays and one line tells how to re-run the checkers on it:
 //     replay: build/tests/faults/sqlock_battery_check <dir>
 // on success it is deleted. A safety failure (K1, K3, K4, K5, K7, K8, K9) is never retried; a
-// liveness miss alone (K6, or a killpoint scenario whose failpoint was never reached) is printed,
-// and the scenario reruns once with a new seed: only a miss on the rerun fails the test.
+// liveness miss alone (K6; a scenario's own timing bound: the majority checks "rows-given-back",
+// "F02-liveness", "F03-bounded", "F04-prompt"; or a killpoint scenario whose failpoint was never
+// reached) is printed, and the scenario reruns once with a new seed: only a miss on the rerun fails
+// the test.
 //
 // Seeds: each scenario has a fixed seed in CI and a random one under SQLOCK_SOAK=1; the seed is
 // printed, and SQLOCK_BATTERY_SEED=<n> replays a schedule (nemesis choices and the workers'
@@ -1070,7 +1072,13 @@ private:
         if (!s_.extra_checks.empty()) {
             run_record rec{history, audit, remaining, read_nemesis((dir_ / "nemesis.jsonl").string()),
                            realtime_minus_mono_ns_, s_.ttl, s_.processes, s_.threads};
-            for (auto const& f : s_.extra_checks) reports.push_back({f(rec), true, true});
+            for (auto const& f : s_.extra_checks) {
+                auto r = f(rec);
+                // Bounds in hundreds of milliseconds on a shared 2-core machine: a miss is rerun once.
+                bool const timing = r.checker == "rows-given-back" || r.checker == "F02-liveness" ||
+                                    r.checker == "F03-bounded" || r.checker == "F04-prompt";
+                reports.push_back({std::move(r), true, !timing});
+            }
         }
 
         bool safety_failed = !worker_failures.empty();
