@@ -63,6 +63,25 @@ struct member_db {
     std::unique_ptr<soci::session> raw;  // direct
 };
 
+/// Drops the tables `tables`_* on member `m` (a failure to drop is a test failure).
+inline void drop_member_tables(member_db const& m, std::string const& tables) {
+    try {
+        auto s = raw_session(m.e, m.url);
+        std::vector<std::string> names(64);
+        std::string const like = tables + "\\_%";
+        if (m.e == sqlock::engine::postgresql)
+            *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
+                soci::into(names), soci::use(like);
+        else
+            *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                  "table_name LIKE :p",
+                soci::into(names), soci::use(like);
+        for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "could not drop the test tables " << tables << "_* on " << m.label << ": " << describe(e);
+    }
+}
+
 /// Members with tables of their own (`tables`_*), each through its own fault proxy.
 class majority_members {
 public:
@@ -100,7 +119,7 @@ public:
             m.raw.reset();
         }
         if (!tables_.empty())
-            for (auto& m : members_) drop_tables(m);
+            for (auto& m : members_) drop_member_tables(m, tables_);
         members_.clear();
         tables_.clear();
     }
@@ -130,25 +149,6 @@ public:
     }
 
 private:
-    void drop_tables(member_db const& m) {
-        try {
-            auto s = raw_session(m.e, m.url);
-            std::vector<std::string> names(64);
-            std::string const like = tables_ + "\\_%";
-            if (m.e == sqlock::engine::postgresql)
-                *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
-                    soci::into(names), soci::use(like);
-            else
-                *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
-                      "table_name LIKE :p",
-                    soci::into(names), soci::use(like);
-            for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
-        } catch (std::exception const& e) {
-            ADD_FAILURE() << "could not drop the test tables " << tables_ << "_* on " << m.label << ": "
-                          << describe(e);
-        }
-    }
-
     std::vector<member_db> members_;
     std::string tables_;
 };
