@@ -8,8 +8,9 @@
 //                              a store through the proxy (tables of a random prefix, created), a direct raw
 //                              session for the checks; on destruction the proxies relay again and the tables
 //                              are dropped.
-// Used by battery_harness.hpp (the majority scenarios), characterization_suite.cpp (F06) and
-// majority_nemesis_suite.cpp (F07).
+//   drop_member_tables         drops a member's tables of a prefix (majority_members, tests/majority_suite.cpp).
+// Used by battery_harness.hpp (the majority scenarios), characterization_suite.cpp (F06),
+// majority_nemesis_suite.cpp (F07) and tests/majority_suite.cpp (its members, with their lease events).
 #pragma once
 
 #include "../fault_proxy.hpp"
@@ -53,7 +54,7 @@ inline std::vector<member_spec> shared_majority_members() {
 }
 
 /// One member database: its server, the proxy the library reaches it through,
-/// a store on the proxy and a direct raw session for the checks (as in tests/majority_suite.cpp).
+/// a store on the proxy and a direct raw session for the checks (tests/majority_suite.cpp adds lease events).
 struct member_db {
     std::string label;
     sqlock::engine e{};
