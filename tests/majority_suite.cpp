@@ -15,7 +15,9 @@
 // upper bounds, each explained where it is made.
 #include "test_env.hpp"
 #include "test_process.hpp"
+#include "fault_calls.hpp"
 #include "fault_proxy.hpp"
+#include "faults/majority_members.hpp"
 
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
@@ -52,18 +54,6 @@ using sqlock::locker;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 using event_kind = sqlock::lease_event::kind;
-
-/// What a call ended with, for the record a test checks: "returned" or the
-/// exception's type and message.
-template <class F>
-std::string outcome_of(F&& f) {
-    try {
-        f();
-        return "returned";
-    } catch (std::exception const& e) {
-        return describe(e);
-    }
-}
 
 long long ms_of(steady_clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
@@ -107,16 +97,10 @@ private:
     std::shared_ptr<state> state_ = std::make_shared<state>();
 };
 
-/// One member database: its server, the proxy the library reaches it through,
-/// a store on the proxy, a direct raw session for the checks, and the lease
-/// events of its member lockers.
-struct member_db {
-    std::string label;
-    engine e{};
-    std::string url;  // direct
-    std::unique_ptr<fault_proxy> proxy;
-    std::optional<sqlock::store> store;  // through the proxy
-    std::unique_ptr<soci::session> raw;  // direct
+/// One member database (faults/majority_members.hpp: its server, the proxy the library reaches it
+/// through, a store on the proxy, a direct raw session for the checks), and the lease events of its
+/// member lockers.
+struct member_db : sqlock_test::member_db {
     event_log events;
 };
 
@@ -124,19 +108,13 @@ struct member_db {
 class Majority : public ::testing::Test {
 protected:
     void SetUp() override {
-        struct source {
-            char const* var;
-            char const* label;
-            engine e;
-        };
-        for (auto const& src : {source{"SQLOCK_TEST_PG_URL", "pg", engine::postgresql},
-                                source{"SQLOCK_TEST_PG2_URL", "pg2", engine::postgresql},
-                                source{"SQLOCK_TEST_MYSQL_URL", "mariadb", engine::mysql}}) {
+        auto const specs = shared_majority_members();
+        if (should_stop()) return;
+        for (auto const& spec : specs) {
             member_db m;
-            m.label = src.label;
-            m.e = src.e;
-            require_env(src.var, m.url);
-            if (should_stop()) return;
+            m.label = spec.label;
+            m.e = spec.e;
+            m.url = spec.url;
             members_.push_back(std::move(m));
         }
         tables_ = "sqlm_" + random_hex(10);
@@ -166,24 +144,7 @@ protected:
             m.proxy.reset();  // cuts what is left: the servers end those sessions and their transactions
         }
         if (tables_.empty()) return;
-        for (auto& m : members_) {
-            try {
-                auto s = raw_session(m.e, m.url);
-                std::vector<std::string> names(64);
-                std::string const like = tables_ + "\\_%";
-                if (m.e == engine::postgresql)
-                    *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
-                        soci::into(names), soci::use(like);
-                else
-                    *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
-                          "table_name LIKE :p",
-                        soci::into(names), soci::use(like);
-                for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
-            } catch (std::exception const& e) {
-                ADD_FAILURE() << "could not drop the test tables " << tables_ << "_* on " << m.label << ": "
-                              << describe(e);
-            }
-        }
+        for (auto& m : members_) drop_member_tables(m, tables_);
     }
 
     /// A lock name under this test's prefix.

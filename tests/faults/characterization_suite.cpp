@@ -19,6 +19,7 @@
 // Each test has tables of its own (a random table_prefix, dropped afterwards). The crash test kills the MariaDB
 // test server: run it only on servers of its own (the ctest entries are RUN_SERIAL).
 #include "test_env.hpp"
+#include "fault_calls.hpp"
 #include "fault_proxy.hpp"
 #include "majority_members.hpp"
 
@@ -50,17 +51,6 @@ using sqlock::engine;
 using sqlock::lease;
 using sqlock::locker;
 using std::chrono::milliseconds;
-
-/// What a call ended with: "returned" or the exception's type and message.
-template <class F>
-std::string outcome_of(F&& f) {
-    try {
-        f();
-        return "returned";
-    } catch (std::exception const& e) {
-        return describe(e);
-    }
-}
 
 std::string exit_status_of(int rc) {
     if (WIFEXITED(rc)) return "exit " + std::to_string(WEXITSTATUS(rc));

@@ -12,6 +12,7 @@
 //
 // Both servers are private and stopped in teardown, always. As root the servers run as the postgres user.
 #include "test_env.hpp"
+#include "fault_calls.hpp"
 #include "fault_proxy.hpp"
 #include "test_process.hpp"
 #include "private_server.hpp"
@@ -39,17 +40,6 @@ using namespace std::chrono_literals;
 using namespace sqlock_test;
 using sqlock::engine;
 using sqlock::lease;
-
-/// What a call ended with: "returned" or the exception's type and message.
-template <class F>
-std::string outcome_of(F&& f) {
-    try {
-        f();
-        return "returned";
-    } catch (std::exception const& e) {
-        return describe(e);
-    }
-}
 
 // ------------------------------------------------------------------ commands
 

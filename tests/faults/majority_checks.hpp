@@ -9,6 +9,7 @@
 //   renew_on_minority_is_lost     F10: a renewal reaching one member is not OK; lost by the deadline
 //   release_clears_reachable_members  F10: a release deletes the rows of every member it can reach
 //   windows_of                    a nemesis fault's [start, stop) windows per target
+//   overlaps_of                   where the windows of two targets overlap (two of three members down together)
 #pragma once
 
 #include "battery_harness.hpp"
@@ -296,6 +297,20 @@ inline std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> windows_
     return out;
 }
 
+/// Where the `fault` windows of two different targets overlap, [from, to): a majority of three members down.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> overlaps_of(run_record const& r, std::string const& fault) {
+    auto const w = windows_of(r, fault);
+    std::vector<std::pair<std::int64_t, std::int64_t>> majority_down;
+    for (std::size_t i = 0; i < w.size(); ++i)
+        for (std::size_t j = i + 1; j < w.size(); ++j) {
+            if (std::get<0>(w[i]) == std::get<0>(w[j])) continue;
+            auto from = std::max(std::get<1>(w[i]), std::get<1>(w[j]));
+            auto to = std::min(std::get<2>(w[i]), std::get<2>(w[j]));
+            if (from < to) majority_down.emplace_back(from, to);
+        }
+    return majority_down;
+}
+
 /// For member_rows_are_given_back: a member is unreachable during its `fault` windows, so a request it
 /// gets then is acted on at the window's end at the earliest.
 inline std::function<std::int64_t(std::string const&, std::int64_t)> unreachable_during(run_record const& r,
@@ -319,15 +334,7 @@ inline report renew_on_minority_is_lost(run_record const& r, std::chrono::millis
     report rep{"F10-minority-renew", {}, {}};
     auto const d = digest_of(r);
     // Majority stall windows: where two members' stalls overlap.
-    auto const w = windows_of(r, "stall");
-    std::vector<std::pair<std::int64_t, std::int64_t>> majority_down;
-    for (std::size_t i = 0; i < w.size(); ++i)
-        for (std::size_t j = i + 1; j < w.size(); ++j) {
-            if (std::get<0>(w[i]) == std::get<0>(w[j])) continue;
-            auto from = std::max(std::get<1>(w[i]), std::get<1>(w[j]));
-            auto to = std::min(std::get<2>(w[i]), std::get<2>(w[j]));
-            if (from < to) majority_down.emplace_back(from, to);
-        }
+    auto const majority_down = overlaps_of(r, "stall");
     std::int64_t lost_in_time = 0, renew_ok_total = 0;
     for (auto const& g : d.grants) {
         for (auto const* e : g.renews) {

@@ -8,8 +8,9 @@
 //                              a store through the proxy (tables of a random prefix, created), a direct raw
 //                              session for the checks; on destruction the proxies relay again and the tables
 //                              are dropped.
-// Used by battery_harness.hpp (the majority scenarios), characterization_suite.cpp (F06) and
-// majority_nemesis_suite.cpp (F07).
+//   drop_member_tables         drops a member's tables of a prefix (majority_members, tests/majority_suite.cpp).
+// Used by battery_harness.hpp (the majority scenarios), characterization_suite.cpp (F06),
+// majority_nemesis_suite.cpp (F07) and tests/majority_suite.cpp (its members, with their lease events).
 #pragma once
 
 #include "../fault_proxy.hpp"
@@ -53,7 +54,7 @@ inline std::vector<member_spec> shared_majority_members() {
 }
 
 /// One member database: its server, the proxy the library reaches it through,
-/// a store on the proxy and a direct raw session for the checks (as in tests/majority_suite.cpp).
+/// a store on the proxy and a direct raw session for the checks (tests/majority_suite.cpp adds lease events).
 struct member_db {
     std::string label;
     sqlock::engine e{};
@@ -62,6 +63,25 @@ struct member_db {
     std::optional<sqlock::store> store;  // through the proxy
     std::unique_ptr<soci::session> raw;  // direct
 };
+
+/// Drops the tables `tables`_* on member `m` (a failure to drop is a test failure).
+inline void drop_member_tables(member_db const& m, std::string const& tables) {
+    try {
+        auto s = raw_session(m.e, m.url);
+        std::vector<std::string> names(64);
+        std::string const like = tables + "\\_%";
+        if (m.e == sqlock::engine::postgresql)
+            *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
+                soci::into(names), soci::use(like);
+        else
+            *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                  "table_name LIKE :p",
+                soci::into(names), soci::use(like);
+        for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "could not drop the test tables " << tables << "_* on " << m.label << ": " << describe(e);
+    }
+}
 
 /// Members with tables of their own (`tables`_*), each through its own fault proxy.
 class majority_members {
@@ -100,7 +120,7 @@ public:
             m.raw.reset();
         }
         if (!tables_.empty())
-            for (auto& m : members_) drop_tables(m);
+            for (auto& m : members_) drop_member_tables(m, tables_);
         members_.clear();
         tables_.clear();
     }
@@ -130,25 +150,6 @@ public:
     }
 
 private:
-    void drop_tables(member_db const& m) {
-        try {
-            auto s = raw_session(m.e, m.url);
-            std::vector<std::string> names(64);
-            std::string const like = tables_ + "\\_%";
-            if (m.e == sqlock::engine::postgresql)
-                *s << "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE :p",
-                    soci::into(names), soci::use(like);
-            else
-                *s << "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
-                      "table_name LIKE :p",
-                    soci::into(names), soci::use(like);
-            for (auto const& t : names) *s << "DROP TABLE IF EXISTS " + t;
-        } catch (std::exception const& e) {
-            ADD_FAILURE() << "could not drop the test tables " << tables_ << "_* on " << m.label << ": "
-                          << describe(e);
-        }
-    }
-
     std::vector<member_db> members_;
     std::string tables_;
 };

@@ -225,15 +225,7 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
                                            std::chrono::milliseconds settle, std::chrono::milliseconds bound) {
     report rep{"F04-prompt", {}, {}};
     auto const d = digest_of(r);
-    auto const w = windows_of(r, fault);
-    std::vector<std::pair<std::int64_t, std::int64_t>> majority_down;
-    for (std::size_t i = 0; i < w.size(); ++i)
-        for (std::size_t j = i + 1; j < w.size(); ++j) {
-            if (std::get<0>(w[i]) == std::get<0>(w[j])) continue;
-            auto from = std::max(std::get<1>(w[i]), std::get<1>(w[j]));
-            auto to = std::min(std::get<2>(w[i]), std::get<2>(w[j]));
-            if (from < to) majority_down.emplace_back(from, to);
-        }
+    auto const majority_down = overlaps_of(r, fault);
     std::int64_t attempts = 0, max_ms = 0, partial = 0, partial_deleted = 0;
     for (auto const& [from, to] : majority_down) {
         for (auto const& c : d.calls) {
@@ -278,6 +270,25 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
     return rep;
 }
 
+// What F02, F03 and F04 share: majority mode, 2 processes × 2 threads on 2 locks for 10 s, TTL 2 s, acquire wait
+// 3 s, holds of 20-60 ms, K2 checked.
+scenario majority_scenario(std::string id, std::uint64_t seed) {
+    scenario s;
+    s.id = std::move(id);
+    s.fixed_seed = seed;
+    s.majority = true;
+    s.processes = 2;
+    s.threads = 2;
+    s.locks = 2;
+    s.duration = 10s;
+    s.ttl = 2s;
+    s.acquire_wait = 3s;
+    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
+    s.hold_max = 60ms;
+    s.k2 = true;
+    return s;
+}
+
 // ---------------------------------------------------------------------------------------------- F02
 
 // F02 — one member's whole server killed with SIGKILL 2 s into the run, kept down 4 s, started again on its data.
@@ -291,21 +302,9 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
     auto const shared = sqlock_test::shared_majority_members();  // before starting a server: they may be missing
     if (sqlock_test::should_stop()) return;
     private_pg pg;
-    scenario s;
-    s.id = "F02";
-    s.fixed_seed = 402;
-    s.majority = true;
+    scenario s = majority_scenario("F02", 402);
     s.members = with_private_member(shared, pg, "pgk");
-    s.processes = 2;
-    s.threads = 2;
-    s.locks = 2;
-    s.duration = 10s;
-    s.ttl = 2s;
-    s.acquire_wait = 3s;
-    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
-    s.hold_max = 60ms;
     s.linger = 1s;
-    s.k2 = true;
     s.min_grants = 20;
     s.nemesis_script = [&pg](nemesis_ctl& ctl) {
         ctl.sleep(2s);
@@ -342,23 +341,11 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
     if (sqlock_test::should_stop()) return;
     private_pg pg;
     sqlock_test::freezer fz;
-    scenario s;
-    s.id = "F03";
-    s.fixed_seed = 403;
-    s.majority = true;
+    scenario s = majority_scenario("F03", 403);
     s.members = with_private_member(shared, pg, "pgf");
     s.single_try = true;
-    s.processes = 2;
-    s.threads = 2;
-    s.locks = 2;
-    s.duration = 10s;
-    s.ttl = 2s;
     s.member_timeout = 200ms;
-    s.acquire_wait = 3s;
-    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
-    s.hold_max = 60ms;
     s.linger = 2s;
-    s.k2 = true;
     s.min_grants = 20;
     s.nemesis_script = [&pg, &fz](nemesis_ctl& ctl) {
         auto const moved = fz.adopt_tree(pg.postmaster());  // backends forked later are born in the group
@@ -395,22 +382,10 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
 // within 600 ms of its attempt's end: member_rows_are_given_back; a black-holed member's rows within 600 ms of the
 // black hole's end), not left to expire; K8 after quiescence: no leaked row. K1 per member, K1-majority, K2 = 0, K7.
 TEST(BatteryMajorityNemesis, F04_MajorityUnreachable) {
-    scenario s;
-    s.id = "F04";
-    s.fixed_seed = 404;
-    s.majority = true;
+    scenario s = majority_scenario("F04", 404);
     s.single_try = true;
-    s.processes = 2;
-    s.threads = 2;
-    s.locks = 2;
-    s.duration = 10s;
-    s.ttl = 2s;
     s.member_timeout = 200ms;
-    s.acquire_wait = 3s;
-    s.hold_min = 20ms;  // a few hundred grants: enough, and the checks stay quick
-    s.hold_max = 60ms;
     s.linger = 2s;
-    s.k2 = true;
     s.min_grants = 10;
     s.nemesis_script = [](nemesis_ctl& ctl) {
         while (steady::now() < ctl.end - 5s) {

@@ -94,6 +94,81 @@ inline std::vector<pid_t> children_of(pid_t parent) {
     return kids;
 }
 
+/// scripts/test-servers.sh for one engine in a temp dir of its own: start (SQLOCK_TEST_DIR first, then
+/// `settings`), the values of its env.sh, restart, and stop (by its owner's destructor).
+class scripted_server {
+public:
+    explicit scripted_server(std::vector<std::string> settings) {
+        using namespace std::chrono_literals;
+        control_ = dir_.path() / "srv";
+        settings.insert(settings.begin(), "SQLOCK_TEST_DIR=" + control_.string());
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"}, settings, 120s);
+        started_ = true;  // stop even a half-started server
+        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
+        env_ = slurp(control_ / "env.sh");
+    }
+    scripted_server(scripted_server const&) = delete;
+    scripted_server& operator=(scripted_server const&) = delete;
+
+    /// `var`'s value in the server's env.sh.
+    std::string value(std::string const& var) const {
+        std::smatch m;
+        if (!std::regex_search(env_, m, std::regex(var + "=([^\\s]+)")))
+            throw std::runtime_error(var + " missing from the env.sh of the private server");
+        return m[1];
+    }
+
+    /// scripts/test-servers.sh restart `engine`: the server again on its data and port.
+    void restart(std::string const& engine) {
+        using namespace std::chrono_literals;
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", engine},
+                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok())
+            throw std::runtime_error("scripts/test-servers.sh restart " + engine + " failed (" + exit_text(r.status) +
+                                     "): " + r.err);
+    }
+
+    /// scripts/test-servers.sh stop; if that fails, SIGKILL of `root` (never leave it running), said on stderr
+    /// as "private <server> did not stop (...): killed <process> <root>".
+    void stop(pid_t root, char const* server, char const* process) {
+        using namespace std::chrono_literals;
+        if (!started_) return;
+        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
+                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+        if (!r.ok() && alive(root) && ::kill(root, SIGKILL) == 0)
+            std::cerr << "private " << server << " did not stop (" << r.err << "): killed " << process << " " << root
+                      << "\n";
+    }
+
+    fs::path const& dir() const { return dir_.path(); }
+
+private:
+    temp_dir dir_;
+    fs::path control_;
+    bool started_ = false;
+    std::string env_;
+};
+
+/// A libfaketime timestamp file ("+0" at first) in a dir of its own, for a server's LD_PRELOAD.
+class faketime_file {
+public:
+    faketime_file() : file_(dir_.path() / "faketime") { write_file(file_, "+0"); }
+    /// The postmaster's or mariadbd's environment that preloads libfaketime reading this file.
+    std::string preload_env() const {
+        return "LD_PRELOAD=" + libfaketime_path().string() + " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
+               " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1";
+    }
+    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
+        write_file(file_.string() + ".new", o);
+        fs::rename(file_.string() + ".new", file_);
+    }
+    fs::path const& dir() const { return dir_.path(); }
+
+private:
+    temp_dir dir_;
+    fs::path file_;
+};
+
 }  // namespace server_detail
 
 // ------------------------------------------------------------------ a private PostgreSQL server
@@ -107,31 +182,15 @@ public:
         std::string env;   // SQLOCK_TEST_PG_ENV
     };
 
-    explicit private_pg(settings s = {}) {
-        using namespace std::chrono_literals;
-        control_ = dir_.path() / "srv";
-        auto r = run_command(
-            {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
-            {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=postgresql", "SQLOCK_TEST_PG_CONF=" + s.conf,
-             "SQLOCK_TEST_PG_HBA=" + s.hba, "SQLOCK_TEST_PG_ENV=" + s.env},
-            120s);
-        started_ = true;  // stop even a half-started server
-        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
-        auto env = slurp(control_ / "env.sh");
-        port_ = value_of(env, "SQLOCK_TEST_PG_PORT");
-        data_ = value_of(env, "SQLOCK_TEST_PG_DATA");
-        socket_dir_ = value_of(env, "SQLOCK_TEST_PG_SOCKET_DIR");
+    explicit private_pg(settings s = {})
+        : server_({"SQLOCK_TEST_ENGINES=postgresql", "SQLOCK_TEST_PG_CONF=" + s.conf, "SQLOCK_TEST_PG_HBA=" + s.hba,
+                   "SQLOCK_TEST_PG_ENV=" + s.env}) {
+        port_ = server_.value("SQLOCK_TEST_PG_PORT");
+        data_ = server_.value("SQLOCK_TEST_PG_DATA");
+        socket_dir_ = server_.value("SQLOCK_TEST_PG_SOCKET_DIR");
         postmaster_ = postmaster();
     }
-    ~private_pg() {
-        using namespace std::chrono_literals;
-        if (!started_) return;
-        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
-                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
-        if (!r.ok() && server_detail::alive(postmaster_) && ::kill(postmaster_, SIGKILL) == 0)  // never leave it running
-            std::cerr << "private PostgreSQL did not stop (" << r.err << "): killed its postmaster " << postmaster_
-                      << "\n";
-    }
+    ~private_pg() { server_.stop(postmaster_, "PostgreSQL", "its postmaster"); }
     private_pg(private_pg const&) = delete;
     private_pg& operator=(private_pg const&) = delete;
 
@@ -142,7 +201,7 @@ public:
         return "host=" + host + " port=" + port_ + " dbname=sqlock user=sqlock password=sqlock connect_timeout=2";
     }
     std::string const& port() const { return port_; }
-    fs::path const& dir() const { return dir_.path(); }
+    fs::path const& dir() const { return server_.dir(); }
     fs::path socket_dir() const { return socket_dir_; }
 
     /// The postmaster's pid (first line of postmaster.pid).
@@ -197,26 +256,12 @@ public:
     /// Starts the server again on its data and port (scripts/test-servers.sh restart postgresql: crash recovery
     /// after kill_tree), with the postmaster environment it was started with.
     void start_again() {
-        using namespace std::chrono_literals;
-        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", "postgresql"},
-                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
-        if (!r.ok())
-            throw std::runtime_error("scripts/test-servers.sh restart postgresql failed (" + exit_text(r.status) +
-                                     "): " + r.err);
+        server_.restart("postgresql");
         postmaster_ = postmaster();
     }
 
 private:
-    static std::string value_of(std::string const& env, std::string const& var) {
-        std::smatch m;
-        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
-            throw std::runtime_error(var + " missing from the env.sh of the private server");
-        return m[1];
-    }
-
-    temp_dir dir_;
-    fs::path control_;
-    bool started_ = false;
+    server_detail::scripted_server server_;
     std::string port_, data_;
     fs::path socket_dir_;
     pid_t postmaster_ = 0;
@@ -233,29 +278,14 @@ public:
         std::string env;   // SQLOCK_TEST_MY_ENV
     };
 
-    explicit private_mariadb(settings s = {}) {
-        using namespace std::chrono_literals;
-        control_ = dir_.path() / "srv";
-        auto r = run_command(
-            {"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"},
-            {"SQLOCK_TEST_DIR=" + control_.string(), "SQLOCK_TEST_ENGINES=mariadb", "SQLOCK_TEST_MY_ARGS=" + s.args,
-             "SQLOCK_TEST_MY_SQL=" + s.sql, "SQLOCK_TEST_MY_ENV=" + s.env},
-            120s);
-        started_ = true;  // stop even a half-started server
-        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
-        auto env = slurp(control_ / "env.sh");
-        port_ = value_of(env, "SQLOCK_TEST_MYSQL_PORT");
-        pid_file_ = value_of(env, "SQLOCK_TEST_MYSQL_PID_FILE");
+    explicit private_mariadb(settings s = {})
+        : server_({"SQLOCK_TEST_ENGINES=mariadb", "SQLOCK_TEST_MY_ARGS=" + s.args, "SQLOCK_TEST_MY_SQL=" + s.sql,
+                   "SQLOCK_TEST_MY_ENV=" + s.env}) {
+        port_ = server_.value("SQLOCK_TEST_MYSQL_PORT");
+        pid_file_ = server_.value("SQLOCK_TEST_MYSQL_PID_FILE");
         mariadbd_ = mariadbd();
     }
-    ~private_mariadb() {
-        using namespace std::chrono_literals;
-        if (!started_) return;
-        auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
-                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
-        if (!r.ok() && server_detail::alive(mariadbd_) && ::kill(mariadbd_, SIGKILL) == 0)  // never leave it running
-            std::cerr << "private MariaDB did not stop (" << r.err << "): killed mariadbd " << mariadbd_ << "\n";
-    }
+    ~private_mariadb() { server_.stop(mariadbd_, "MariaDB", "mariadbd"); }
     private_mariadb(private_mariadb const&) = delete;
     private_mariadb& operator=(private_mariadb const&) = delete;
 
@@ -263,7 +293,7 @@ public:
         return "mysql://sqlock:sqlock@" + host + ":" + port_ + "/" + db;
     }
     std::string const& port() const { return port_; }
-    fs::path const& dir() const { return dir_.path(); }
+    fs::path const& dir() const { return server_.dir(); }
 
     /// mariadbd's pid (its pid file): the whole server, one process.
     pid_t mariadbd() const {
@@ -273,16 +303,7 @@ public:
     }
 
 private:
-    static std::string value_of(std::string const& env, std::string const& var) {
-        std::smatch m;
-        if (!std::regex_search(env, m, std::regex(var + "=([^\\s]+)")))
-            throw std::runtime_error(var + " missing from the env.sh of the private server");
-        return m[1];
-    }
-
-    temp_dir dir_;
-    fs::path control_;
-    bool started_ = false;
+    server_detail::scripted_server server_;
     std::string port_, pid_file_;
     pid_t mariadbd_ = 0;
 };
@@ -376,44 +397,28 @@ private:
 /// A private server whose clock libfaketime moves: `offset("+6s")` jumps it at once (no restart).
 class faked_clock_server {
 public:
-    faked_clock_server() : file_(dir_.path() / "faketime") {
-        server_detail::write_file(file_, "+0");
-        pg_.emplace(private_pg::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
-                                                " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
-                                                " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
-    }
-    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
-        server_detail::write_file(file_.string() + ".new", o);
-        fs::rename(file_.string() + ".new", file_);
-    }
-    private_pg& pg() { return *pg_; }
+    faked_clock_server() : pg_(private_pg::settings{.env = clock_.preload_env()}) {}
+    void offset(std::string const& o) { clock_.offset(o); }
+    private_pg& pg() { return pg_; }
 
 private:
-    temp_dir dir_;
-    fs::path file_;
-    std::optional<private_pg> pg_;
+    server_detail::faketime_file clock_;  // first: outlives the server
+    private_pg pg_;
 };
 
 /// A private MariaDB whose clock libfaketime moves (preloaded into mariadbd only): `offset("+6s")` jumps it at once.
 class faked_clock_mariadb {
 public:
-    faked_clock_mariadb() : file_(dir_.path() / "faketime") {
-        server_detail::write_file(file_, "+0");
-        fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                         fs::perms::others_read | fs::perms::others_exec);  // mariadbd runs as mysql
-        my_.emplace(private_mariadb::settings{.env = "LD_PRELOAD=" + libfaketime_path().string() +
-                                                     " FAKETIME_TIMESTAMP_FILE=" + file_.string() +
-                                                     " FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1"});
+    faked_clock_mariadb() {
+        fs::permissions(clock_.dir(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                          fs::perms::others_read | fs::perms::others_exec);  // mariadbd runs as mysql
+        my_.emplace(private_mariadb::settings{.env = clock_.preload_env()});
     }
-    void offset(std::string const& o) {  // written whole, by rename: libfaketime rereads it on every call
-        server_detail::write_file(file_.string() + ".new", o);
-        fs::rename(file_.string() + ".new", file_);
-    }
+    void offset(std::string const& o) { clock_.offset(o); }
     private_mariadb& server() { return *my_; }
 
 private:
-    temp_dir dir_;
-    fs::path file_;
+    server_detail::faketime_file clock_;  // first: outlives the server
     std::optional<private_mariadb> my_;
 };
 
