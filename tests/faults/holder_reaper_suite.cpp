@@ -436,7 +436,7 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
         auto ports = own_ports_to(server_port());
         ASSERT_FALSE(ports.empty()) << "found no connection of this process to the MariaDB server";
         std::string in;
-        for (int p : ports) in += (in.empty() ? "" : ",") + std::string("'") + std::to_string(p) + "'";
+        for (int p : ports) in += (in.empty() ? "" : ",") + std::string("'").append(std::to_string(p)) + "'";
         long long sessions = 0, open_trx = 0;
         *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE SUBSTRING_INDEX(HOST, ':', -1) IN (" + in +
                      ")",
@@ -549,7 +549,7 @@ TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
     }
     std::vector<std::string> leaked;
     auto const db_file = e_ == engine::sqlite ? fs::weakly_canonical(sqlite_path_of(url_)).string() : std::string();
-    for (auto const& fd : fs::directory_iterator("/proc/" + std::to_string(kid) + "/fd")) {
+    for (auto const& fd : fs::directory_iterator(std::string("/proc/").append(std::to_string(kid)) + "/fd")) {
         if (std::stoi(fd.path().filename().string()) <= 2) continue;
         std::error_code ec;
         auto const target = fs::read_symlink(fd.path(), ec).string();
@@ -638,9 +638,9 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
     while (finished < spawned) {
         while (static_cast<int>(running.size()) < parallel && next < total) {
             int const i = next++;
-            std::string const name = "c" + std::to_string(i);
+            std::string const name = std::string("c").append(std::to_string(i));
             std::vector<std::string> args{SQLOCK_HOLDER_WORKER, "--mode", "churn", "--url", wurl, "--tables", tables_,
-                                          "--lock", n("c07/L" + std::to_string((i / 2) % locks)), "--ttl-ms",
+                                          "--lock", n(std::string("c07/L").append(std::to_string((i / 2) % locks))), "--ttl-ms",
                                           std::to_string(ttl.count()), "--wait-ms", "8000", "--name", name,
                                           "--history", (dir / ("history-" + name + ".jsonl")).string(),
                                           "--resource-backend", res_backend, "--resource-connect", res_connect,
@@ -667,10 +667,10 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
                 next = total;  // start no more; the checks below say why
             }
             if (exit_text(st) != "exit 0" && exit_text(st) != "exit 3")
-                failures.push_back("c" + std::to_string(i) + ": " + exit_text(st) + ": " +
-                                   slurp(work() / ("c" + std::to_string(i) + ".err")));
+                failures.push_back(std::string("c").append(std::to_string(i)) + ": " + exit_text(st) + ": " +
+                                   slurp(work() / (std::string("c").append(std::to_string(i)) + ".err")));
             if (i % 2 == 1)
-                nemesis << to_json(nemesis_event{.fault = "exit", .target = "c" + std::to_string(i), .phase = "instant",
+                nemesis << to_json(nemesis_event{.fault = "exit", .target = std::string("c").append(std::to_string(i)), .phase = "instant",
                                                  .mono_ns = raw_monotonic_ns(), .detail = "_exit(0) holding the lock"})
                                .dump()
                         << '\n'
@@ -750,7 +750,7 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
         std::string ports;
         std::size_t processes_with_ports = 0;
         for (int i = 0; i < spawned; ++i)
-            for (auto const& l : lines_of(work() / ("c" + std::to_string(i) + ".out")))
+            for (auto const& l : lines_of(work() / (std::string("c").append(std::to_string(i)) + ".out")))
                 if (l.rfind("ports", 0) == 0) {
                     std::istringstream f(l.substr(5));
                     bool any = false;
@@ -819,7 +819,7 @@ TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
                  "NOW(6) - INTERVAL 2 HOUR, TIMESTAMPADD(MICROSECOND, g * 1000, NOW(6) - INTERVAL 1 HOUR) FROM " + seq,
             soci::use(p, "p");
         *raw_ << "INSERT INTO " + locks + cols + "SELECT CONCAT(:p, 'live', g), 'alive', g + 1, 1, 0, NOW(6), "
-                 "NOW(6) + INTERVAL 1 HOUR FROM " + seq + " WHERE g BETWEEN 1 AND " + std::to_string(live),
+                 "NOW(6) + INTERVAL 1 HOUR FROM " + seq + std::string(" WHERE g BETWEEN 1 AND ").append(std::to_string(live)),
             soci::use(p, "p");
         break;
     }
@@ -829,7 +829,7 @@ TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
                      std::to_string(expired - 1) + ") INSERT INTO " + locks + cols +
                      "SELECT :p || printf('%05d', g), 'dead', g + 1, 1, 0, :c, :e + g * 1000 FROM seq",
             soci::use(p, "p"), soci::use(now_us - 2 * hour, "c"), soci::use(now_us - hour, "e");
-        *raw_ << "WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < " + std::to_string(live) +
+        *raw_ << std::string("WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ").append(std::to_string(live)) +
                      ") INSERT INTO " + locks + cols + "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, :c, :e FROM seq",
             soci::use(p, "p"), soci::use(now_us, "c"), soci::use(now_us + hour, "e");
         break;
@@ -1062,7 +1062,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     reapers[1].skew = skewed ? -60s : 0s;
     auto start = [&](std::size_t i, clock_mover m) {
         auto& r = reapers[i];
-        fs::path const base = dir / ("reaper" + std::to_string(i) + "-" + std::to_string(r.outs.size()));
+        fs::path const base = dir / (std::string("reaper").append(std::to_string(i)) + std::string("-").append(std::to_string(r.outs.size())));
         std::vector<std::string> args{SQLOCK_REAPER_BIN, "--db", url_, "--interval", "200ms", "--grace", "0s",
                                       "--json", "--table-prefix", tables_};
         std::vector<std::string> env;
@@ -1114,7 +1114,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
             << "the reaper (" << r.label << ") reported no pass in " << hang_limit.count() << " s: "
             << slurp(r.errs.back());
         r.hang = describe_running_process(r.proc->pid());
-        report_libfaketime_hang("sqlock-reaper (" + r.label + ") for " + std::to_string(hang_limit.count()) + " s",
+        report_libfaketime_hang("sqlock-reaper (" + r.label + std::string(") for ").append(std::to_string(hang_limit.count())) + " s",
                                 r.hang);
         start(i, clock_mover::system_clock_preload);
         ASSERT_TRUE(eventually([&] { return passes(i) >= 1; }, hang_limit))
@@ -1146,7 +1146,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
                 return std::uniform_int_distribution<long long>(lo, hi)(rng);
             };
             while (steady::now() < until) {
-                std::string const name = n("e02/L" + std::to_string(uniform(0, names - 1)));
+                std::string const name = n(std::string("e02/L").append(std::to_string(uniform(0, names - 1))));
                 milliseconds const ttl(uniform(500, 2000));
                 auto locks = sqlock::table_locker(clients, {.ttl = ttl, .auto_renew = false});
                 std::optional<lease> got;
@@ -1248,7 +1248,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     std::string left;
     for (auto const& r : remaining)
         if (r.expires_at_us < r.db_time_us)
-            left += " " + r.lock + " (token " + std::to_string(r.token) + ", expired " +
+            left += " " + r.lock + std::string(" (token ").append(std::to_string(r.token)) + ", expired " +
                     std::to_string((r.db_time_us - r.expires_at_us) / 1000) + " ms ago)";
     EXPECT_TRUE(left.empty()) << "expired rows were still there after two passes of each reaper (K8):" << left;
     EXPECT_TRUE(remaining.empty()) << remaining.size() << " rows left once every lease had run out";
@@ -1304,9 +1304,9 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
             // (1) A delete that no client made is a reaper's, and must find the row expired by the
             // database's clock at the moment of the delete.
             if (a.expires_at_us > a.db_time_us)
-                live_deletes.push_back(a.lock + " token " + std::to_string(a.token) + " deleted " +
+                live_deletes.push_back(a.lock + std::string(" token ").append(std::to_string(a.token)) + " deleted " +
                                        std::to_string((a.expires_at_us - a.db_time_us) / 1000) +
-                                       " ms before its expiry (seq " + std::to_string(a.seq) + ")");
+                                       std::string(" ms before its expiry (seq ").append(std::to_string(a.seq)) + ")");
         }
     }
     EXPECT_TRUE(live_deletes.empty()) << live_deletes.size() << " live leases were deleted by a reaper, e.g. "
