@@ -171,7 +171,8 @@ TEST_P(KillpointTable, AfterCommitBeforeReturn) {
 // expiry (K1), then the lock moves on within the bound (K6) with a greater token (K7). Holds of
 // 0.8–1.2 s, so the watchdog (every TTL/3) renews in most of them.
 TEST_P(KillpointTable, BeforeRenew) {
-    auto s = killpoint_scenario("C01d", 312, "renew.before_statement", 2);
+    // Killed at its first renewal: a second one was not always reached in 10 s on a busy machine.
+    auto s = killpoint_scenario("C01d", 312, "renew.before_statement", 1);
     s.hold_min = 800ms;
     s.hold_max = 1200ms;
     s.reaper = true;
