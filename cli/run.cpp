@@ -27,6 +27,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -42,6 +43,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <span>
@@ -56,7 +58,24 @@ namespace sqlock::cli {
 namespace {
 
 using steady = std::chrono::steady_clock;
-constexpr auto kill_grace = std::chrono::seconds(5);
+using std::chrono::milliseconds;
+
+/// How COMMAND's tree is stopped: SIGTERM, then SIGKILL `grace` later, and
+/// SIGKILL at the latest `margin` before the lease's safe deadline, so that
+/// the tree is dead and reaped before the database can grant the lock to
+/// another (about 1 % of the TTL after that deadline). Stopping starts when
+/// the lease's safe validity falls to grace + margin without a renewal having
+/// succeeded (renewals are due every TTL/3, so the lease is then in doubt: a
+/// renewal failed or hangs).
+struct stop_times {
+    milliseconds grace;
+    milliseconds margin;
+};
+
+stop_times stop_times_for(milliseconds ttl) {
+    return {std::min<milliseconds>(std::chrono::seconds(5), ttl / 4),
+            std::min<milliseconds>(std::chrono::seconds(1), ttl / 10)};
+}
 
 class unique_fd {
 public:
@@ -132,6 +151,23 @@ struct loss_report {
         std::lock_guard lock(mutex);
         return why.empty() ? std::string("renewal refused or validity ran out") : why;
     }
+
+    /// The last renewal that could not reach the database (the lease is then in doubt).
+    void renewal_failed(std::string_view reason) noexcept {
+        try {
+            std::lock_guard lock(mutex);
+            failed_renewal = reason;
+        } catch (...) {
+        }
+    }
+    std::string why_in_doubt() {
+        std::lock_guard lock(mutex);
+        return failed_renewal.empty() ? std::string("a renewal has not been answered")
+                                      : "the last renewal failed: " + one_line(failed_renewal);
+    }
+
+private:
+    std::string failed_renewal;
 };
 
 /// While the lock is being taken: turns the first SIGINT/SIGTERM/SIGHUP into a
@@ -298,6 +334,32 @@ private:
     std::vector<pid_t> members_;
 };
 
+/// The latest moment (CLOCK_MONOTONIC, which steady_clock reads, in ms) COMMAND's
+/// tree may live on the lease sqlock last saw, in memory shared with the guardian:
+/// should sqlock die, the guardian kills the tree by then rather than after a
+/// full grace. sqlock only ever lags behind a renewal, so the guardian's copy is
+/// never later than the lease's own deadline.
+class shared_deadline {
+public:
+    shared_deadline() {
+        void* p = ::mmap(nullptr, sizeof(std::atomic<std::int64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+        if (p == MAP_FAILED) system_failure("mmap");
+        at_ = new (p) std::atomic<std::int64_t>(INT64_MAX);
+    }
+    shared_deadline(shared_deadline const&) = delete;
+    shared_deadline& operator=(shared_deadline const&) = delete;
+    ~shared_deadline() { ::munmap(at_, sizeof *at_); }
+
+    void set(steady::time_point t) noexcept {
+        at_->store(std::chrono::duration_cast<milliseconds>(t.time_since_epoch()).count());
+    }
+    std::int64_t ms() const noexcept { return at_->load(); }
+
+private:
+    std::atomic<std::int64_t>* at_ = nullptr;
+};
+
 struct child_process {
     pid_t guardian = -1;
     pid_t pid = -1;      ///< COMMAND
@@ -314,9 +376,11 @@ std::int64_t monotonic_ms() noexcept {
 
 /// The guardian, between sqlock and COMMAND: a subreaper that reaps COMMAND's
 /// orphans, reports COMMAND's exit status, and takes COMMAND's whole tree down
-/// (SIGTERM, SIGKILL after the grace) when sqlock dies. Runs in a fork of a
-/// threaded process: system calls only.
-[[noreturn]] void guard(int life, int status_out, process_tree& tree, auto start_command) {
+/// when sqlock dies (SIGTERM, SIGKILL after the grace or at the deadline sqlock
+/// last published, whichever comes first). Runs in a fork of a threaded
+/// process: system calls only.
+[[noreturn]] void guard(int life, int status_out, process_tree& tree, std::int64_t grace_ms,
+                        shared_deadline const& deadline, auto start_command) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -357,14 +421,15 @@ std::int64_t monotonic_ms() noexcept {
     }
 
     // Nobody renews the lock any more: nothing of COMMAND may go on.
-    auto const kill_at = monotonic_ms() + std::chrono::duration_cast<std::chrono::milliseconds>(kill_grace).count();
+    auto const kill_at = std::min(monotonic_ms() + grace_ms, deadline.ms());
     tree.signal(self, SIGTERM);
     for (;;) {
         if (reap(command_done, status) < 0) ::_exit(0);
-        bool const grace_over = monotonic_ms() >= kill_at;
+        auto const now = monotonic_ms();
+        bool const grace_over = now >= kill_at;
         if (grace_over) tree.signal(self, SIGKILL);
         pollfd p{sfd, POLLIN, 0};
-        ::poll(&p, sfd >= 0 ? 1 : 0, grace_over ? 20 : 100);
+        ::poll(&p, sfd >= 0 ? 1 : 0, grace_over ? 20 : static_cast<int>(std::min<std::int64_t>(kill_at - now, 100)));
         signalfd_siginfo si;
         while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         }
@@ -374,7 +439,8 @@ std::int64_t monotonic_ms() noexcept {
 /// Starts the guardian, which starts COMMAND (execvp) with `env`, an empty
 /// signal mask, and only the descriptors in `keep` (sorted) besides the error pipe.
 child_process spawn(std::vector<std::string> const& command, std::vector<std::string> const& env,
-                    std::vector<int> const& keep, process_tree& tree) {
+                    std::vector<int> const& keep, process_tree& tree, stop_times times,
+                    shared_deadline const& deadline) {
     std::vector<char*> argv;
     for (auto const& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -424,7 +490,7 @@ child_process spawn(std::vector<std::string> const& command, std::vector<std::st
         ::close(life_write.get());
         ::close(status_read.get());
         ::close(err_read.get());
-        guard(life_read.get(), status_write.get(), tree, [&]() -> pid_t {
+        guard(life_read.get(), status_write.get(), tree, times.grace.count(), deadline, [&]() -> pid_t {
             pid_t const parent = ::getpid();
             pid_t pid = ::fork();
             if (pid < 0) {
@@ -629,6 +695,7 @@ int run_command(run_args const& args) {
     // on_event, not on_lost: it carries the reason, and runs right after on_lost on the same thread.
     auto on_event = [loss](sqlock::lease_event const& e) {
         if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
+        if (e.what == sqlock::lease_event::kind::renew_failed) loss->renewal_failed(e.detail);
     };
     std::optional<sqlock::store> store;
     std::vector<member> members;
@@ -694,7 +761,10 @@ int run_command(run_args const& args) {
     watcher.reset();
 
     process_tree tree;
-    auto child = spawn(args.command, child_environment(*lease), inherited, tree);
+    auto const times = stop_times_for(ttl);
+    shared_deadline tree_deadline;
+    tree_deadline.set(steady::now() + lease->remaining() - times.margin);
+    auto child = spawn(args.command, child_environment(*lease), inherited, tree, times, tree_deadline);
     if (child.pid < 0) {
         lease->release();
         fail(child.exec_errno == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute,
@@ -702,10 +772,24 @@ int run_command(run_args const& args) {
     }
 
     pid_t const self = ::getpid();
-    bool lost = false;
+    bool stopping = false;  // COMMAND's tree is being stopped: the lease is in doubt near its end, or lost
     bool guardian_done = false;
     int guardian_status = 0;
     steady::time_point kill_at{};
+    steady::time_point kill_by = steady::now() + lease->remaining() - times.margin;  // as of the last look
+    auto stop_tree = [&](steady::time_point by, std::string const& why) {
+        if (stopping) {
+            kill_at = std::min(kill_at, by);
+            return;
+        }
+        stopping = true;
+        kill_at = by;
+        tree.signal(self, SIGTERM, child.guardian);
+        auto in_ms = std::max<long long>(0, std::chrono::ceil<milliseconds>(kill_at - steady::now()).count());
+        say(why + "; sent SIGTERM to '" + command_text(args.command) + "' (pid " + std::to_string(child.pid) +
+            ") and all its processes, SIGKILL in " + std::to_string(in_ms) + " ms; exit 76");
+    };
+    auto lock_text = "lock '" + printable(args.name) + "' (token " + std::to_string(lease->token()) + ")";
     for (;;) {
         // Our children: the guardian, and after it what is left of COMMAND's tree.
         pid_t reaped = 0;
@@ -716,21 +800,36 @@ int run_command(run_args const& args) {
                 guardian_status = st;
             }
         }
-        if (lost ? reaped < 0 : guardian_done) break;  // lost: until nothing of the tree is left
+        if (stopping ? reaped < 0 : guardian_done) break;  // stopping: until nothing of the tree is left
 
-        bool lost_now = false;
         int timeout_ms = -1;
-        if (!lost) {
-            // Our own deadline: a renewal that hangs reports no loss.
-            auto left = std::chrono::ceil<std::chrono::milliseconds>(lease->remaining()).count();
-            if (left <= 0) lost_now = true;
-            timeout_ms = static_cast<int>(std::min<long long>(left, INT_MAX));
-        } else {
-            auto left = std::chrono::ceil<std::chrono::milliseconds>(kill_at - steady::now()).count();
+        if (!stopping) {
+            // Our own deadline: a renewal that hangs reports nothing. The tree
+            // must be dead `margin` before the safe deadline, and gets `grace`
+            // after SIGTERM before that.
+            auto const left = lease->remaining();
+            kill_by = steady::now() + left - times.margin;
+            tree_deadline.set(kill_by);
+            if (left <= times.grace + times.margin) {
+                if (left == steady::duration::zero())
+                    loss->report("its validity ran out before a renewal succeeded");
+                auto left_ms = std::chrono::floor<milliseconds>(left).count();
+                stop_tree(kill_by,
+                          left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
+                                            loss->why_in_doubt() + ", and its safe validity ends in " +
+                                            std::to_string(left_ms) + " ms"
+                                      : "lost " + lock_text + " while COMMAND was running: " + loss->reason());
+            } else {
+                timeout_ms = static_cast<int>(std::min<long long>(
+                    std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(), INT_MAX));
+            }
+        }
+        if (stopping) {
+            auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
             timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
         }
         pollfd p[2] = {{sigfd.get(), POLLIN, 0}, {loss->event.get(), POLLIN, 0}};
-        if (!lost_now && ::poll(p, 2, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        if (::poll(p, 2, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
         if (p[0].revents != 0) {
             signalfd_siginfo si{};
             while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
@@ -743,19 +842,13 @@ int run_command(run_args const& args) {
         if (p[1].revents != 0) {
             std::uint64_t count = 0;
             [[maybe_unused]] auto n = ::read(loss->event.get(), &count, sizeof count);  // drain
-            lost_now = true;
+            // The lock may be someone else's already: SIGKILL after the grace at the latest.
+            stop_tree(std::min(kill_by, steady::now() + times.grace),
+                      "lost " + lock_text + " while COMMAND was running: " + loss->reason());
         }
-        if (!lost && (lost_now || lease->remaining() == steady::duration::zero())) {
-            lost = true;
-            loss->report("its validity ran out before a renewal succeeded");  // kept only if nothing was reported
-            kill_at = steady::now() + kill_grace;
-            tree.signal(self, SIGTERM, child.guardian);
-            say("lost lock '" + printable(args.name) + "' (token " + std::to_string(lease->token()) +
-                ") while COMMAND was running: " + loss->reason() + "; sent SIGTERM to '" + command_text(args.command) +
-                "' (pid " + std::to_string(child.pid) + ") and all its processes, SIGKILL in 5 s; exit 76");
-        }
-        if (lost && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
+        if (stopping && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
     }
+    bool const lost = stopping;
     if (lost) {
         // COMMAND's tree is gone. Nothing is left to release, and a lease whose
         // renewal hangs would hang its own destruction (the renewer cannot be
