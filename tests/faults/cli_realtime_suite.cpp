@@ -18,7 +18,8 @@
 // The first COMMAND's tree: COMMAND itself ignoring SIGTERM; COMMAND (which
 // dies of SIGTERM) with a child that ignores it; COMMAND with a daemon that
 // left its session (setsid, double fork: the daemon's parent exited, so it is
-// re-parented to sqlock's guardian, a child subreaper).
+// re-parented to sqlock's guardian, a child subreaper); and the first sqlock
+// killed (SIGKILL) once stalled, leaving its guardian to stop the tree.
 //
 // SQLite is not run: there is no server session to freeze, and a frozen sqlock
 // (SIGSTOP) cannot stop anything; see docs/cli.md for that limit.
@@ -29,6 +30,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -77,6 +79,7 @@ struct tree_shape {
     char const* name;
     char const* script;  ///< the first COMMAND: sh -c SCRIPT sh DIR, D set to DIR
     int processes;       ///< how many register in first.pids
+    bool kill_sqlock = false;  ///< SIGKILL the first sqlock once its connections are stalled (its guardian is left)
 };
 
 class CliRealtime : public engine_fixture {
@@ -109,6 +112,7 @@ protected:
         }, 30s);
         proxy->stall();
         ASSERT_TRUE(renewed && !first.finished()) << "the first holder did not renew: " << first.wait(1s).describe();
+        if (tree.kill_sqlock) ::kill(first.pid(), SIGKILL);
 
         cli_process second({"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh", (dir / "probe.sh").string(),
                             dir.string()},
@@ -118,7 +122,11 @@ protected:
         proxy->resume();
 
         // The fault bit: the first sqlock stopped its COMMAND for the lease, and the second ran.
-        EXPECT_EQ(r1.code(), 76) << "the first sqlock: " << r1.describe();
+        if (tree.kill_sqlock) {
+            EXPECT_TRUE(WIFSIGNALED(r1.status) && WTERMSIG(r1.status) == SIGKILL) << r1.describe();
+        } else {
+            EXPECT_EQ(r1.code(), 76) << "the first sqlock: " << r1.describe();
+        }
         ASSERT_EQ(r2.code(), 0) << "the second sqlock: " << r2.describe();
         ASSERT_TRUE(fs::exists(dir / "second.alive")) << "the second COMMAND did not run: " << r2.describe();
         auto alive = slurp(dir / "second.alive");
@@ -171,6 +179,12 @@ TEST_P(CliRealtime, DaemonInANewSessionIsGoneBeforeTheNextHolderRuns) {
                   "setsid sh -c 'sh \"$1/stubborn.sh\" \"$1\" </dev/null >/dev/null 2>&1 &' sh \"$D\"; "
                   ". \"$D/reg.sh\"; exec sleep 1000",
                   2});
+}
+
+TEST_P(CliRealtime, TreeOfAKilledSqlockIsGoneBeforeTheNextHolderRuns) {
+    // sqlock dies (SIGKILL, the OOM killer) while its lease is in doubt: its
+    // guardian stops the tree by the deadline sqlock last saw, not 5 s later.
+    run_scenario({"sqlock-killed", "sh \"$D/stubborn.sh\" \"$D\" & . \"$D/reg.sh\"; wait", 2, true});
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CliRealtime, ::testing::Values(engine::postgresql, engine::mysql),
