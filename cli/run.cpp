@@ -5,9 +5,11 @@
 // read only through a signalfd. While the lock is being taken a watcher thread
 // turns SIGINT/SIGTERM/SIGHUP into a cancellation of the wait (a Ctrl-C never
 // leaves a half-written lock row behind); while COMMAND runs the main thread
-// poll()s the signalfd (child exit, signals to forward) and an eventfd that the
-// renewer thread writes when the lease is lost, and wakes up on its own when
-// the lease's validity runs out (a renewal that hangs reports nothing).
+// poll()s the signalfd (child exit, signals to forward) and eventfds that the
+// renewer thread writes when the lease is lost or renewed, and wakes up on its
+// own when the lease nears its safe deadline without a renewal (a renewal that
+// hangs reports nothing): COMMAND's tree must be dead and reaped before that
+// deadline, not merely signalled (see stop_times).
 //
 // Processes: sqlock -> guardian -> COMMAND -> COMMAND's own processes. sqlock
 // and the guardian are child subreapers, so every process of COMMAND's tree,
@@ -15,6 +17,9 @@
 // walking /proc. sqlock signals that tree (forwarding, loss); the guardian is
 // there for when sqlock dies (SIGKILL, OOM): it sees the end of a pipe only
 // sqlock holds and takes the tree down, as nobody renews the lock any more.
+// sqlock also publishes to it, in shared memory, the deadline by which the tree
+// must be dead: should sqlock stop running (SIGSTOP, starved) the guardian
+// kills the tree by then on its own.
 #include "cli.hpp"
 
 #include <sqlock/admin.hpp>
@@ -153,6 +158,13 @@ struct loss_report {
     }
 
     /// The last renewal that could not reach the database (the lease is then in doubt).
+    /// Written on every renewal: the main loop then publishes the new deadline to the guardian.
+    unique_fd renewed{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    void renewal_done() noexcept {
+        std::uint64_t one = 1;
+        [[maybe_unused]] auto n = ::write(renewed.get(), &one, sizeof one);
+    }
+
     void renewal_failed(std::string_view reason) noexcept {
         try {
             std::lock_guard lock(mutex);
@@ -406,15 +418,22 @@ std::int64_t monotonic_ms() noexcept {
     };
     bool command_done = false;
     int status = 0;
+    bool past_deadline = false;
     for (;;) {
+        // A backstop for an sqlock that is alive but not running (stopped,
+        // starved): past the deadline it published, the tree is killed here.
+        auto const until = deadline.ms() - monotonic_ms();
+        int const timeout = past_deadline ? 20 : static_cast<int>(std::clamp<std::int64_t>(until, 0, sfd >= 0 ? INT_MAX : 100));
         pollfd p[2] = {{life, POLLIN, 0}, {sfd, POLLIN, 0}};
-        ::poll(p, sfd >= 0 ? 2 : 1, sfd >= 0 ? -1 : 100);
+        ::poll(p, sfd >= 0 ? 2 : 1, timeout);
         signalfd_siginfo si;
         while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         }
-        reap(command_done, status);
+        pid_t const left = reap(command_done, status);
         if (p[0].revents != 0) break;  // sqlock is gone
-        if (command_done) {
+        if (!past_deadline && monotonic_ms() >= deadline.ms()) past_deadline = true;
+        if (past_deadline) tree.signal(self, SIGKILL);
+        if (command_done && (!past_deadline || left < 0)) {
             w = ::write(status_out, &status, sizeof status);
             ::_exit(0);
         }
@@ -688,7 +707,7 @@ int run_command(run_args const& args) {
     unique_fd sigfd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
     if (sigfd.get() < 0) system_failure("signalfd");
     auto loss = std::make_shared<loss_report>();
-    if (loss->event.get() < 0) system_failure("eventfd");
+    if (loss->event.get() < 0 || loss->renewed.get() < 0) system_failure("eventfd");
 
     std::optional<signal_watcher> watcher(std::in_place, sigfd.get());
 
@@ -696,6 +715,7 @@ int run_command(run_args const& args) {
     auto on_event = [loss](sqlock::lease_event const& e) {
         if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
         if (e.what == sqlock::lease_event::kind::renew_failed) loss->renewal_failed(e.detail);
+        if (e.what == sqlock::lease_event::kind::renewed) loss->renewal_done();
     };
     std::optional<sqlock::store> store;
     std::vector<member> members;
@@ -828,8 +848,12 @@ int run_command(run_args const& args) {
             auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
             timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
         }
-        pollfd p[2] = {{sigfd.get(), POLLIN, 0}, {loss->event.get(), POLLIN, 0}};
-        if (::poll(p, 2, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        pollfd p[3] = {{sigfd.get(), POLLIN, 0}, {loss->event.get(), POLLIN, 0}, {loss->renewed.get(), POLLIN, 0}};
+        if (::poll(p, 3, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        if (p[2].revents != 0) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(loss->renewed.get(), &count, sizeof count);  // the loop's top publishes it
+        }
         if (p[0].revents != 0) {
             signalfd_siginfo si{};
             while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {

@@ -19,10 +19,11 @@
 // dies of SIGTERM) with a child that ignores it; COMMAND with a daemon that
 // left its session (setsid, double fork: the daemon's parent exited, so it is
 // re-parented to sqlock's guardian, a child subreaper); and the first sqlock
-// killed (SIGKILL) once stalled, leaving its guardian to stop the tree.
+// killed (SIGKILL) or stopped (SIGSTOP) once stalled, leaving its guardian to
+// stop the tree.
 //
-// SQLite is not run: there is no server session to freeze, and a frozen sqlock
-// (SIGSTOP) cannot stop anything; see docs/cli.md for that limit.
+// SQLite is not run: it has no server session to stall (a test holding the
+// file's write lock would keep the second holder out as well).
 #include "cli_process.hpp"
 #include "fault_proxy.hpp"
 #include "test_env.hpp"
@@ -79,7 +80,7 @@ struct tree_shape {
     char const* name;
     char const* script;  ///< the first COMMAND: sh -c SCRIPT sh DIR, D set to DIR
     int processes;       ///< how many register in first.pids
-    bool kill_sqlock = false;  ///< SIGKILL the first sqlock once its connections are stalled (its guardian is left)
+    int to_sqlock = 0;   ///< a signal for the first sqlock once stalled: SIGKILL (dead) or SIGSTOP (not running)
 };
 
 class CliRealtime : public engine_fixture {
@@ -112,17 +113,18 @@ protected:
         }, 30s);
         proxy->stall();
         ASSERT_TRUE(renewed && !first.finished()) << "the first holder did not renew: " << first.wait(1s).describe();
-        if (tree.kill_sqlock) ::kill(first.pid(), SIGKILL);
+        if (tree.to_sqlock != 0) ::kill(first.pid(), tree.to_sqlock);
 
         cli_process second({"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh", (dir / "probe.sh").string(),
                             dir.string()},
                            dir);
         auto const r2 = second.wait(90s);
-        auto const r1 = first.wait(30s);
         proxy->resume();
+        if (tree.to_sqlock == SIGSTOP) ::kill(first.pid(), SIGCONT);
+        auto const r1 = first.wait(60s);
 
         // The fault bit: the first sqlock stopped its COMMAND for the lease, and the second ran.
-        if (tree.kill_sqlock) {
+        if (tree.to_sqlock == SIGKILL) {
             EXPECT_TRUE(WIFSIGNALED(r1.status) && WTERMSIG(r1.status) == SIGKILL) << r1.describe();
         } else {
             EXPECT_EQ(r1.code(), 76) << "the first sqlock: " << r1.describe();
@@ -184,7 +186,13 @@ TEST_P(CliRealtime, DaemonInANewSessionIsGoneBeforeTheNextHolderRuns) {
 TEST_P(CliRealtime, TreeOfAKilledSqlockIsGoneBeforeTheNextHolderRuns) {
     // sqlock dies (SIGKILL, the OOM killer) while its lease is in doubt: its
     // guardian stops the tree by the deadline sqlock last saw, not 5 s later.
-    run_scenario({"sqlock-killed", "sh \"$D/stubborn.sh\" \"$D\" & . \"$D/reg.sh\"; wait", 2, true});
+    run_scenario({"sqlock-killed", "sh \"$D/stubborn.sh\" \"$D\" & . \"$D/reg.sh\"; wait", 2, SIGKILL});
+}
+
+TEST_P(CliRealtime, TreeOfAStoppedSqlockIsGoneBeforeTheNextHolderRuns) {
+    // sqlock stops running (SIGSTOP, a starved process) while its lease is in
+    // doubt: its guardian kills the tree by the deadline sqlock published.
+    run_scenario({"sqlock-stopped", "sh \"$D/stubborn.sh\" \"$D\" & . \"$D/reg.sh\"; wait", 2, SIGSTOP});
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CliRealtime, ::testing::Values(engine::postgresql, engine::mysql),
