@@ -37,8 +37,8 @@ constexpr char const* dbs_help =
 
 constexpr char const* exit_codes_help =
     "Exit codes: COMMAND's own (128+N when killed by signal N); 75 lock busy (--conflict-exit-code); "
-    "76 lock lost while COMMAND ran; 64 usage; 69 database unreachable or misconfigured (several --db: too "
-    "few reachable for a majority; list/release: a database did not answer); "
+    "76 lock lost (or about to be) while COMMAND ran; 64 usage; 69 database unreachable or misconfigured "
+    "(several --db: too few reachable for a majority; list/release: a database did not answer); "
     "78 lock tables missing; 126/127 COMMAND not executable / not found.";
 
 int dispatch(int argc, char** argv) {
@@ -86,9 +86,10 @@ int dispatch(int argc, char** argv) {
     run_cmd->footer(
         "COMMAND runs with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the fencing token) added to its environment "
         "while the lock is renewed every TTL/3; the lock is released when COMMAND exits. SIGINT, SIGTERM and SIGHUP "
-        "sent to sqlock are forwarded to every process of COMMAND. If the lock is lost (or its validity runs out "
-        "while a renewal hangs), COMMAND and all its processes get SIGTERM, then SIGKILL after 5 s, and so they do if "
-        "sqlock itself dies. "
+        "sent to sqlock are forwarded to every process of COMMAND. If the lock is lost, or no renewal has succeeded "
+        "and the lease nears its end (a renewal fails or hangs), COMMAND and all its processes get SIGTERM, then "
+        "SIGKILL min(5s, TTL/4) later, and are dead min(1s, TTL/10) before the lease's safe deadline; so they are "
+        "if sqlock itself dies or stops. "
         "On SQLite the file and its tables are created if missing.\n\n"
         "Majority mode: with several --db (3 or 5 recommended, each a different database; engines may be mixed) "
         "the lock is held while a majority of them (N/2+1) grant and renew it, asked in parallel, each bounded "

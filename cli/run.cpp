@@ -423,7 +423,8 @@ std::int64_t monotonic_ms() noexcept {
         // A backstop for an sqlock that is alive but not running (stopped,
         // starved): past the deadline it published, the tree is killed here.
         auto const until = deadline.ms() - monotonic_ms();
-        int const timeout = past_deadline ? 20 : static_cast<int>(std::clamp<std::int64_t>(until, 0, sfd >= 0 ? INT_MAX : 100));
+        int const timeout =
+            past_deadline ? 20 : static_cast<int>(std::clamp<std::int64_t>(until, 0, sfd >= 0 ? INT_MAX : 100));
         pollfd p[2] = {{life, POLLIN, 0}, {sfd, POLLIN, 0}};
         ::poll(p, sfd >= 0 ? 2 : 1, timeout);
         signalfd_siginfo si;

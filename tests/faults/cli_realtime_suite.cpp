@@ -115,9 +115,9 @@ protected:
         ASSERT_TRUE(renewed && !first.finished()) << "the first holder did not renew: " << first.wait(1s).describe();
         if (tree.to_sqlock != 0) ::kill(first.pid(), tree.to_sqlock);
 
-        cli_process second({"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh", (dir / "probe.sh").string(),
-                            dir.string()},
-                           dir);
+        cli_process second(
+            {"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh", (dir / "probe.sh").string(), dir.string()},
+            dir);
         auto const r2 = second.wait(90s);
         proxy->resume();
         if (tree.to_sqlock == SIGSTOP) ::kill(first.pid(), SIGCONT);
