@@ -284,6 +284,32 @@ public:
         return backend == nullptr || backend->conn_ == nullptr ? -1 : PQsocket(backend->conn_);
     }
 
+    idle_news read_idle(soci::session& s, bool hung_up) const override {
+        auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+        PGconn* conn = backend == nullptr ? nullptr : backend->conn_;
+        if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD)
+            return {true, false, "its connection was already closed"};
+        // Parse what came, in libpq (notices, parameter changes, the server's
+        // last FATAL before it closes): a message received outside a query goes
+        // to the notice receiver, which keeps it here instead of on stderr.
+        std::string said;
+        auto const keep = [](void* arg, PGresult const* r) {
+            if (char const* m = PQresultErrorMessage(r); m != nullptr) static_cast<std::string*>(arg)->append(m);
+        };
+        auto const previous = PQsetNoticeReceiver(conn, keep, &said);
+        bool const read = PQconsumeInput(conn) == 1;
+        (void)PQisBusy(conn);
+        PQsetNoticeReceiver(conn, previous, nullptr);  // sqlock's sessions keep libpq's default (argument null)
+        while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+        if (!read || PQstatus(conn) == CONNECTION_BAD || hung_up) {
+            if (said.empty()) said = PQerrorMessage(conn);
+            while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+            if (said.empty()) said = "the server closed the connection";
+            return {true, false, said};
+        }
+        return {};
+    }
+
     bool release(pooled_session s, std::string const& name, std::string const& owner,
                  std::int64_t token) const override {
         auto& c = cache(s);
