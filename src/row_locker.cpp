@@ -26,6 +26,23 @@ using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
+// An engine's message on one line (libpq's span several, indented with tabs).
+std::string one_line(std::string_view text) {
+    std::string out;
+    bool space = false;
+    for (char c : text) {
+        bool const blank = c == '\n' || c == '\t' || c == '\r' || c == ' ';
+        if (blank) {
+            space = !out.empty();
+            continue;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += c;
+    }
+    return out;
+}
+
 class row_lease final : public lease_row {
 public:
     row_lease(std::shared_ptr<locker_impl> locker, std::shared_ptr<store_impl> store, std::string name,
@@ -55,7 +72,7 @@ public:
         std::weak_ptr<lease_row> self = weak_from_this();
         watch_ = store_->pinned_sessions().watch(conn_->session(), [self](std::string const& why) {
             if (auto row = self.lock())
-                row->mark_lost("the database session holding the row lock ended (" + why +
+                row->mark_lost("the database session holding the row lock ended (" + one_line(why) +
                                "): the server ended its transaction and freed the row at once");
         });
     }
@@ -83,8 +100,7 @@ private:
         } catch (soci::soci_error const& e) {
             bool const overran = guard.disarm();
             auto const f = overran ? failure::connection : store_->dialect().classify(e, conn_->session());
-            auto message = e.get_error_message();
-            while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+            auto const message = one_line(e.get_error_message());
             if (overran)
                 note_gone(std::string(what) + " got no answer within its deadline, so its connection was closed, "
                           "which ends the transaction holding the row lock");
