@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 namespace sqlock::detail {
@@ -290,22 +291,29 @@ public:
         if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD)
             return {true, false, "its connection was already closed"};
         // Parse what came, in libpq (notices, parameter changes, the server's
-        // last FATAL before it closes): a message received outside a query goes
-        // to the notice receiver, which keeps it here instead of on stderr.
-        std::string said;
+        // FATAL before it closes): a message received outside a query goes to
+        // the notice receiver, which keeps it here instead of on stderr.
+        struct heard {
+            std::string said;
+            bool fatal = false;
+        } h;
         auto const keep = [](void* arg, PGresult const* r) {
-            if (char const* m = PQresultErrorMessage(r); m != nullptr) static_cast<std::string*>(arg)->append(m);
+            auto& into = *static_cast<heard*>(arg);
+            char const* m = PQresultErrorMessage(r);
+            char const* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+            bool const fatal = severity != nullptr && (std::string_view(severity) == "FATAL" || std::string_view(severity) == "PANIC");
+            if (m != nullptr && (fatal || !into.fatal)) into.said = m;
+            into.fatal = into.fatal || fatal;
         };
-        auto const previous = PQsetNoticeReceiver(conn, keep, &said);
+        auto const previous = PQsetNoticeReceiver(conn, keep, &h);
         bool const read = PQconsumeInput(conn) == 1;
         (void)PQisBusy(conn);
         PQsetNoticeReceiver(conn, previous, nullptr);  // sqlock's sessions keep libpq's default (argument null)
-        while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-        if (!read || PQstatus(conn) == CONNECTION_BAD || hung_up) {
-            if (said.empty()) said = PQerrorMessage(conn);
-            while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-            if (said.empty()) said = "the server closed the connection";
-            return {true, false, said};
+        if (!read || PQstatus(conn) == CONNECTION_BAD || hung_up || h.fatal) {
+            if (!h.fatal) h.said = PQerrorMessage(conn);
+            while (!h.said.empty() && (h.said.back() == '\n' || h.said.back() == ' ')) h.said.pop_back();
+            if (h.said.empty()) h.said = "the server closed the connection";
+            return {true, false, h.said};
         }
         return {};
     }
