@@ -71,13 +71,26 @@ public:
     void watch_session() {
         std::weak_ptr<lease_row> self = weak_from_this();
         watch_ = store_->pinned_sessions().watch(conn_->session(), [self](std::string const& why) {
-            if (auto row = self.lock())
-                row->mark_lost("the database session holding the row lock ended (" + one_line(why) +
-                               "): the server ended its transaction and freed the row at once");
+            if (auto row = self.lock()) static_cast<row_lease&>(*row).session_ended(why);
         });
     }
 
 private:
+    // On the watch's thread, once: the watch of this session has ended.
+    void session_ended(std::string const& why) {
+        mark_lost("the database session holding the row lock ended (" + one_line(why) +
+                  "): the server ended its transaction and freed the row at once");
+        // The dead connection goes back to the pool now (reopened on its next
+        // use), not when the lease is dropped.
+        (void)unless_in_statement([&] {
+            watch_ = 0;
+            if (!conn_) return;
+            note_gone("the database session holding the row lock ended (" + one_line(why) + ")");
+            conn_->close();
+            conn_.reset();
+        });
+    }
+
     // Runs `op` (`what`: for the reason of a loss) on the pinned connection,
     // bounded by `deadline`, with the session watch paused. Any error on the
     // holding transaction means the lock is gone: a broken connection ends it on

@@ -91,6 +91,16 @@ protected:
     /// keep-alive or closed session). Called with the row's statement lock held.
     void note_gone(std::string why) { gone_ = std::move(why); }
 
+    /// Runs `f` under the row's statement lock unless a statement holds it
+    /// now (that statement then finds out for itself); true when `f` ran.
+    template <class F>
+    bool unless_in_statement(F&& f) {
+        std::unique_lock lock(io_, std::try_to_lock);
+        if (!lock.owns_lock()) return false;
+        f();
+        return true;
+    }
+
     std::shared_ptr<locker_impl> locker_;
 
 private:
