@@ -145,8 +145,9 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     if (s == st_lost || clock::now() >= valid_until()) {
         lock.unlock();
         mark_lost("its validity ran out before a renewal succeeded");
+        auto why = lost_why();  // empty while another thread is still marking it lost
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) + ") is lost: " +
-                         lost_why() + "; restart the critical section");
+                         (why.empty() ? std::string("its validity ran out") : why) + "; restart the critical section");
     }
     auto sent = clock::now();
     std::optional<renewal> r;
