@@ -52,10 +52,20 @@ void lease_row::mark_lost(std::string_view why) noexcept {
     do {
         if (s == st_lost || s == st_released) return;
     } while (!state_.compare_exchange_weak(s, st_lost));
+    try {
+        std::lock_guard lock(why_mutex_);
+        lost_why_ = why;
+    } catch (...) {  // the reason is a courtesy; the loss is reported regardless
+    }
     // Counters, on_lost and the event first: whoever wakes on the stop token
     // finds them already done.
     locker_->on_lost(*this, why);
     stop_.request_stop();
+}
+
+std::string lease_row::lost_why() const {
+    std::lock_guard lock(why_mutex_);
+    return lost_why_;
 }
 
 void lease_row::note_in_doubt() noexcept {
@@ -67,7 +77,7 @@ bool lease_row::add_hold() {
     std::lock_guard lock(io_);
     if (state_.load() == st_lost || state_.load() == st_released || clock::now() >= valid_until()) return false;
     if (!db_add_hold()) {
-        mark_lost("a reentrant acquire found the row expired or taken over");
+        mark_lost(gone_.empty() ? "a reentrant acquire found the row expired or taken over" : gone_);
         return false;
     }
     ++holds_;
@@ -75,10 +85,10 @@ bool lease_row::add_hold() {
 }
 
 void lease_row::release_hold() {
-    auto lost_error = [this] {
+    auto lost_error = [this](std::string why) {
+        if (why.empty()) why = "it expired and was taken over, or was released by someone else";
         return lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
-                          ") was no longer held by this owner at release: it expired and was taken over, or was "
-                          "released by someone else; restart the critical section");
+                          ") was no longer held by this owner at release: " + why + "; restart the critical section");
     };
     std::unique_lock lock(io_);
     if (state_.load() == st_released) return;
@@ -92,7 +102,7 @@ void lease_row::release_hold() {
         } catch (...) {
         }
         lock.unlock();
-        if (!ran_out) throw lost_error();
+        if (!ran_out) throw lost_error(lost_why());
         auto late = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - deadline).count();
         mark_lost("its validity ran out before it was released");
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
@@ -112,9 +122,11 @@ void lease_row::release_hold() {
         throw;
     }
     if (!ours) {
+        auto why = gone_.empty() ? std::string("release found the row expired and taken over, or released by someone else")
+                                 : gone_;
         lock.unlock();
-        mark_lost("release found the row expired and taken over, or released by someone else");
-        throw lost_error();
+        mark_lost(why);
+        throw lost_error(why);
     }
     if (last) {
         state_.store(st_released);
@@ -133,8 +145,9 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     if (s == st_lost || clock::now() >= valid_until()) {
         lock.unlock();
         mark_lost("its validity ran out before a renewal succeeded");
-        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
-                         ") is lost: its validity ran out; restart the critical section");
+        auto why = lost_why();  // empty while another thread is still marking it lost
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) + ") is lost: " +
+                         (why.empty() ? std::string("its validity ran out") : why) + "; restart the critical section");
     }
     auto sent = clock::now();
     std::optional<renewal> r;
@@ -149,11 +162,12 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
         throw;
     }
     if (!r) {
+        auto why = gone_.empty() ? std::string("the database refused the renewal: the row expired or is someone else's")
+                                 : gone_;
         lock.unlock();
-        mark_lost("the database refused the renewal: the row expired or is someone else's");
-        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
-                         ") could not be renewed: the row had expired or was no longer ours; restart the "
-                         "critical section");
+        mark_lost(why);
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) + ") could not be renewed: " +
+                         why + "; restart the critical section");
     }
     if (state_.load() == st_lost || clock::now() >= valid_until()) {
         // A late answer: the lease was already reported lost (or its validity ran

@@ -12,8 +12,12 @@
 
 #include <soci/soci.h>
 
+#include <memory>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 namespace sqlock {
 namespace detail {
@@ -22,6 +26,23 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+
+// An engine's message on one line (libpq's span several, indented with tabs).
+std::string one_line(std::string_view text) {
+    std::string out;
+    bool space = false;
+    for (char c : text) {
+        bool const blank = c == '\n' || c == '\t' || c == '\r' || c == ' ';
+        if (blank) {
+            space = !out.empty();
+            continue;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += c;
+    }
+    return out;
+}
 
 class row_lease final : public lease_row {
 public:
@@ -36,6 +57,7 @@ public:
         // Never in a forked child: the socket is the parent's, and a ROLLBACK
         // sent from here would end the parent's lock.
         if (!conn_ || !in_owning_process()) return;
+        store_->pinned_sessions().unwatch(std::exchange(watch_, 0));
         try {
             store_impl::io_guard guard(*store_, conn_->session(), deadline_after(store_->options().io_timeout));
             store_->dialect().end_row_lock(conn_->pooled(), false);
@@ -45,25 +67,72 @@ public:
         }
     }
 
+    /// Report the loss of the pinned session the moment the server ends it,
+    /// not at the next keep-alive. Called once, right after construction.
+    void watch_session() {
+        std::weak_ptr<lease_row> self = weak_from_this();
+        watch_ = store_->pinned_sessions().watch(conn_->session(), [self](std::string const& why) {
+            if (auto row = self.lock()) static_cast<row_lease&>(*row).session_ended(why);
+        });
+    }
+
 private:
-    // Runs `op` on the pinned connection, bounded by `deadline`. Any error on the
+    // On the watch's thread, once: the watch of this session has ended.
+    void session_ended(std::string const& why) {
+        mark_lost("the database session holding the row lock ended (" + one_line(why) +
+                  "): the server ended its transaction and freed the row at once");
+        // The dead connection goes back to the pool now (reopened on its next
+        // use), not when the lease is dropped.
+        (void)unless_in_statement([&] {
+            watch_ = 0;
+            if (!conn_) return;
+            note_gone("the database session holding the row lock ended (" + one_line(why) + ")");
+            conn_->close();
+            conn_.reset();
+        });
+    }
+
+    // Runs `op` (`what`: for the reason of a loss) on the pinned connection,
+    // bounded by `deadline`, with the session watch paused. Any error on the
     // holding transaction means the lock is gone: a broken connection ends it on
     // the server, and on PostgreSQL any failed statement (a cancelled keep-alive,
     // a statement timeout) aborts it and frees the row at once. The result is
     // then `when_gone`, and the connection is given up.
     template <class Op, class T>
-    T on_connection(Op&& op, T when_gone, clock::time_point deadline) {
-        if (!conn_) return when_gone;
+    T on_connection(std::string_view what, Op&& op, T when_gone, clock::time_point deadline) {
+        if (!conn_) {
+            note_gone("its database session had already ended");
+            return when_gone;
+        }
+        auto& watch = store_->pinned_sessions();
+        watch.pause(watch_);
         store_impl::io_guard guard(*store_, conn_->session(), deadline);
         try {
-            return op(conn_->pooled());
-        } catch (soci::soci_error const&) {
-            guard.disarm();
+            auto result = op(conn_->pooled());
+            watch.resume(watch_);
+            return result;
+        } catch (soci::soci_error const& e) {
+            bool const overran = guard.disarm();
+            auto const f = overran ? failure::connection : store_->dialect().classify(e, conn_->session());
+            auto const message = one_line(e.get_error_message());
+            if (overran)
+                note_gone(std::string(what) + " got no answer within its deadline, so its connection was closed, "
+                          "which ends the transaction holding the row lock");
+            else if (f == failure::connection)
+                note_gone("the database session holding the row lock ended: " + std::string(what) +
+                          " found its connection closed (" + message + ")");
+            else
+                note_gone(std::string(what) + " failed (" + message +
+                          "), which ends the transaction holding the row lock");
             // Close the connection rather than trust a ROLLBACK on it: the server
             // then ends the transaction (and its row lock) whatever state it is in.
+            watch.unwatch(std::exchange(watch_, 0));
             conn_->close();  // reopened clean on its next use
             conn_.reset();
             return when_gone;
+        } catch (...) {
+            watch.resume(watch_);
+            throw;
         }
     }
 
@@ -71,6 +140,7 @@ private:
 
     bool db_delete() override {
         bool committed = on_connection(
+            "the release's COMMIT",
             [&](pooled_session s) {
                 // The grant's record (token, owner) is still uncommitted here.
                 SQLOCK_FAILPOINT("row.before_commit");
@@ -78,12 +148,14 @@ private:
                 return true;
             },
             false, io_deadline());
+        store_->pinned_sessions().unwatch(std::exchange(watch_, 0));  // before the pool hands it out again
         conn_.reset();
         return committed;
     }
 
     bool db_add_hold() override {
         return on_connection(
+            "the reentrant acquire's keep-alive",
             [&](pooled_session s) {
                 (void)store_->dialect().keep_row_lock(s, name(), ttl());
                 return true;
@@ -95,6 +167,7 @@ private:
 
     std::optional<renewal> db_renew(milliseconds ttl) override {
         return on_connection(
+            "the keep-alive",
             [&](pooled_session s) -> std::optional<renewal> {
                 auto now = store_->dialect().keep_row_lock(s, name(), ttl);
                 return renewal{now + duration_cast<microseconds>(ttl).count(), now};
@@ -104,6 +177,7 @@ private:
 
     std::shared_ptr<store_impl> store_;
     std::optional<connection> conn_;
+    std::uint64_t watch_ = 0;  // the session watch's ticket of conn_
 };
 
 class row_locker_impl final : public locker_impl {
@@ -151,8 +225,10 @@ protected:
                     if (guard.disarm()) throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
                                                                   " got no answer within its deadline");
                     g->expires_us = g->created_us + duration_cast<microseconds>(options_.ttl).count();
-                    return std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
-                                                       valid_until(sent, options_.ttl), std::move(*c));
+                    auto row = std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
+                                                           valid_until(sent, options_.ttl), std::move(*c));
+                    row->watch_session();
+                    return row;
                 }
                 d.end_row_lock(c->pooled(), false);
             } catch (soci::soci_error const& e) {

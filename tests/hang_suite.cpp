@@ -189,6 +189,42 @@ TEST_P(HangServer, HungRowKeepAliveIsLostAtTheSafeDeadline) {
     hung_renewal(strategy::row);
 }
 
+// An explicit keep-alive that gets no answer within io_timeout gives its
+// connection up, which ends the holding transaction: the loss says that (issue
+// 18, item 7), not "the row expired or is someone else's".
+TEST_P(HangServer, RowKeepAliveWithoutAnswerSaysWhatHappened) {
+    auto events = std::make_shared<event_record>();
+    auto proxy = fault_proxy::for_url(url_);
+    std::string const name = n("silent-keep-alive");
+    std::optional<sqlock::store> db;
+    db.emplace(proxy->proxied_url(url_), stall_options());
+    std::optional<locker> L;
+    L.emplace(make_locker(strategy::row, *db, {.ttl = 30s, .auto_renew = false, .on_event = event_record::hook(events)}));
+    std::optional<lease> l = L->try_acquire(name);
+    cut_on_exit guard{*proxy};
+    ASSERT_TRUE(l.has_value()) << "could not take the row lock through the proxy";
+
+    proxy->stall();  // the keep-alive is sent and never answered
+    std::string renewed, released;
+    bool const returned = returned_within(30s, *proxy, [&] {
+        renewed = run_call([&] { l->renew(); }).text;
+        released = run_call([&] { l->release(); }).text;
+        l.reset();
+        L.reset();
+        db.reset();
+    });
+    ASSERT_TRUE(returned) << "renew(), release() and the destructors did not return within 30 s";
+    std::string const said = "the keep-alive got no answer within its deadline, so its connection was closed";
+    EXPECT_NE(renewed.find("lease_lost"), std::string::npos) << renewed;
+    EXPECT_NE(renewed.find(said), std::string::npos) << renewed;
+    EXPECT_NE(released.find("lease_lost"), std::string::npos) << released;
+    EXPECT_NE(released.find(said), std::string::npos) << released;
+    auto const lost = events->of(lease_event::kind::lost, name);
+    ASSERT_EQ(lost.size(), 1u) << events->dump();
+    EXPECT_NE(lost.front().detail.find(said), std::string::npos) << lost.front().detail;
+    EXPECT_EQ(lost.front().detail.find("someone else"), std::string::npos) << lost.front().detail;
+}
+
 // A try on a silent server returns within io_timeout (plus the engine's own
 // wait and a reconnect), and says what it knows:
 //  - table lock: the INSERT was sent on an open connection and never answered,

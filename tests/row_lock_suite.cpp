@@ -37,6 +37,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <future>
 #include <latch>
@@ -860,6 +861,81 @@ TEST_P(RowLock, ServerTerminationReleasesAndLeaseIsLost) {
     std::optional<lease> again;
     EXPECT_NO_THROW(again = A.try_acquire(name));
     EXPECT_TRUE(again.has_value());
+}
+
+// The server ends the holder's session while a waiter is parked (issue 18,
+// items 4 and 7): the holder's lease is reported lost at once, by the watch on
+// its pinned session, not at its next keep-alive a third of the TTL (10 s)
+// later, while the waiter already holds the lock; and the loss says what
+// happened. SQLite has no session a server could end
+// (ServerTerminationReleasesAndLeaseIsLost asserts what it does instead).
+TEST_P(RowLock, SessionEndIsReportedAtOnceNotAtTheNextKeepAlive) {
+    if (!has_server()) return;
+    using clock = std::chrono::steady_clock;
+    std::mutex m;
+    std::optional<clock::time_point> lost_at;
+    std::string detail;
+    locker A = make_locker({.ttl = 30s,
+                            .on_lost =
+                                [&](std::string_view, std::int64_t) {
+                                    std::lock_guard lock(m);
+                                    if (!lost_at) lost_at = clock::now();
+                                },
+                            .on_event =
+                                [&](sqlock::lease_event const& ev) {
+                                    if (ev.what != sqlock::lease_event::kind::lost) return;
+                                    std::lock_guard lock(m);
+                                    detail = ev.detail;
+                                }});
+    locker B = make_locker({.ttl = 30s});
+    std::string const name = n("session-end");
+    lease a = A.acquire(name, 5s);
+
+    std::optional<clock::time_point> granted_at;  // read after the future is ready
+    auto waiting = std::async(std::launch::async, [&] {
+        lease l = B.acquire(name, 30s);
+        granted_at = clock::now();
+        return l;
+    });
+    std::optional<long long> holder;
+    ASSERT_TRUE(server_shows([&] { return parked_waiters(name, holder = holder_session(name)) == 1; }))
+        << "the waiter is not parked in the engine's lock queue; the server's view:\n"
+        << lock_report();
+    ASSERT_TRUE(holder.has_value()) << "cannot find the holder's session";
+
+    auto const ended_at = clock::now();
+    terminate_session(*holder);
+    if (HasFatalFailure()) return;
+    std::optional<lease> b = take(waiting, 20s);
+    ASSERT_TRUE(b.has_value()) << "the waiter did not get the lock of a terminated holder";
+    ASSERT_TRUE(eventually([&] { return a.stop_token().stop_requested(); }, 20s))
+        << "the terminated holder's lease was not reported lost (state " << sqlock::to_string(a.state()) << ")";
+    std::lock_guard lock(m);
+    ASSERT_TRUE(lost_at.has_value()) << "the stop token fired without on_lost";
+    auto const after = [&](clock::time_point t) {
+        return std::to_string(std::chrono::duration_cast<milliseconds>(t - ended_at).count()) + " ms";
+    };
+    std::string const story = "on_lost at +" + after(*lost_at) + " after the session was ended, the waiter granted at +" +
+                              after(*granted_at) + "; the next keep-alive was due 10 s after the acquire; lost: " + detail;
+    std::cout << "[          ] " << story << "\n";
+    // Liveness bounds, far below the keep-alive's 10 s: the watch reports in milliseconds.
+    EXPECT_LT(*lost_at - ended_at, 3s) << story;
+    EXPECT_LT(*lost_at, *granted_at + 2s) << "the holder learnt of its loss long after another owner held the lock: "
+                                           << story;
+    EXPECT_NE(detail.find("the database session holding the row lock ended ("), std::string::npos)
+        << "the lost event does not say the session ended: " << detail;
+    EXPECT_EQ(detail.find("someone else"), std::string::npos) << detail;
+    if (e_ == engine::postgresql)  // the server's own word, read off the socket before it closed
+        EXPECT_NE(detail.find("FATAL: terminating connection due to administrator command"), std::string::npos)
+            << detail;
+    try {
+        a.release();
+        ADD_FAILURE() << "release() of a lease whose session ended did not throw lease_lost";
+    } catch (sqlock::lease_lost const& e) {
+        EXPECT_NE(std::string(e.what()).find("the database session holding the row lock ended"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_NO_THROW(b->release());
 }
 
 // The idle bound: a holder that stops doing anything (no renewer) is ended by

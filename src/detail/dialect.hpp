@@ -185,6 +185,19 @@ public:
     /// The socket of a session (for the client-side statement deadline), or -1.
     [[nodiscard]] virtual int socket_of(soci::session& s) const;
 
+    /// What an idle session's socket said (readable or hung up while no
+    /// statement was in flight on it): the row lock's session watch.
+    struct idle_news {
+        bool ended = false;        ///< the session is gone: the server ended it or the connection closed
+        bool watch_reads = true;   ///< false: data came that cannot be read here; watch for hang-ups only
+        std::string why;           ///< when ended: what the server or the socket said
+    };
+    /// Reads what arrived on the idle session `s` without disturbing its
+    /// protocol state (notices and parameter changes are consumed where the
+    /// client library can; the server's last error message is kept as `why`).
+    /// `hung_up`: poll() reported a hang-up or an error on the socket.
+    [[nodiscard]] virtual idle_news read_idle(soci::session& s, bool hung_up) const;
+
     /// Bound the engine's own wait inside the next statements where that costs
     /// no round trip (SQLite's busy handler; MySQL's acquire, a CALL that takes
     /// its bound as a parameter); elsewhere nothing.

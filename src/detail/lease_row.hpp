@@ -60,6 +60,8 @@ public:
 
     /// Idempotent; fires the stop token, the on_lost hook and the event once.
     void mark_lost(std::string_view why) noexcept;
+    /// The reason given when the row was first marked lost (empty until then).
+    std::string lost_why() const;
 
     /// The locker this row belongs to.
     locker_impl& locker() const noexcept { return *locker_; }
@@ -84,6 +86,21 @@ protected:
     /// until it succeeds or the safe deadline passes.
     void note_in_doubt() noexcept;
 
+    /// Why a statement of the strategy (returning "not ours") found the row
+    /// gone, when that was not the database refusing it (a row lock's failed
+    /// keep-alive or closed session). Called with the row's statement lock held.
+    void note_gone(std::string why) { gone_ = std::move(why); }
+
+    /// Runs `f` under the row's statement lock unless a statement holds it
+    /// now (that statement then finds out for itself); true when `f` ran.
+    template <class F>
+    bool unless_in_statement(F&& f) {
+        std::unique_lock lock(io_, std::try_to_lock);
+        if (!lock.owns_lock()) return false;
+        f();
+        return true;
+    }
+
     std::shared_ptr<locker_impl> locker_;
 
 private:
@@ -99,6 +116,9 @@ private:
     std::atomic<int> state_{st_held};
     std::stop_source stop_;
     std::mutex io_;  // one statement at a time per row: renewals never race a release
+    std::string gone_;  // guarded by io_: see note_gone
+    mutable std::mutex why_mutex_;  // only for lost_why_: mark_lost must not wait on I/O
+    std::string lost_why_;          // the first reason given to mark_lost
     int holds_ = 1;  // guarded by io_
     int pid_;        // the acquiring process
     mutable renewal_schedule schedule_;  // guarded by the locker's watch mutex

@@ -4,6 +4,7 @@
 
 #include "detail/dialect.hpp"
 #include "detail/process.hpp"
+#include "detail/session_watch.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/store.hpp>
@@ -231,6 +232,9 @@ public:
     /// started on first use.
     [[nodiscard]] release_hub& hub();
 
+    /// The watch on sessions pinned by row locks (their loss is reported at once).
+    [[nodiscard]] session_watch& pinned_sessions() noexcept { return pinned_; }
+
     /// Tell this process's waiters that `name` was released.
     void announce(std::string_view name) noexcept { hub_.announce(name); }
 
@@ -260,6 +264,7 @@ private:
     std::unique_ptr<class dialect> dialect_;
     std::string connect_string_;
     io_deadlines deadlines_;
+    session_watch pinned_{*dialect_};
     slots main_;
     slots reserved_;
 

@@ -5,7 +5,11 @@
 
 #include <soci/soci.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace sqlock::detail {
 
@@ -380,6 +384,26 @@ bool dialect::majority_write(soci::session& s, std::string const& name, std::int
 }
 
 int dialect::socket_of(soci::session&) const { return -1; }
+
+dialect::idle_news dialect::read_idle(soci::session& s, bool hung_up) const {
+    int const fd = socket_of(s);
+    if (fd < 0) return {true, false, "its connection was already closed"};
+    char byte = 0;
+    auto const n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    int const err = errno;
+    if (n == 0) return {true, false, "the server closed the connection"};
+    if (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
+        return {true, false, std::string("the connection failed: ") + std::strerror(err)};
+    if (hung_up) {
+        int so_error = 0;
+        socklen_t len = sizeof so_error;
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 && so_error != 0)
+            return {true, false, std::string("the connection failed: ") + std::strerror(so_error)};
+        return {true, false, "the server closed the connection"};
+    }
+    // Data this layer cannot parse stays readable until a statement reads it.
+    return {false, n < 0, {}};
+}
 
 void dialect::set_engine_wait(soci::session&, std::chrono::milliseconds) const {}
 

@@ -29,6 +29,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -373,6 +374,32 @@ public:
     int socket_of(soci::session& s) const override {
         auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
         return backend == nullptr || backend->conn_ == nullptr ? -1 : static_cast<int>(mysql_get_socket(backend->conn_));
+    }
+
+    idle_news read_idle(soci::session& s, bool hung_up) const override {
+        // Nothing is due on an idle connection: what comes is the server's
+        // error packet before it closes the session (a KILL, a shutdown, the
+        // idle limit). Read in place, it stays for the connection's next reader.
+        auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+        int const fd = socket_of(s);
+        if (fd >= 0 && mysql_get_ssl_cipher(backend->conn_) == nullptr) {
+            std::array<unsigned char, 512> packet{};
+            auto const n = ::recv(fd, packet.data(), packet.size(), MSG_PEEK | MSG_DONTWAIT);
+            if (n >= 7 && packet[4] == 0xFF) {
+                auto const length = std::min<std::size_t>(static_cast<std::size_t>(n),
+                                                          4 + (packet[0] | packet[1] << 8 | packet[2] << 16));
+                std::string why = "ERROR " + std::to_string(packet[5] | packet[6] << 8);
+                std::size_t at = 7;
+                if (length >= 13 && packet[7] == '#') {
+                    why += " (" + std::string(packet.begin() + 8, packet.begin() + 13) + ")";
+                    at = 13;
+                }
+                if (length > at) why += ": " + std::string(packet.begin() + static_cast<std::ptrdiff_t>(at),
+                                                           packet.begin() + static_cast<std::ptrdiff_t>(length));
+                return {true, false, why};
+            }
+        }
+        return dialect::read_idle(s, hung_up);
     }
 
     // MySQL has no DELETE ... RETURNING: measure first, then delete the same

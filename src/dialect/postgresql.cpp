@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 namespace sqlock::detail {
@@ -291,6 +292,39 @@ public:
     int socket_of(soci::session& s) const override {
         auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
         return backend == nullptr || backend->conn_ == nullptr ? -1 : PQsocket(backend->conn_);
+    }
+
+    idle_news read_idle(soci::session& s, bool hung_up) const override {
+        auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+        PGconn* conn = backend == nullptr ? nullptr : backend->conn_;
+        if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD)
+            return {true, false, "its connection was already closed"};
+        // Parse what came, in libpq (notices, parameter changes, the server's
+        // FATAL before it closes): a message received outside a query goes to
+        // the notice receiver, which keeps it here instead of on stderr.
+        struct heard {
+            std::string said;
+            bool fatal = false;
+        } h;
+        auto const keep = [](void* arg, PGresult const* r) {
+            auto& into = *static_cast<heard*>(arg);
+            char const* m = PQresultErrorMessage(r);
+            char const* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+            bool const fatal = severity != nullptr && (std::string_view(severity) == "FATAL" || std::string_view(severity) == "PANIC");
+            if (m != nullptr && (fatal || !into.fatal)) into.said = m;
+            into.fatal = into.fatal || fatal;
+        };
+        auto const previous = PQsetNoticeReceiver(conn, keep, &h);
+        bool const read = PQconsumeInput(conn) == 1;
+        (void)PQisBusy(conn);
+        PQsetNoticeReceiver(conn, previous, nullptr);  // sqlock's sessions keep libpq's default (argument null)
+        if (!read || PQstatus(conn) == CONNECTION_BAD || hung_up || h.fatal) {
+            if (!h.fatal) h.said = PQerrorMessage(conn);
+            while (!h.said.empty() && (h.said.back() == '\n' || h.said.back() == ' ')) h.said.pop_back();
+            if (h.said.empty()) h.said = "the server closed the connection";
+            return {true, false, h.said};
+        }
+        return {};
     }
 
     bool release(pooled_session s, std::string const& name, std::string const& owner,

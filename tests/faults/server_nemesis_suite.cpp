@@ -29,6 +29,9 @@
 //       write is refused, and the row audit (audit.hpp install_row_audit) shows that no transaction
 //       but the new holder's committed a grant.
 //     - D04 on MariaDB (libfaketime preloaded into mariadbd): forward and backward, as on PostgreSQL.
+//     - D01 (kill -9 of the whole server), row lock (PostgreSQL, MariaDB): the holder's lease (TTL 30 s) is
+//       reported lost within a few seconds of the crash (the watch on its pinned session), not at its next
+//       keep-alive 10 s later, and the lost event says the session ended.
 //     - D07 on MariaDB (table lock) and the row lock on both engines: the partitioned holder reports
 //       the loss during the partition; the client in the root namespace is granted the lock only
 //       after the holder's last safe deadline (the worker prints it: now + remaining()) — for the row
@@ -52,7 +55,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <regex>
@@ -627,6 +632,19 @@ public:
     std::string const& port() const { return pg_ ? pg_->port() : my_->port(); }
     // The server's root process: the postmaster, or mariadbd (one process).
     pid_t root_pid() const { return pg_ ? pg_->postmaster() : my_->mariadbd(); }
+    // kill -9 of the whole server (PostgreSQL: the postmaster and every backend at once); returns once all
+    // are gone. It stays down.
+    void crash() {
+        if (pg_) {
+            (void)pg_->kill_tree();
+            return;
+        }
+        pid_t const pid = my_->mariadbd();
+        if (::kill(pid, SIGKILL) != 0)
+            throw std::runtime_error("cannot kill mariadbd " + std::to_string(pid) + ": " + std::strerror(errno));
+        if (!eventually([&] { return !server_detail::alive(pid); }, 60s))
+            throw std::runtime_error("mariadbd " + std::to_string(pid) + " survived SIGKILL for 60 s");
+    }
     // SOCI connect string of a fence session from `host` (libpq or SOCI MySQL keywords).
     std::string fence_conninfo(std::string const& host) const {
         return pg_ ? pg_->conninfo(host)
@@ -700,6 +718,50 @@ std::string row_audit_problem(soci::session& s, engine e, std::int64_t token) {
 
 class ServerNemesisEngines : public ServerNemesis {
 protected:
+    // D01 (crash), row lock, on `e`: kill -9 of the whole server while a row lock is held with a TTL of
+    // 30 s. The holder's lease is reported lost at once (the watch on its pinned session sees the
+    // connection close), not at its next keep-alive 10 s after the acquire, and the loss says what
+    // happened (issue 18, items 4 and 7).
+    void row_lock_server_crash(engine e) {
+        if (!ready(true, "")) return;
+        any_server srv(e);
+        sqlock::store db(srv.url(), store_opts(true));
+        std::mutex m;
+        std::int64_t lost_at = 0;
+        std::string detail;
+        auto holder = sqlock::row_locker(db, {.ttl = 30s,
+                                              .on_lost =
+                                                  [&](std::string_view, std::int64_t t) {
+                                                      auto const at = h_.add("holder on_lost token " + std::to_string(t));
+                                                      std::lock_guard lock(m);
+                                                      if (lost_at == 0) lost_at = at;
+                                                  },
+                                              .on_event =
+                                                  [&](sqlock::lease_event const& ev) {
+                                                      if (ev.what != sqlock::lease_event::kind::lost) return;
+                                                      h_.add("lost: " + std::string(ev.detail));
+                                                      std::lock_guard lock(m);
+                                                      detail = ev.detail;
+                                                  }});
+        lease held = holder.acquire(name_, 10s);
+        h_.add("holder acquired token " + std::to_string(held.token()));
+        auto const crashed = h_.add("kill -9 of the server");
+        srv.crash();
+        h_.add("the server's processes are gone");
+        ASSERT_TRUE(eventually([&] { return held.stop_token().stop_requested(); }, 20s))
+            << "the holder's lease was not reported lost within 20 s of the crash\n" << h_.text();
+        std::lock_guard lock(m);
+        ASSERT_NE(lost_at, 0) << "the stop token fired without on_lost\n" << h_.text();
+        // A liveness bound far below the keep-alive's 10 s: the watch reports in milliseconds.
+        EXPECT_LT(lost_at - crashed, std::chrono::nanoseconds(3s).count())
+            << "the holder learnt of the crash " << (lost_at - crashed) / 1000000 << " ms after it\n" << h_.text();
+        EXPECT_NE(detail.find("the database session holding the row lock ended ("), std::string::npos)
+            << "the lost event does not say the session ended: " << detail;
+        EXPECT_EQ(detail.find("someone else"), std::string::npos) << detail;
+        EXPECT_TRUE(held.lost());
+        EXPECT_THROW(held.release(), sqlock::lease_lost);
+    }
+
     // D03 on `e` with the table lock or the row lock (see the file's comment).
     void frozen_server(engine e, bool row) {
         if (!ready(fs::exists(freezer_root / "cgroup.procs"), "no cgroup v1 freezer at " + freezer_root.string()))
@@ -940,6 +1002,12 @@ TEST_F(ServerNemesisEngines, D03RowLockFrozenPostgreSQLLostByItsDeadlineThenTake
 }
 TEST_F(ServerNemesisEngines, D03RowLockFrozenMariaDBLostByItsDeadlineThenTakenOver) {
     frozen_server(engine::mysql, true);
+}
+TEST_F(ServerNemesisEngines, D01RowLockPostgreSQLServerCrashLossReportedAtOnce) {
+    row_lock_server_crash(engine::postgresql);
+}
+TEST_F(ServerNemesisEngines, D01RowLockMariaDBServerCrashLossReportedAtOnce) {
+    row_lock_server_crash(engine::mysql);
 }
 TEST_F(ServerNemesisEngines, D07MariaDBSilentPartitionHolderReportsLossAndIsRefusedAfterHealing) {
     silent_partition(engine::mysql, false);
