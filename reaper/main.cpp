@@ -393,8 +393,9 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         ->type_name("DUR");
     std::string token_horizon_text = "24h";
     app.add_option("--token-horizon", token_horizon_text,
-                   "Purge fencing-token counters whose token is older than this (default 24h; 'off' never "
-                   "purges them, for while older sqlock clients still use the database)")
+                   "Purge fencing-token counters whose token is older than this (default 24h, at least 2h: "
+                   "longer than any acquire statement can run; 'off' never purges them, for while older "
+                   "sqlock clients still use the database)")
         ->type_name("DUR");
     std::string row_lock_warning_text = "15m";
     app.add_option("--row-lock-warning", row_lock_warning_text,

@@ -3,6 +3,10 @@
 # (scripts/with-servers.sh) and SQLite files:
 #   bash scripts/battery.sh conformance        deterministic behaviour on every engine (minutes; CI runs it)
 #   bash scripts/battery.sh fault-smoke        faults injected with CI durations (CI runs it)
+#   bash scripts/battery.sh fault-smoke --under-load
+#                                              the same beside two CPU hogs (stress-ng --cpu 2), as on a
+#                                              shared, noisy CI machine: a scenario must make its fault
+#                                              bite by synchronising on the event, not by timing
 #   bash scripts/battery.sh soak [--rounds N] [--seed S]
 #                                              the battery's scenarios (label "battery") with 10x durations
 #                                              (SQLOCK_SOAK=1) and a fresh random seed per round, repeated
@@ -15,16 +19,17 @@
 # command; safety failures are never retried (no --repeat until-pass anywhere).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--rounds N] [--seed S] [-- CTEST-ARGS...]"
+usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--under-load] [--rounds N] [--seed S] [-- CTEST-ARGS...]"
 (($#)) || { echo "$usage" >&2; exit 64; }
 tier=$1
 shift
-rounds=10 seed=
+rounds=10 seed= under_load=0
 ctest_args=()
 while (($#)); do
   case $1 in
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --seed) seed=${2:?--seed needs a number}; shift 2 ;;
+    --under-load) under_load=1; shift ;;
     --) shift; ctest_args=("$@"); break ;;
     *) echo "battery.sh: unknown argument '$1' ($usage)" >&2; exit 64 ;;
   esac
@@ -35,9 +40,19 @@ bash scripts/deps.sh --servers
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2
 
+if ((under_load)); then
+  # Two CPU hogs for as long as the tier runs (any tier takes it; fault-smoke is the one CI must pass
+  # under load). stress-ng is a child of this shell: stopped by its pid when the tier ends.
+  command -v stress-ng >/dev/null || { echo "battery.sh: --under-load needs stress-ng (sudo bash scripts/deps.sh --servers)" >&2; exit 69; }
+  stress-ng --cpu 2 --quiet &
+  hog=$!
+  trap 'kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null || true' EXIT
+  echo "battery.sh: under load: stress-ng --cpu 2 (pid $hog) runs beside the tier"
+fi
+
 case $tier in
   conformance | fault-smoke | characterization)
-    exec bash scripts/with-servers.sh ctest --test-dir build --output-on-failure -L "^$tier\$" "${ctest_args[@]}" ;;
+    bash scripts/with-servers.sh ctest --test-dir build --output-on-failure -L "^$tier\$" "${ctest_args[@]}" ;;
   soak)
     export SQLOCK_SOAK=1
     for ((r = 1; r <= rounds; r++)); do

@@ -3,7 +3,8 @@
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
 # Usage: scripts/deps.sh [--servers] [--spin] [--clang] [--docs] [--bench]
 #   --servers  also PostgreSQL 15, MariaDB server, spin and the fault kit of the reliability battery
-#              (libfaketime, nftables, iproute2): everything the full test run needs
+#              (libfaketime, nftables, iproute2, stress-ng for battery.sh --under-load): everything the
+#              full test run needs
 #   --spin     also spin, for scripts/model-check.sh (the majority token model check)
 #   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI
 #   --docs     also Doxygen: the API reference (scripts/docs.sh, cmake --build build --target docs)
@@ -18,7 +19,8 @@ pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-dat
 for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
-    --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin faketime libfaketime nftables iproute2) ;;
+    --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin faketime libfaketime nftables iproute2
+                         stress-ng) ;;
     --spin) pkgs+=(spin) ;;
     # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
     # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.

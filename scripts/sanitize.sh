@@ -6,6 +6,9 @@
 # with -fno-sanitize-recover, warnings as errors) in build/asan. Every process the tests start
 # (workers, the sqlock and sqlock-reaper commands) is instrumented as well; any ASan or UBSan
 # report aborts that process, which fails its test; leaks are reported at exit (LeakSanitizer).
+# libfaketime is never preloaded into these processes (its constructor deadlocks ASan's allocator):
+# the client-clock tests move their clock with tests/clock_shift_preload.cpp here (tests/test_env.hpp,
+# sanitizer_build); the main test run covers libfaketime.
 # Default selection: every suite except the ones that
 # restart, kill, freeze or partition the servers (labels "restart", "crash", "nemesis"), the spin model
 # check ("model": no sqlock code runs in it), the battery's long recorded-history scenarios ("battery":

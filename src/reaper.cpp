@@ -33,11 +33,12 @@ void check(reaper_options const& o) {
     if (o.row_lock_warning && (*o.row_lock_warning < 1s || *o.row_lock_warning > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper row_lock_warning " + ms_text(*o.row_lock_warning) +
                           " is out of range: use 1 s .. 3650 days, or leave it unset to skip the check");
-    // 0 is allowed (tests); docs/operations.md says why production wants hours.
+    // Shorter than a statement can run, a purge can repeat a token (see min_token_horizon).
     // Past 10 years it is a unit slip: unset it to never purge.
-    if (o.token_horizon && (*o.token_horizon < 0ms || *o.token_horizon > std::chrono::days(3650)))
+    if (o.token_horizon && (*o.token_horizon < min_token_horizon || *o.token_horizon > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper token_horizon " + ms_text(*o.token_horizon) +
-                          " is out of range: use 0 .. 3650 days, or leave it unset to never purge token counters");
+                          " is out of range: use 2 h (sqlock::min_token_horizon, longer than any acquire "
+                          "statement can run) .. 3650 days, or leave it unset to never purge token counters");
     // A lower bound: max_age = 0 would purge every live row, almost always a unit slip.
     if (o.max_age && (*o.max_age < 1s || *o.max_age > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper max_age " + ms_text(*o.max_age) +

@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <latch>
@@ -136,6 +137,14 @@ protected:
                      ") = :p",
             soci::into(n), soci::use(name_prefix);
         return n;
+    }
+
+    /// Makes the counters named `<name_prefix>...` look last drawn 3 hours ago (their token, a database
+    /// clock reading in µs when a counter starts, less 3 h), so that the smallest horizon purges them.
+    void age_counters(std::string const& name_prefix) {
+        *raw_ << "UPDATE " + tokens() + " SET token = token - " + std::to_string(3 * hour_us) +
+                     " WHERE substr(name, 1, " + std::to_string(name_prefix.size()) + ") = :p",
+            soci::use(name_prefix);
     }
 
     /// The earliest expires_at among the rows named `<name_prefix>...`, as a db_time.
@@ -399,12 +408,22 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     bad({.max_age = 999ms});
     bad({.max_age = std::chrono::days(3651)});
     bad({.token_horizon = -1ms});
+    bad({.token_horizon = 0ms});  // issue 18: shorter than a statement, a purge repeats tokens
+    bad({.token_horizon = 1ms});
+    bad({.token_horizon = std::chrono::duration_cast<milliseconds>(sqlock::min_token_horizon) - 1ms});
     bad({.token_horizon = std::chrono::days(3651)});
     EXPECT_EQ(count(), 3);
 
     EXPECT_NO_THROW(sqlock::validate({.grace = 0ms, .batch_size = 1, .max_age = 1s}));
     EXPECT_NO_THROW(sqlock::validate({.grace = std::chrono::days(7), .batch_size = 100000}));
-    EXPECT_NO_THROW(sqlock::validate({.token_horizon = 0ms}));
+    EXPECT_NO_THROW(sqlock::validate({.token_horizon = sqlock::min_token_horizon}));
+    EXPECT_EQ(sqlock::min_token_horizon, std::chrono::hours(2));
+    try {
+        sqlock::validate({.token_horizon = 1ms});
+    } catch (sqlock::usage_error const& e) {
+        EXPECT_NE(std::string(e.what()).find("2 h"), std::string::npos) << "the error does not name the minimum: "
+                                                                         << e.what();
+    }
     EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::chrono::days(3650)}));
     EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::nullopt}));
     reaper R(*db_, {.grace = 2s, .batch_size = 7});
@@ -426,11 +445,11 @@ TEST_P(Reaper, PurgesTokenCountersOfNamesNobodyAsksForAgain) {
         l->release();
     }
     EXPECT_EQ(count_counters("refund:"), names);
+    EXPECT_EQ(reaper(*db_, {.grace = 0ms, .token_horizon = sqlock::min_token_horizon}).reap_once().tokens_purged, 0u)
+        << "counters younger than the horizon were purged";
 
-    reaper R(*db_, {.grace = 0ms, .token_horizon = 0ms});
-    std::uint64_t purged = 0;
-    // The database clock must pass the horizon: poll, bounded.
-    EXPECT_TRUE(eventually([&] { return (purged += R.reap_once().tokens_purged) >= names; }));
+    age_counters("refund:");
+    auto const purged = reaper(*db_, {.grace = 0ms, .token_horizon = sqlock::min_token_horizon}).reap_once().tokens_purged;
     EXPECT_EQ(purged, static_cast<std::uint64_t>(names));
     EXPECT_EQ(count_counters("refund:"), 0) << "the counters of released names are still in " << tables_ << "_tokens";
 }
@@ -448,13 +467,12 @@ TEST_P(Reaper, TokensKeepIncreasingAcrossAPurgedCounter) {
         seen.push_back(l->token());
         l->release();
     }
-    reaper R(*db_, {.token_horizon = 0ms});
-    ASSERT_TRUE(eventually([&] {
-        (void)R.reap_once();
-        return count_counters(name) == 0;
-    })) << "the counter was never purged";
+    age_counters(name);  // drawn 3 h ago, as far as the horizon can tell
+    reaper R(*db_, {.token_horizon = sqlock::min_token_horizon});
+    (void)R.reap_once();
+    ASSERT_EQ(count_counters(name), 0) << "the counter was never purged";
     ASSERT_TRUE(floor_token());
-    EXPECT_GE(*floor_token(), seen.back()) << "the floor is below a purged counter";
+    EXPECT_GE(*floor_token(), seen.back() - 3 * hour_us) << "the floor is below a purged counter";
 
     auto again = L.try_acquire(name);
     ASSERT_TRUE(again);
@@ -470,18 +488,16 @@ TEST_P(Reaper, TakeoverAfterAPurgedCounterGetsAGreaterToken) {
     auto held = L.try_acquire(name);
     ASSERT_TRUE(held);
     auto const token = held->token();
-    reaper R(*db_, {.token_horizon = 0ms});
-    ASSERT_TRUE(eventually([&] {
-        (void)R.reap_once();
-        return count_counters(name) == 0;
-    }));
+    reaper R(*db_, {.token_horizon = sqlock::min_token_horizon});
+    age_counters(name);
+    (void)R.reap_once();
+    ASSERT_EQ(count_counters(name), 0);
     EXPECT_TRUE(exists(name)) << "a live lock row was purged";
     auto other = make_locker({.ttl = 30s});
     EXPECT_FALSE(other.try_acquire(name)) << "a live lock was granted twice";  // draws a counter again
-    ASSERT_TRUE(eventually([&] {
-        (void)R.reap_once();
-        return count_counters(name) == 0;
-    }));
+    age_counters(name);
+    (void)R.reap_once();
+    ASSERT_EQ(count_counters(name), 0);
     backdate_row(*raw_, e_, name, tables_);  // the holder is gone: its row expired an hour ago
     auto taken = other.try_acquire(name);
     ASSERT_TRUE(taken);
@@ -492,7 +508,7 @@ TEST_P(Reaper, TakeoverAfterAPurgedCounterGetsAGreaterToken) {
 TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
     // Counters an older sqlock left behind start at 1: any horizon purges them.
     *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 900), ('legacy:c', 40)";
-    auto r = reaper(*db_, {.token_horizon = 1h}).reap_once();
+    auto r = reaper(*db_, {.token_horizon = sqlock::min_token_horizon}).reap_once();
     EXPECT_EQ(r.tokens_purged, 3u);
     EXPECT_EQ(r.token_batches, 1u);
     EXPECT_EQ(count_counters("legacy:"), 0);
@@ -501,10 +517,11 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
 
     // A lower batch later does not lower the floor; the floor row itself is never a candidate.
     *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:d', 7)";
-    r = reaper(*db_, {.token_horizon = 0ms}).reap_once();
+    r = reaper(*db_, {.token_horizon = sqlock::min_token_horizon}).reap_once();
     EXPECT_EQ(r.tokens_purged, 1u);
     EXPECT_EQ(*floor_token(), 900);
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(reaper(*db_, {.token_horizon = 0ms}).reap_once().tokens_purged, 0u);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(reaper(*db_, {.token_horizon = sqlock::min_token_horizon}).reap_once().tokens_purged, 0u);
     ASSERT_TRUE(floor_token()) << "the floor row was purged";
     EXPECT_EQ(*floor_token(), 900);
 
@@ -519,7 +536,7 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
     std::string sql = "INSERT INTO " + tokens() + " (name, token) VALUES ";
     for (int i = 0; i < 25; ++i) sql += std::string(i ? "," : "") + "('old:" + std::to_string(i) + "', " + std::to_string(1000 + i) + ")";
     *raw_ << sql;
-    r = reaper(*db_, {.batch_size = 10, .token_horizon = 1h}).reap_once();
+    r = reaper(*db_, {.batch_size = 10, .token_horizon = sqlock::min_token_horizon}).reap_once();
     EXPECT_EQ(r.tokens_purged, 25u);
     EXPECT_EQ(r.token_batches, 3u);
     EXPECT_TRUE(r.complete);
@@ -527,15 +544,76 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
     EXPECT_EQ(count_counters("legacy:a"), 1) << "a counter younger than the horizon was purged";
 }
 
+/// Four threads loop acquire/release on three names while a reaper purges token counters (grace 0,
+/// batch 1, the given horizon) as fast as it can, for `run_for`. Returns the grants and a line for each
+/// grant whose token is not above the previous grant's of its name (grants of a name are serialised by
+/// the lock itself, so they are recorded in grant order).
+struct purge_race_result {
+    long long grants = 0;
+    long long purged = 0;
+    std::vector<std::string> bad;
+};
+
+TEST_P(Reaper, TokenOrderHoldsWhileCountersArePurgedAtTheSmallestHorizon) {
+    // Issue 18 item 10: with horizon 0 on PostgreSQL, an acquire statement that computed its new counter's
+    // first token before a purge committed inserted the counter after it, below the purged token: 20
+    // grants of 33,592 went backwards. Horizons below sqlock::min_token_horizon are refused; at the
+    // smallest allowed one no statement can outlast it, and no grant goes backwards.
+    auto const horizon = std::chrono::duration_cast<milliseconds>(sqlock::min_token_horizon);
+    std::array<std::string, 3> const names{"race:a", "race:b", "race:c"};
+    std::array<std::mutex, 3> name_mutex;
+    std::array<long long, 3> last{};
+    purge_race_result res;
+    std::mutex res_mutex;
+    std::atomic<bool> stop{false};
+    std::jthread reap([&] {
+        reaper R(*db_, {.grace = 0ms, .batch_size = 1, .token_horizon = horizon, .row_lock_warning = std::nullopt});
+        while (!stop) res.purged += static_cast<long long>(R.reap_once().tokens_purged);
+    });
+    auto const until = steady::now() + 8s;
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            auto L = make_locker({.ttl = 30s, .auto_renew = false});
+            for (unsigned i = static_cast<unsigned>(t); steady::now() < until; ++i) {
+                auto const n = i % names.size();
+                auto l = L.acquire(names[n], 10s);
+                {
+                    std::lock_guard lock(name_mutex[n]);
+                    if (l.token() <= last[n]) {
+                        std::lock_guard r(res_mutex);
+                        res.bad.push_back(names[n] + ": token " + std::to_string(l.token()) + " after " +
+                                          std::to_string(last[n]));
+                    }
+                    last[n] = l.token();
+                }
+                {
+                    std::lock_guard r(res_mutex);
+                    ++res.grants;
+                }
+                l.release();
+            }
+        });
+    threads.clear();
+    stop = true;
+    reap.join();
+    std::cout << "[race] " << res.grants << " grants, " << res.purged << " counters purged, horizon "
+              << horizon.count() << " ms\n";
+    EXPECT_GT(res.grants, 100);
+    EXPECT_TRUE(res.bad.empty()) << res.bad.size() << " of " << res.grants
+                                 << " grants had a token not above the previous grant's of their name, e.g. "
+                                 << res.bad.front();
+}
+
 TEST_P(Reaper, TokenPurgeDryRunDeletesNothingAndNoHorizonKeepsAll) {
     *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 6), ('legacy:c', 7)";
-    auto r = reaper(*db_, {.token_horizon = 1h, .dry_run = true}).reap_once();
+    auto r = reaper(*db_, {.token_horizon = sqlock::min_token_horizon, .dry_run = true}).reap_once();
     EXPECT_EQ(r.tokens_purged, 3u);
     EXPECT_TRUE(r.complete);
     EXPECT_EQ(count_counters("legacy:"), 3);
     EXPECT_FALSE(floor_token()) << "a dry run raised the floor";
 
-    r = reaper(*db_, {.batch_size = 2, .token_horizon = 1h, .dry_run = true}).reap_once();
+    r = reaper(*db_, {.batch_size = 2, .token_horizon = sqlock::min_token_horizon, .dry_run = true}).reap_once();
     EXPECT_EQ(r.tokens_purged, 2u);
     EXPECT_FALSE(r.complete) << "a full dry batch says there may be more";
     EXPECT_EQ(count_counters("legacy:"), 3);
@@ -855,13 +933,13 @@ TEST_P(ReaperCli, OncePurgesAndLogsOneLinePerPass) {
 TEST_P(ReaperCli, TokenHorizonPurgesCountersAndSaysSo) {
     *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 6), ('legacy:c', 7)";
     auto L = make_locker();
-    ASSERT_TRUE(L.try_acquire("fresh"));  // a counter at the database's clock: younger than 1h
+    ASSERT_TRUE(L.try_acquire("fresh"));  // a counter at the database's clock: younger than 2h
 
-    ASSERT_EQ(run(with_db({"--token-horizon", "1h", "--dry-run"})), 0) << diag();
+    ASSERT_EQ(run(with_db({"--token-horizon", "2h", "--dry-run"})), 0) << diag();
     EXPECT_NE(last_->out().find("would purge 3 token counters"), std::string::npos) << diag();
     EXPECT_EQ(count_counters("legacy:"), 3);
 
-    ASSERT_EQ(run(with_db({"--token-horizon", "1h"})), 0) << diag();
+    ASSERT_EQ(run(with_db({"--token-horizon", "2h"})), 0) << diag();
     auto lines = last_->out_lines();
     ASSERT_EQ(lines.size(), 1u) << diag();
     EXPECT_TRUE(std::regex_match(lines[0], plain_line)) << lines[0];
@@ -875,11 +953,18 @@ TEST_P(ReaperCli, TokenHorizonPurgesCountersAndSaysSo) {
     EXPECT_EQ(j["tokens_purged"], 0);
     EXPECT_EQ(j["token_batches"], 0);
     EXPECT_EQ(count_counters("legacy:"), 1);
-    ASSERT_EQ(run(with_db({"--token-horizon", "0", "--json"})), 0) << diag();
+    ASSERT_EQ(run(with_db({"--token-horizon", "2h", "--json"})), 0) << diag();
     j = nlohmann::json::parse(last_->out_lines().at(0));
     EXPECT_GE(j["tokens_purged"], 1);
     EXPECT_EQ(count_counters("legacy:"), 0);
 
+    // Issue 18: shorter than an acquire statement can run, a purge can repeat a token.
+    *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:e', 9)";
+    for (char const* h : {"0", "1ms", "1h59m"}) {
+        EXPECT_EQ(run(with_db({"--token-horizon", h})), 64) << h << ": " << diag();
+        EXPECT_NE(last_->err().find("2 h"), std::string::npos) << "the error does not name the minimum: " << diag();
+    }
+    EXPECT_EQ(count_counters("legacy:e"), 1) << "a refused horizon purged counters";
     EXPECT_EQ(run(with_db({"--token-horizon", "-1s"})), 64) << diag();
     EXPECT_EQ(run(with_db({"--token-horizon", "3651d"})), 64) << diag();
 }

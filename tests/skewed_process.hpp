@@ -9,7 +9,8 @@
 // installed, the preloads and libfaketime's shared-memory files), the description is printed and kept
 // in /var/tmp/sqlock-libfaketime-hang/, and the worker runs again with tests/clock_shift_preload.cpp
 // instead: only std::chrono::system_clock moves, which is the only wall clock sqlock reads. The test
-// asserts on that run and its output says which clock mover was used.
+// asserts on that run and its output says which clock mover was used. In a sanitizer build
+// (sanitizer_build, test_env.hpp) libfaketime is never preloaded: the fallback runs at once.
 #pragma once
 
 #include "run_command.hpp"
@@ -89,6 +90,12 @@ inline std::string to_string(clock_mover m) {
     return m == clock_mover::libfaketime ? "libfaketime" : "system_clock preload";
 }
 
+/// The first clock mover to try for an instrumented client process: libfaketime, except in a
+/// sanitizer build, where it deadlocks in its constructor (test_env.hpp, sanitizer_build).
+inline clock_mover client_clock_mover() {
+    return sanitizer_build ? clock_mover::system_clock_preload : clock_mover::libfaketime;
+}
+
 /// Variables this helper sets: dropped from the inherited environment first.
 inline std::vector<std::string_view> const& clock_variables() {
     static std::vector<std::string_view> const v{"LD_PRELOAD=", "FAKETIME", "DONT_FAKE_MONOTONIC=",
@@ -150,21 +157,24 @@ struct skewed_run {
 template <class ArgsFor>
 skewed_run run_with_clock_ahead(ArgsFor args_for, std::chrono::seconds ahead, std::chrono::seconds limit) {
     skewed_run s;
-    s.clock_mover = to_string(clock_mover::libfaketime);
-    std::string const offset = (ahead.count() >= 0 ? "+" : "") + std::to_string(ahead.count()) + "s";
-    std::vector<std::string> const args = args_for(1);
-    s.run = run_in_env(args,
-                        environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
-                                          "DONT_FAKE_MONOTONIC=1"},
-                                         clock_variables()),
-                        limit, describe_running_process);
-    if (s.run.finished) return s;
+    int attempt = 1;
+    if (client_clock_mover() == clock_mover::libfaketime) {
+        s.clock_mover = to_string(clock_mover::libfaketime);
+        std::string const offset = (ahead.count() >= 0 ? "+" : "") + std::to_string(ahead.count()) + "s";
+        std::vector<std::string> const args = args_for(attempt++);
+        s.run = run_in_env(args,
+                            environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
+                                              "DONT_FAKE_MONOTONIC=1"},
+                                             clock_variables()),
+                            limit, describe_running_process);
+        if (s.run.finished) return s;
 
-    s.libfaketime_hang = s.run.diagnosis;
-    report_libfaketime_hang(args.front() + " (FAKETIME=" + offset + ") for " + std::to_string(limit.count()) + " s",
-                            s.libfaketime_hang);
+        s.libfaketime_hang = s.run.diagnosis;
+        report_libfaketime_hang(args.front() + " (FAKETIME=" + offset + ") for " + std::to_string(limit.count()) + " s",
+                                s.libfaketime_hang);
+    }
     s.clock_mover = to_string(clock_mover::system_clock_preload);
-    s.run = run_in_env(args_for(2),
+    s.run = run_in_env(args_for(attempt),
                         environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
                                           "SQLOCK_TEST_CLOCK_SHIFT_MS=" +
                                               std::to_string(std::chrono::milliseconds(ahead).count())},

@@ -66,6 +66,25 @@ inline std::string describe(std::exception const& e) { return std::string(typeid
 
 inline bool in_ci() { return getenv_nonempty("CI").has_value(); }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SQLOCK_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SQLOCK_TEST_ASAN 1
+#endif
+#endif
+#ifndef SQLOCK_TEST_ASAN
+#define SQLOCK_TEST_ASAN 0
+#endif
+
+/// True when this program, and so every program of its build (the workers, sqlock, sqlock-reaper), is
+/// built with AddressSanitizer (scripts/sanitize.sh). libfaketime is never preloaded into such a
+/// process: its constructor calls dlsym("__ftime"), the failed lookup formats its error with malloc
+/// before ASan's allocator is initialised, and the process deadlocks on a futex (seen in CI, issue 18).
+/// Those builds move a client's clock with tests/clock_shift_preload.cpp (skewed_process.hpp); the main
+/// test run covers libfaketime. Servers (not instrumented) still get libfaketime.
+inline constexpr bool sanitizer_build = SQLOCK_TEST_ASAN != 0;
+
 /// libfaketime's preload library (Debian's faketime/libfaketime packages; scripts/deps.sh --servers),
 /// or SQLOCK_TEST_LIBFAKETIME. May not exist: callers skip outside CI and fail under CI.
 inline fs::path libfaketime_path() {

@@ -20,6 +20,19 @@ namespace detail {
 class store_impl;
 }
 
+/// The shortest `reaper_options::token_horizon` a reaper accepts: 2 hours.
+///
+/// A counter may be purged only when no acquire statement that started before
+/// its last draw can still be running: such a statement computed its new
+/// counter's first token from the database's clock when it started, and would
+/// insert it below the purged token. The longest a sqlock statement runs is
+/// bounded by the store's options: it waits for a row lock at most
+/// `store_options::lock_wait_timeout` (at most 10 min), and its client gives it
+/// up after `io_timeout` more (at most 1 h). 2 h is that 1 h 10 min plus a
+/// margin for a server that stalls a statement past its client or a clock that
+/// steps forward. See docs/operations.md, "Fencing-token counters".
+inline constexpr std::chrono::hours min_token_horizon{2};
+
 /// How a reaper purges. Validated once, when the reaper is constructed.
 ///
 ///     sqlock::reaper r(db, {.grace = 10s, .batch_size = 500});
@@ -49,12 +62,13 @@ struct reaper_options {
     /// database's now in microseconds minus this are purged, after the table's
     /// floor (its row named '') is raised to their highest token: a name whose
     /// counter was purged starts again above the floor and at the database's
-    /// clock, so its tokens keep increasing. Range 0 .. 3650 days. Empty: never
+    /// clock, so its tokens keep increasing. Range `min_token_horizon` (2 h) ..
+    /// 3650 days: a shorter horizon could purge a counter under an acquire
+    /// statement still running and repeat a token, and is refused. Empty: never
     /// purge counters (while clients of sqlock older than this version still
     /// acquire on the database: they would start a purged name again at 1).
-    /// @warning the horizon must be longer than any one acquire statement can
-    /// take (at most the store's `lock_wait_timeout` plus stalls) and than any
-    /// forward step of the database clock; see docs/operations.md. 0 is for tests.
+    /// @warning the horizon must also be longer than any forward step of the
+    /// database clock; see docs/operations.md.
     std::optional<std::chrono::milliseconds> token_horizon = std::chrono::hours(24);
 
     /// Count instead of deleting. A dry pass looks at one batch only (the

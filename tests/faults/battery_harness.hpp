@@ -62,6 +62,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #ifndef SQLOCK_BATTERY_WORKER
@@ -165,6 +166,14 @@ struct scenario {
     milliseconds restart_delay = 1s;
     /// Restart a worker that died of SIGKILL by itself (a failpoint's kill), logging it as a kill.
     bool restart_crashed = false;
+    /// Faults synchronised on a grant instead of a timer: the worker of slot fault_slot (its first
+    /// generation) stops itself after each grant it logged (battery_worker --stop-after-grant). While
+    /// it is stopped the harness starts the nemesis fault, if the last one is over, interval_min..max
+    /// has passed since it began and the run is not in its quiet end, and then lets the worker go on
+    /// (SIGCONT); otherwise it lets it go on at once. So each fault meets a holder whose grant is a
+    /// moment old and whose first renewal has not been sent, however loaded the machine is.
+    bool fault_after_grant = false;
+    int fault_slot = 0;
     // majority
     bool majority = false;
     milliseconds member_timeout = 0ms;
@@ -274,7 +283,7 @@ public:
     ~battery_run() {
         for (auto& w : workers_)
             if (w.running) {
-                if (w.stopped || !s_.killpoint.empty()) ::kill(w.pid, SIGCONT);
+                if (w.stopped || !s_.killpoint.empty() || s_.fault_after_grant) ::kill(w.pid, SIGCONT);
                 ::kill(w.pid, SIGKILL);
                 int st = 0;
                 ::waitpid(w.pid, &st, 0);
@@ -603,6 +612,7 @@ private:
         if (s_.mixed) a.insert(a.end(), {"--mixed", "--ttl-min-ms", ms(s_.ttl_min)});
         if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.log_busy) a.push_back("--log-busy");
+        if (s_.fault_after_grant && w.slot == s_.fault_slot && w.generation == 0) a.push_back("--stop-after-grant");
         if (s_.single_try) a.push_back("--single-try");
         if (s_.round > 0ms) a.insert(a.end(), {"--round-ms", ms(s_.round)});
         if (s_.linger > 0ms) a.insert(a.end(), {"--linger-ms", ms(s_.linger)});
@@ -711,6 +721,7 @@ private:
 
     void sleep_until(std::chrono::steady_clock::time_point t) {
         while (std::chrono::steady_clock::now() < t) {
+            if (auto* w = stopped_after_grant()) ::kill(w->pid, SIGCONT);  // a fault is under way already
             poll_children();
             std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
                 20ms, t - std::chrono::steady_clock::now()));
@@ -740,7 +751,8 @@ private:
             sleep_until(end_);
             return;
         }
-        if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed && s_.killpoint.empty()) return;
+        if (s_.nemesis == nemesis_kind::none && !s_.restart_crashed && s_.killpoint.empty() && !s_.fault_after_grant)
+            return;
         // Faults only in the first part of the run, so that the last part shows recovery.
         auto const quiet = end_ - std::max<clock::duration>(s_.ttl * 2, duration_ / 5);
         struct pending_restart {
@@ -774,8 +786,19 @@ private:
                     ++it;
                 }
             }
-            if (now >= next && now < quiet) {
+            // With fault_after_grant, a fault starts only while the worker is stopped after a grant.
+            worker_proc* synced = s_.fault_after_grant ? stopped_after_grant() : nullptr;
+            if (synced != nullptr && !(now >= next && now < quiet)) {
+                ::kill(synced->pid, SIGCONT);
+                synced = nullptr;
+            }
+            if (now >= next && now < quiet && (!s_.fault_after_grant || synced != nullptr)) {
                 next = now + pick_interval();
+                // The fault is in place: let the worker that was just granted go on into it.
+                auto const fault_begun = [&] {
+                    auto* w = std::exchange(synced, nullptr);
+                    if (w != nullptr && w->running && !w->stopped) ::kill(w->pid, SIGCONT);  // not one the fault stopped or killed
+                };
                 switch (s_.nemesis) {
                 case nemesis_kind::kill_restart: {
                     auto* w = pick_running_worker();
@@ -799,6 +822,7 @@ private:
                     ::kill(w->pid, SIGSTOP);
                     w->stopped = true;
                     log_nemesis("stop", w->name, "start", "SIGSTOP pid " + std::to_string(w->pid));
+                    fault_begun();
                     sleep_until(std::min(clock::now() + s_.stop_for, end_));
                     ::kill(w->pid, SIGCONT);
                     w->stopped = false;
@@ -809,6 +833,7 @@ private:
                     auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
                     d.proxy->stall();
                     log_nemesis("stall", d.label, "start", "fault proxy stalled");
+                    fault_begun();
                     sleep_until(std::min(clock::now() + s_.stop_for, end_));
                     d.proxy->resume();
                     log_nemesis("stall", d.label, "stop", "fault proxy resumed");
@@ -823,6 +848,7 @@ private:
                         dbs_[i].proxy->stall();
                         log_nemesis("stall", dbs_[i].label, "start", "fault proxy stalled");
                     }
+                    fault_begun();
                     sleep_until(std::min(clock::now() + s_.stop_for, end_));
                     for (auto i : idx) {
                         dbs_[i].proxy->resume();
@@ -834,6 +860,7 @@ private:
                     auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
                     d.proxy->block();
                     log_nemesis("block", d.label, "start", "fault proxy refuses connections");
+                    fault_begun();
                     sleep_until(std::min(clock::now() + s_.stop_for, end_));
                     d.proxy->unblock();
                     log_nemesis("block", d.label, "stop", "fault proxy forwards again");
@@ -841,9 +868,26 @@ private:
                 }
                 case nemesis_kind::none: break;
                 }
+                fault_begun();
             }
             sleep_until(std::min(clock::now() + 20ms, end_));
         }
+    }
+
+    /// The fault_after_grant worker (generation 0 of fault_slot) if it is stopped after a grant right
+    /// now (its stop is consumed: the caller must let it go on); records its exit if it ended.
+    worker_proc* stopped_after_grant() {
+        if (!s_.fault_after_grant) return nullptr;
+        for (auto& w : workers_) {
+            if (w.reaper || w.slot != s_.fault_slot || w.generation != 0 || !w.running) continue;
+            int st = 0;
+            if (::waitpid(w.pid, &st, WNOHANG | WUNTRACED) != w.pid) return nullptr;
+            if (WIFSTOPPED(st)) return &w;
+            w.running = false;
+            exits_[w.name] = st;
+            return nullptr;
+        }
+        return nullptr;
     }
 
     /// The killpoint worker (generation 0 of killpoint_slot): if it stopped at its failpoint, let it
@@ -885,6 +929,7 @@ private:
         auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + s_.linger + 60s;
         for (;;) {
             if (!s_.killpoint.empty()) (void)watch_killpoint(false);
+            if (auto* w = stopped_after_grant()) ::kill(w->pid, SIGCONT);
             poll_children();
             bool any = false;
             for (auto const& w : workers_) any = any || w.running;

@@ -23,6 +23,9 @@
 // resource once more with its stale token, on purpose, for the fence to refuse.
 // --pool-size bounds the store's pooled connections (default threads + 4).
 // --mode reaper runs a reaper loop instead (reap ok with `value` = rows purged).
+// --stop-after-grant: after each grant is logged, the process stops itself (SIGSTOP) until the
+// harness lets it go on (SIGCONT): the harness places a fault there, before the grant's first
+// renewal can be sent (scenario::fault_after_grant).
 // Built to be killed (SIGKILL) or paused (SIGSTOP) at any moment: every line is flushed as it
 // is written, the counter is replaced atomically, and nothing is done at exit that a kill skips.
 #include "history.hpp"
@@ -40,6 +43,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -92,6 +96,7 @@ struct config {
     long long member_timeout_ms = 0;
     std::int64_t start_mono_ns = 0;  // > 0: every thread starts at this raw monotonic instant
     bool log_busy = false;
+    bool stop_after_grant = false;
     long long round_ms = 0;   // > 0 (with start_mono_ns): every acquire starts on a multiple of this after the barrier
     long long linger_ms = 0;
     bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last thread ended (a majority's late give-backs finish)
@@ -360,6 +365,7 @@ private:
             }
             base.token = lease->token();
             granted(base, *lease);
+            if (c_.stop_after_grant) ::raise(SIGSTOP);
 
             // The critical section.
             if (fence) fenced_write(*res, *fence, base);
@@ -603,6 +609,7 @@ int main(int argc, char** argv) {
     app.add_option("--linger-ms", c.linger_ms, "stay this long after the threads ended");
     app.add_flag("--single-try", c.single_try, "try_acquire (one round) instead of a waiting acquire");
     app.add_flag("--log-busy", c.log_busy, "log each busy attempt inside a waiting acquire (op busy)");
+    app.add_flag("--stop-after-grant", c.stop_after_grant, "SIGSTOP this process after each grant it logged");
     app.add_option("--pool-size", c.pool_size, "the store's pooled connections (0: threads + 4)")->check(CLI::Range(0, 1024));
     app.add_flag("--own-lock", c.own_lock, "thread k takes only lock --lock-offset + k");
     app.add_option("--lock-offset", c.lock_offset, "with --own-lock: the first thread's lock");

@@ -125,10 +125,14 @@ TEST(BatteryMajorityF, SlowMemberKeepsNoLateGrant) {
     battery_run(s, engine::postgresql).run_and_check();
 }
 
-// F10 — renewal on a minority: holders hold 1.5–3 s with TTL 1 s (renewed every ~330 ms) while two
-// of the three members are stalled for 2 s every 3–4 s. No renewal is OK during such a stall, and a
-// holder past its safe deadline is told it lost the lease by then (no release OK after it). K1 per
-// member, K3 (a holder that ran out has its late writes refused), K7.
+// F10 — renewal on a minority: holders hold 2–3 s with TTL 1 s (renewed every ~330 ms) while two
+// of the three members are stalled for 2 s, at most every 3–4 s. Each stall starts while worker 0 is
+// stopped right after a grant (fault_after_grant), so the grant's first renewal is sent into it
+// and the holder runs past its safe deadline (it holds 2 s or more, the deadline is under 1 s away):
+// the fault bites on every stall, however loaded the machine (it used to start on a timer, and on a
+// busy machine no holder was past its deadline during one: "the fault never bit"). No renewal is OK
+// during such a stall, and a holder past its safe deadline is told it lost the lease by then (no
+// release OK after it). K1 per member, K3 (a holder that ran out has its late writes refused), K7.
 TEST(BatteryMajorityF, F10_RenewOnMinorityIsLost) {
     scenario s;
     s.id = "F10";
@@ -140,10 +144,11 @@ TEST(BatteryMajorityF, F10_RenewOnMinorityIsLost) {
     s.duration = 14s;
     s.ttl = 1s;
     s.acquire_wait = 3s;
-    s.hold_min = 1500ms;
+    s.hold_min = 2000ms;
     s.hold_max = 3000ms;
     s.io_timeout = 5s;
     s.nemesis = nemesis_kind::stall_two_members;
+    s.fault_after_grant = true;
     s.interval_min = 3s;
     s.interval_max = 4s;
     s.stop_for = 2s;
