@@ -121,7 +121,8 @@ public:
                  std::vector<std::shared_ptr<lease_row>> rows)
         : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
           majority_(std::move(majority)),
-          rows_(std::move(rows)) {}
+          rows_(std::move(rows)),
+          confirmed_(rows_.size(), false) {}
 
     ~majority_row() override {
         // Abandoned without release (lost, or a forked child's copy): the member
@@ -154,6 +155,7 @@ private:
     std::shared_ptr<majority_locker_impl> majority_;
     std::mutex rows_mutex_;
     std::vector<std::shared_ptr<lease_row>> rows_;  // per member; null where not held
+    std::vector<bool> confirmed_;  // guarded by rows_mutex_: per member, its delete confirmed by a release
     bool closed_ = false;  // guarded by rows_mutex_: released (or being released), adopts nothing more
 };
 
@@ -171,6 +173,7 @@ public:
     std::size_t quorum() const noexcept { return quorum_; }
     milliseconds member_timeout() const noexcept { return member_timeout_; }
     member const& at(std::size_t i) const { return members_[i]; }
+    std::vector<member> const& members() const noexcept { return members_; }
 
     clock::time_point validity_end(clock::time_point sent, milliseconds ttl) const noexcept override {
         return sent + ttl - drift_;
@@ -252,7 +255,7 @@ std::string summary(std::vector<std::optional<answer>> const& answers, std::vect
         }
         switch (answers[i]->what) {
             case answer::kind::ok: out += "ok"; break;
-            case answer::kind::busy: out += "busy"; break;
+            case answer::kind::busy: out += answers[i]->why.empty() ? "busy" : answers[i]->why; break;
             case answer::kind::lost: out += "not ours"; break;
             case answer::kind::failed: out += answers[i]->why; break;
         }
@@ -437,18 +440,17 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
 }
 
 bool majority_row::db_delete() {
-    // Take the rows out and adopt no more: a late grant that arrives while the
-    // releases run is given back by its handler, not kept by a released lease.
+    // Adopt no more: a late grant that arrives while the releases run is given
+    // back by its handler, not kept by a released lease.
     std::vector<std::shared_ptr<lease_row>> rows;
     {
         std::lock_guard lock(rows_mutex_);
         closed_ = true;
-        rows.resize(rows_.size());
-        rows.swap(rows_);
+        rows = rows_;
     }
     auto const n = rows.size();
     auto releases = fanout<answer>::start(n, [rows](std::size_t i) -> answer {
-        if (!rows[i]) return {answer::kind::busy, nullptr, 0, {}};  // not held there
+        if (!rows[i]) return {answer::kind::busy, nullptr, 0, "not held there"};
         try {
             rows[i]->release_hold();
             return {answer::kind::ok, nullptr, 0, {}};
@@ -457,14 +459,50 @@ bool majority_row::db_delete() {
         }
     });
     auto answers = releases->settle(deadline_after(majority_->member_timeout()), {});
-    // Ours unless a majority said the row was someone else's.
-    auto lost = static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](auto const& a) {
-        return a && a->what == answer::kind::lost;
-    }));
-    return lost < majority_->quorum();
+    std::size_t confirmed = 0, lost = 0;
+    bool unanswered = false;
+    {
+        std::lock_guard lock(rows_mutex_);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!rows[i]) continue;
+            if (!answers[i]) {
+                unanswered = true;
+                continue;
+            }
+            if (answers[i]->what == answer::kind::ok) {
+                confirmed_[i] = true;
+                rows_[i].reset();
+            } else if (answers[i]->what == answer::kind::lost) {
+                ++lost;
+                rows_[i].reset();
+            }
+        }
+        confirmed = static_cast<std::size_t>(std::count(confirmed_.begin(), confirmed_.end(), true));
+    }
+    auto const quorum = majority_->quorum();
+    // Released only when a majority confirmed its delete; someone else's when a
+    // majority said so. Anything else is not known: the rows that may be left
+    // stay with the lease (a second release() tries them again) and end by their TTL.
+    if (confirmed >= quorum) return true;
+    if (lost >= quorum) return false;
+    std::string const what = "sqlock: majority lock '" + name() + "' (token " + std::to_string(token()) +
+                             "): the release was confirmed by " + std::to_string(confirmed) + " of " +
+                             std::to_string(n) + " members, fewer than the " + std::to_string(quorum) +
+                             " it needs (" + summary(answers, majority_->members()) +
+                             "); the lease is in doubt, not released: call release() again to retry, or treat the "
+                             "lock as not held; the rows left end by their TTL";
+    if (unanswered) throw in_doubt(what);
+    throw backend_unavailable(what);
 }
 
 std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
+    {
+        // A release that was not confirmed: no member is asked to grant it again.
+        std::lock_guard lock(rows_mutex_);
+        if (closed_)
+            throw backend_unavailable("sqlock: majority lock '" + name() +
+                                      "' is not renewed: its release was not confirmed by a majority");
+    }
     auto rows = rows_snapshot();
     auto const n = rows.size();
     auto self = std::static_pointer_cast<majority_row>(shared_from_this());
