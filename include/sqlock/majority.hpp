@@ -27,6 +27,13 @@ struct majority_options {
     /// (the Redlock specification's).
     std::optional<std::chrono::milliseconds> drift;
 
+    /// How many member databases the lock has in all, when some could not be
+    /// given (a store that did not open while its database was down). Empty:
+    /// the lockers given. The quorum is a majority of this N, and a new group
+    /// of members is formed only when all N answer (docs/majority.md, "A member
+    /// that lost its data"); the lockers given must be at least a majority of it.
+    std::optional<std::size_t> configured_members;
+
     /// Owner id reported by the majority lease (each member writes its own
     /// locker's owner into its row). Empty: "host/pid/instance/thread".
     std::string owner;
