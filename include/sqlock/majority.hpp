@@ -77,6 +77,14 @@ struct majority_options {
 /// then write max + 1 where it is still the largest, on a majority — and any
 /// two majorities share a member. See docs/majority.md.
 ///
+/// A member counts only when its counters were seeded under its present
+/// identity (`<prefix>_identity`, created with the schema): new members form a
+/// group the first time all N answer; a member created again (it lost its
+/// data) is seeded from a majority of the others once its identity is older
+/// than the ttl plus drift, and until then attempts that need it throw
+/// `backend_unavailable` naming it. See docs/majority.md, "A member that lost
+/// its data".
+///
 /// Members may mix engines and strategies (table or row lockers; on SQLite
 /// only table lockers: a row lock there locks the whole file); each must be a
 /// different database. A member's store connects when it is opened, so a
