@@ -26,6 +26,13 @@ std::string database_key(std::string const& url) {
     return (e ? std::string(to_string(*e)) : url.substr(0, colon)) + url.substr(colon);
 }
 
+/// What to do about a majority member without its database or tables.
+std::string member_tables_hint(std::string const& url) {
+    return "a majority member's database and tables are never created implicitly; if this member is new, or lost "
+           "its data, create them with `sqlock schema --apply --db " +
+           redacted_url(url) + "`: it then counts once it is seeded from the other members' counters (automatic)";
+}
+
 }  // namespace
 
 void for_each_in_parallel(std::size_t n, std::function<void(std::size_t)> const& fn) {
@@ -51,9 +58,8 @@ member_failure failure_of_current_exception(std::string const& url) {
         throw;
     } catch (exit_error const& e) {
         return {e.code, one_line(e.message).substr(8)};
-    } catch (sqlock::schema_missing const&) {
-        auto e = schema_missing_error(url);
-        return {e.code, one_line(e.message).substr(8)};
+    } catch (sqlock::schema_missing const& e) {
+        return {exit_code::config, one_line(e.what()).substr(8) + "; " + member_tables_hint(url)};
     } catch (sqlock::usage_error const& e) {
         return {exit_code::usage, one_line(e.what()).substr(8)};
     } catch (sqlock::error const& e) {  // unreachable, refused, timed out
@@ -71,10 +77,13 @@ std::vector<member> open_members(std::vector<std::string> const& urls, bool for_
         m.url = urls[i];
         try {
             if (for_run) {
-                // As with one --db: an SQLite member gets its file and tables, a server must have them.
-                bool const sqlite = engine_of_url(m.url) == sqlock::engine::sqlite;
+                // Never created here, not even an SQLite file: a member whose database was lost
+                // must not come back silently (docs/majority.md, "A member that lost its data").
+                if (auto file = sqlite_file_of_url(m.url); file && !std::filesystem::exists(*file))
+                    throw exit_error{exit_code::config, "sqlock: the database file " + *file + " does not exist: " +
+                                                            member_tables_hint(m.url)};
                 m.store.emplace(
-                    open_store(m.url, {.pool_size = 4, .create_schema = sqlite, .connect_timeout = connect_timeout}));
+                    open_store(m.url, {.pool_size = 4, .create_schema = false, .connect_timeout = connect_timeout}));
             } else {
                 m.store.emplace(open_existing({m.url, true}, connect_timeout));
             }

@@ -671,6 +671,7 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
     for (auto const* m : opened)
         lockers.push_back(args.strategy == "row" ? sqlock::row_locker(*m->store, member_options)
                                                  : sqlock::table_locker(*m->store, member_options));
+    options.configured_members = n;  // a new group forms only when every --db answers
     return sqlock::majority_locker(std::move(lockers), std::move(options));
 }
 

@@ -60,6 +60,21 @@ CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
     token BIGINT         NOT NULL
 ) ENGINE = InnoDB;
 
+-- Majority mode: this database's identity, created once with the schema (a
+-- database recreated, or its tables dropped and created again, gets a new one),
+-- and the identities under which this database's majority counters were seeded
+-- (docs/majority.md, "A member that lost its data"). A majority locker counts
+-- a member only when its own identity is in its own sqlock_majority_members.
+CREATE TABLE IF NOT EXISTS sqlock_identity (
+    one        INT            NOT NULL PRIMARY KEY CHECK (one = 1),
+    id         VARBINARY(100) NOT NULL,
+    created_at DATETIME(6)    NOT NULL
+) ENGINE = InnoDB;
+INSERT IGNORE INTO sqlock_identity (one, id, created_at) VALUES (1, CONCAT(UUID(), '-', MD5(RAND())), NOW(6));
+CREATE TABLE IF NOT EXISTS sqlock_majority_members (
+    id VARBINARY(100) NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+
 -- The hot paths of the table lock, each one round trip (CALL) and each one
 -- transaction; the library calls them as prepared statements.
 -- CREATE PROCEDURE IF NOT EXISTS needs MariaDB 10.1.3+ or MySQL 8.0.29+. A

@@ -64,3 +64,19 @@ CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
     name  text   COLLATE "C" NOT NULL PRIMARY KEY,
     token bigint NOT NULL
 );
+
+-- Majority mode: this database's identity, created once with the schema (a
+-- database recreated, or its tables dropped and created again, gets a new one),
+-- and the identities under which this database's majority counters were seeded
+-- (docs/majority.md, "A member that lost its data"). A majority locker counts
+-- a member only when its own identity is in its own sqlock_majority_members.
+CREATE TABLE IF NOT EXISTS sqlock_identity (
+    one        integer     NOT NULL PRIMARY KEY CHECK (one = 1),
+    id         text        COLLATE "C" NOT NULL,
+    created_at timestamptz NOT NULL
+);
+INSERT INTO sqlock_identity (one, id, created_at) VALUES (1, CAST(gen_random_uuid() AS text), clock_timestamp())
+    ON CONFLICT (one) DO NOTHING;
+CREATE TABLE IF NOT EXISTS sqlock_majority_members (
+    id text COLLATE "C" NOT NULL PRIMARY KEY
+);

@@ -78,3 +78,19 @@ CREATE TABLE IF NOT EXISTS sqlock_majority_tokens (
     name  TEXT    NOT NULL PRIMARY KEY,
     token BIGINT  NOT NULL
 ) WITHOUT ROWID;
+
+-- Majority mode: this database's identity, created once with the schema (a
+-- database recreated, or its tables dropped and created again, gets a new one),
+-- and the identities under which this database's majority counters were seeded
+-- (docs/majority.md, "A member that lost its data"). A majority locker counts
+-- a member only when its own identity is in its own sqlock_majority_members.
+CREATE TABLE IF NOT EXISTS sqlock_identity (
+    one        INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    id         TEXT    NOT NULL,
+    created_at BIGINT  NOT NULL
+);
+INSERT OR IGNORE INTO sqlock_identity (one, id, created_at)
+    VALUES (1, lower(hex(randomblob(16))), CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER));
+CREATE TABLE IF NOT EXISTS sqlock_majority_members (
+    id TEXT NOT NULL PRIMARY KEY
+) WITHOUT ROWID;

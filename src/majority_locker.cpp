@@ -14,10 +14,12 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
+#include <variant>
 
 namespace sqlock {
 namespace detail {
@@ -85,7 +87,12 @@ struct answer {
     std::int64_t value = 0;          // token rounds: the counter read, or 1 when the write won
     std::string why;                 // failed: the member's error
     std::shared_ptr<void> in_flight;  // acquire: the member's claim (majority_locker_impl::claim_member) until given back
+    member_identity identity;         // token read: the member's identity and whether it has joined
 };
+
+std::string no_identity(dialect const& d) {
+    return "no identity row in " + d.identity_table() + ": apply the schema again (sqlock schema --apply --db URL)";
+}
 
 answer failure_of(std::exception_ptr e) {
     try {
@@ -122,7 +129,8 @@ public:
                  std::vector<std::shared_ptr<lease_row>> rows)
         : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
           majority_(std::move(majority)),
-          rows_(std::move(rows)) {}
+          rows_(std::move(rows)),
+          confirmed_(rows_.size(), false) {}
 
     ~majority_row() override {
         // Abandoned without release (lost, or a forked child's copy): the member
@@ -155,16 +163,18 @@ private:
     std::shared_ptr<majority_locker_impl> majority_;
     std::mutex rows_mutex_;
     std::vector<std::shared_ptr<lease_row>> rows_;  // per member; null where not held
+    std::vector<bool> confirmed_;  // guarded by rows_mutex_: per member, its delete confirmed by a release
     bool closed_ = false;  // guarded by rows_mutex_: released (or being released), adopts nothing more
 };
 
 class majority_locker_impl final : public locker_impl {
 public:
-    majority_locker_impl(std::vector<member> members, locker_options options, milliseconds member_timeout,
-                         milliseconds drift)
+    majority_locker_impl(std::vector<member> members, std::size_t configured, locker_options options,
+                         milliseconds member_timeout, milliseconds drift)
         : locker_impl(std::move(options)),
           members_(std::move(members)),
-          quorum_(members_.size() / 2 + 1),
+          configured_(configured),
+          quorum_(configured / 2 + 1),
           member_timeout_(member_timeout),
           drift_(drift) {}
 
@@ -172,6 +182,7 @@ public:
     std::size_t quorum() const noexcept { return quorum_; }
     milliseconds member_timeout() const noexcept { return member_timeout_; }
     member const& at(std::size_t i) const { return members_[i]; }
+    std::vector<member> const& members() const noexcept { return members_; }
 
     clock::time_point validity_end(clock::time_point sent, milliseconds ttl) const noexcept override {
         return sent + ttl - drift_;
@@ -231,7 +242,14 @@ private:
     std::optional<std::int64_t> settle_token(std::string const& name, std::vector<std::size_t> const& granted,
                                              clock::time_point valid_until, std::string& why, bool& contended);
 
+    /// Seed the members that have not joined (a new identity) from the others'
+    /// counters and record them as joined, where the rules allow (docs/majority.md,
+    /// "A member that lost its data"); true when at least one joined. `why` says
+    /// who could not join and why.
+    bool join_members(clock::time_point valid_until, std::string& why);
+
     std::vector<member> members_;
+    std::size_t configured_;  // majority_options::configured_members
     std::size_t quorum_;
     milliseconds member_timeout_;
     milliseconds drift_;
@@ -253,7 +271,7 @@ std::string summary(std::vector<std::optional<answer>> const& answers, std::vect
         }
         switch (answers[i]->what) {
             case answer::kind::ok: out += "ok"; break;
-            case answer::kind::busy: out += "busy"; break;
+            case answer::kind::busy: out += answers[i]->why.empty() ? "busy" : answers[i]->why; break;
             case answer::kind::lost: out += "not ours"; break;
             case answer::kind::failed: out += answers[i]->why; break;
         }
@@ -282,55 +300,178 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
     // The calls may outlive this function (a member that answers late): they
     // hold what they use.
     auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
-    auto counter_call = [self, &granted, name](bool write, std::int64_t token) {
-        return [self, granted, name, write, token](std::size_t k) -> answer {
-            auto const& member_locker = self->members_[granted[k]].locker;
-            auto* store = member_locker->member_store();
-            auto const member_timeout = self->member_timeout_;
-            try {
-                if (write) {
-                    bool won = store->run("settling majority token of lock '" + name + "'", [&](soci::session& s) {
-                        return store->dialect().majority_write(s, name, token);
-                    }, {.io_deadline = deadline_after(member_timeout)});
-                    return {won ? answer::kind::ok : answer::kind::busy, nullptr, won ? 1 : 0, {}};
-                }
-                auto value = store->run("reading majority token of lock '" + name + "'", [&](soci::session& s) {
-                    return store->dialect().majority_read(s, name);
-                }, {.io_deadline = deadline_after(member_timeout)});
-                return {answer::kind::ok, nullptr, value, {}};
-            } catch (...) {
-                return failure_of(std::current_exception());
-            }
-        };
+    auto read_call = [self, granted, name](std::size_t k) -> answer {
+        auto* store = self->members_[granted[k]].locker->member_store();
+        try {
+            return store->run("reading majority token of lock '" + name + "'", [&](soci::session& s) -> answer {
+                auto identity = store->dialect().majority_identity(s);
+                if (!identity) return {answer::kind::failed, nullptr, 0, no_identity(store->dialect())};
+                answer a{answer::kind::ok, nullptr, store->dialect().majority_read(s, name), {}};
+                a.identity = std::move(*identity);
+                return a;
+            }, {.io_deadline = deadline_after(self->member_timeout_)});
+        } catch (...) {
+            return failure_of(std::current_exception());
+        }
     };
     auto count_ok = [](std::vector<std::optional<answer>> const& r) {
         return static_cast<std::size_t>(
             std::count_if(r.begin(), r.end(), [](auto const& a) { return a && a->what == answer::kind::ok; }));
     };
+    bool joined_some = false;
     for (int round = 0; round < 3 && clock::now() < valid_until; ++round) {
-        auto reads = fanout<answer>::start(granted.size(), counter_call(false, 0))
+        auto reads = fanout<answer>::start(granted.size(), read_call)
                          ->settle(std::min(valid_until, deadline_after(member_timeout_)),
                                   [&](auto const& r) { return count_ok(r) == granted.size(); });
-        if (count_ok(reads) < quorum_) {
-            why = "fewer than " + std::to_string(quorum_) + " members answered the token read (" +
-                  majority_locker_impl_summary(reads, members_, granted) + ")";
+        // Only members whose counters were seeded under their present identity count.
+        std::vector<std::size_t> counted;  // indexes into granted
+        std::vector<std::string> ids;
+        std::int64_t highest = 0;
+        bool unjoined = false, seedable = false;
+        auto const min_age = duration_cast<microseconds>(options_.ttl + drift_).count();
+        for (std::size_t k = 0; k < reads.size(); ++k) {
+            auto const& a = reads[k];
+            if (!a || a->what != answer::kind::ok) continue;
+            if (!a->identity.joined) {
+                unjoined = true;
+                seedable = seedable || a->identity.age_us >= min_age;
+                continue;
+            }
+            counted.push_back(k);
+            ids.push_back(a->identity.id);
+            highest = std::max(highest, a->value);
+        }
+        // A member that has not joined is seeded as soon as it may be (not only when it is needed).
+        if (seedable && counted.size() >= quorum_ && !joined_some) {
+            joined_some = true;
+            std::string ignored;
+            if (join_members(valid_until, ignored)) {
+                --round;
+                continue;
+            }
+        }
+        if (counted.size() < quorum_) {
+            if (unjoined && !joined_some && join_members(valid_until, why)) {
+                joined_some = true;
+                --round;  // the members seeded now count from the next read
+                continue;
+            }
+            auto const said = majority_locker_impl_summary(reads, members_, granted);
+            why = "fewer than " + std::to_string(quorum_) + " members that have joined this majority answered the token read (" +
+                  said + ")" + (why.empty() ? "" : "; " + why);
             return std::nullopt;
         }
-        std::int64_t highest = 0;
-        for (auto const& a : reads)
-            if (a && a->what == answer::kind::ok) highest = std::max(highest, a->value);
         std::int64_t const token = highest + 1;
-        auto writes = fanout<answer>::start(granted.size(), counter_call(true, token))
+        auto write_call = [self, granted, counted, ids, name, token](std::size_t j) -> answer {
+            auto* store = self->members_[granted[counted[j]]].locker->member_store();
+            try {
+                bool won = store->run("settling majority token of lock '" + name + "'", [&](soci::session& s) {
+                    return store->dialect().majority_write(s, name, token, ids[j]);
+                }, {.io_deadline = deadline_after(self->member_timeout_)});
+                return {won ? answer::kind::ok : answer::kind::busy, nullptr, won ? 1 : 0, {}};
+            } catch (...) {
+                return failure_of(std::current_exception());
+            }
+        };
+        auto writes = fanout<answer>::start(counted.size(), write_call)
                           ->settle(std::min(valid_until, deadline_after(member_timeout_)),
-                                   [&](auto const& r) { return count_ok(r) == granted.size(); });
+                                   [&](auto const& r) { return count_ok(r) == counted.size(); });
         if (count_ok(writes) >= quorum_) return token;
-        // Another client settled this token (or a higher one) meanwhile: read
-        // again. Members that failed to answer: give up.
+        // Another client settled this token (or a higher one) meanwhile, or a
+        // member was recreated since the read: read again. Members that failed
+        // to answer: give up.
         contended = std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::busy; });
-        why = "the token could not be written to a majority (" + majority_locker_impl_summary(writes, members_, granted) + ")";
+        std::vector<std::size_t> written;
+        for (auto k : counted) written.push_back(granted[k]);
+        why = "the token could not be written to a majority (" + majority_locker_impl_summary(writes, members_, written) + ")";
         if (!contended) return std::nullopt;
     }
     return std::nullopt;
+}
+
+bool majority_locker_impl::join_members(clock::time_point valid_until, std::string& why) {
+    // Every member, not only those that granted: the counters are read from as
+    // many as answer, and the group is formed only when all N answer.
+    auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
+    struct view {
+        member_identity identity;
+        std::vector<std::pair<std::string, std::int64_t>> counters;
+    };
+    using result = std::variant<view, std::string>;
+    auto reads = fanout<result>::start(members_.size(), [self](std::size_t i) -> result {
+        auto* store = self->members_[i].locker->member_store();
+        try {
+            return store->run("reading the majority counters", [&](soci::session& s) -> result {
+                auto identity = store->dialect().majority_identity(s);
+                if (!identity) return no_identity(store->dialect());
+                return view{std::move(*identity), store->dialect().majority_read_all(s)};
+            }, {.io_deadline = deadline_after(self->member_timeout_)});
+        } catch (std::exception const& e) {
+            return std::string(e.what());
+        }
+    })->settle(std::min(valid_until, deadline_after(member_timeout_)), {});
+    std::size_t answered = 0, joined = 0;
+    std::string unanswered;
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+        if (reads[i] && std::holds_alternative<view>(*reads[i])) {
+            ++answered;
+            joined += std::get<view>(*reads[i]).identity.joined ? 1 : 0;
+        } else {
+            unanswered += (unanswered.empty() ? "" : "; ") + members_[i].label + ": " +
+                          (reads[i] ? std::get<std::string>(*reads[i]) : std::string("no answer in time"));
+        }
+    }
+    // Formed: every member of the configured N answered and none has joined (a
+    // new group). Otherwise a member that has not joined is seeded from a
+    // majority of joined members, once its identity is older than the ttl: by
+    // then every lease and token its former data took part in is over, so the
+    // counters read hold every token a majority could have handed out.
+    bool const forming = answered == configured_ && answered == members_.size() && joined == 0;
+    auto const min_age = duration_cast<microseconds>(options_.ttl + drift_).count();
+    std::string refused;
+    std::vector<std::size_t> seed;
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+        if (!reads[i] || !std::holds_alternative<view>(*reads[i])) continue;
+        auto const& v = std::get<view>(*reads[i]);
+        if (v.identity.joined) continue;
+        if (forming) {
+            seed.push_back(i);
+        } else if (joined < quorum_) {
+            refused += (refused.empty() ? "" : "; ") + members_[i].label +
+                       " has not joined this majority (a new identity: the database was created, recreated or "
+                       "restored since); it is seeded with the other members' counters once " +
+                       std::to_string(quorum_) + " members that have joined answer together (" +
+                       std::to_string(joined) + " did" + (unanswered.empty() ? "" : "; " + unanswered) + ")";
+        } else if (v.identity.age_us < min_age) {
+            refused += (refused.empty() ? "" : "; ") + members_[i].label +
+                       " has not joined this majority (a new identity, " +
+                       std::to_string(v.identity.age_us / 1000) + " ms old); it is seeded once its identity is older than the ttl plus drift (" +
+                       std::to_string(min_age / 1000) + " ms), when no lease of its former data can still be live";
+        } else {
+            seed.push_back(i);
+        }
+    }
+    why = refused;
+    if (seed.empty()) return false;
+    std::map<std::string, std::int64_t> highest;
+    for (auto const& r : reads)
+        if (r && std::holds_alternative<view>(*r))
+            for (auto const& [n, t] : std::get<view>(*r).counters) highest[n] = std::max(highest[n], t);
+    auto seeded = std::make_shared<std::vector<std::pair<std::string, std::int64_t>>>(highest.begin(), highest.end());
+    std::vector<std::string> ids;
+    for (auto i : seed) ids.push_back(std::get<view>(*reads[i]).identity.id);
+    auto writes = fanout<answer>::start(seed.size(), [self, seed, ids, seeded](std::size_t k) -> answer {
+        auto* store = self->members_[seed[k]].locker->member_store();
+        try {
+            bool done = store->run("seeding the majority counters", [&](soci::session& s) {
+                return store->dialect().majority_join(s, ids[k], *seeded);
+            }, {.io_deadline = deadline_after(self->member_timeout_)});
+            return {done ? answer::kind::ok : answer::kind::busy, nullptr, 0, {}};
+        } catch (...) {
+            return failure_of(std::current_exception());
+        }
+    })->settle(deadline_after(member_timeout_), {});
+    return std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::ok; });
 }
 
 std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& name, std::string const& owner,
@@ -438,18 +579,17 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
 }
 
 bool majority_row::db_delete() {
-    // Take the rows out and adopt no more: a late grant that arrives while the
-    // releases run is given back by its handler, not kept by a released lease.
+    // Adopt no more: a late grant that arrives while the releases run is given
+    // back by its handler, not kept by a released lease.
     std::vector<std::shared_ptr<lease_row>> rows;
     {
         std::lock_guard lock(rows_mutex_);
         closed_ = true;
-        rows.resize(rows_.size());
-        rows.swap(rows_);
+        rows = rows_;
     }
     auto const n = rows.size();
     auto releases = fanout<answer>::start(n, [rows](std::size_t i) -> answer {
-        if (!rows[i]) return {answer::kind::busy, nullptr, 0, {}};  // not held there
+        if (!rows[i]) return {answer::kind::busy, nullptr, 0, "not held there"};
         try {
             rows[i]->release_hold();
             return {answer::kind::ok, nullptr, 0, {}};
@@ -458,14 +598,50 @@ bool majority_row::db_delete() {
         }
     });
     auto answers = releases->settle(deadline_after(majority_->member_timeout()), {});
-    // Ours unless a majority said the row was someone else's.
-    auto lost = static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](auto const& a) {
-        return a && a->what == answer::kind::lost;
-    }));
-    return lost < majority_->quorum();
+    std::size_t confirmed = 0, lost = 0;
+    bool unanswered = false;
+    {
+        std::lock_guard lock(rows_mutex_);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!rows[i]) continue;
+            if (!answers[i]) {
+                unanswered = true;
+                continue;
+            }
+            if (answers[i]->what == answer::kind::ok) {
+                confirmed_[i] = true;
+                rows_[i].reset();
+            } else if (answers[i]->what == answer::kind::lost) {
+                ++lost;
+                rows_[i].reset();
+            }
+        }
+        confirmed = static_cast<std::size_t>(std::count(confirmed_.begin(), confirmed_.end(), true));
+    }
+    auto const quorum = majority_->quorum();
+    // Released only when a majority confirmed its delete; someone else's when a
+    // majority said so. Anything else is not known: the rows that may be left
+    // stay with the lease (a second release() tries them again) and end by their TTL.
+    if (confirmed >= quorum) return true;
+    if (lost >= quorum) return false;
+    std::string const what = "sqlock: majority lock '" + name() + "' (token " + std::to_string(token()) +
+                             "): the release was confirmed by " + std::to_string(confirmed) + " of " +
+                             std::to_string(n) + " members, fewer than the " + std::to_string(quorum) +
+                             " it needs (" + summary(answers, majority_->members()) +
+                             "); the lease is in doubt, not released: call release() again to retry, or treat the "
+                             "lock as not held; the rows left end by their TTL";
+    if (unanswered) throw in_doubt(what);
+    throw backend_unavailable(what);
 }
 
 std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
+    {
+        // A release that was not confirmed: no member is asked to grant it again.
+        std::lock_guard lock(rows_mutex_);
+        if (closed_)
+            throw backend_unavailable("sqlock: majority lock '" + name() +
+                                      "' is not renewed: its release was not confirmed by a majority");
+    }
     auto rows = rows_snapshot();
     auto const n = rows.size();
     auto self = std::static_pointer_cast<majority_row>(shared_from_this());
@@ -558,7 +734,13 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
                         .max_hold = options.max_hold,
                         .on_lost = std::move(options.on_lost),
                         .on_event = std::move(options.on_event)};
-    return locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), std::move(base), member_timeout, drift));
+    auto const configured = options.configured_members.value_or(list.size());
+    if (configured < list.size() || list.size() < configured / 2 + 1)
+        throw usage_error("sqlock: majority configured_members " + std::to_string(configured) + " must be at least the " +
+                          std::to_string(list.size()) + " member lockers given, and they must be a majority of it (" +
+                          std::to_string(configured / 2 + 1) + " or more)");
+    return locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), configured, std::move(base),
+                                                                       member_timeout, drift));
 }
 
 }  // namespace sqlock

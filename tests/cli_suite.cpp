@@ -903,11 +903,27 @@ protected:
         if (should_stop()) return;
         require_env("SQLOCK_TEST_MYSQL_URL", my_);
         if (should_stop()) return;
-        sqlite_ = sqlite_url(files_.path() / "member.db");
-        for (auto const& url : {pg_, my_}) sqlock::store(url, {.create_schema = true});
+        // One SQLite member for the whole suite, like the servers' tables: a majority member's
+        // database is never created by `run`, and a new one counts only once it has been seeded
+        // from the others (docs/majority.md), which its identity must be older than the ttl for.
+        static temp_dir const member_dir;
+        member_file_ = member_dir.path() / "member.db";
+        sqlite_ = sqlite_url(member_file_);
+        for (auto const& url : {pg_, my_, sqlite_}) sqlock::store(url, {.create_schema = true});
         prefix_ = random_prefix();
         raw_.push_back(raw_session(engine::postgresql, pg_));
         raw_.push_back(raw_session(engine::mysql, my_));
+        static bool joined = false;
+        if (!joined)
+            joined = eventually([&] {
+                (void)cli(run(n("join"), {"true"}, {"--ttl", "1s"}));
+                long long k = 0;
+                *raw_session(engine::sqlite, sqlite_)
+                    << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
+                    soci::into(k);
+                return k > 0;
+            }, 60s);
+        ASSERT_TRUE(joined) << "the SQLite member never joined the servers' majority group";
     }
 
     std::string n(std::string_view s) const { return prefix_ + std::string(s); }
@@ -963,6 +979,7 @@ protected:
     }
 
     temp_dir files_;
+    fs::path member_file_;
     std::string pg_, my_, sqlite_, prefix_;
     std::vector<std::unique_ptr<soci::session>> raw_;
 };
@@ -1217,7 +1234,7 @@ TEST_F(CliMajority, LosingTheMajorityStopsTheCommandAndExits76) {
 TEST_F(CliMajority, TheSameDatabaseTwiceExits64) {
     std::string const name = n("twice");
     auto cmd = sh("touch \"$1/ran\"", dir());
-    auto other_spelling = "sqlite:" + (dir() / "." / "member.db").string();
+    auto other_spelling = "sqlite:" + (member_file_.parent_path() / "." / "member.db").string();
     auto pg_alias = "postgres" + pg_.substr(pg_.find(':'));
     for (auto const& urls : std::vector<std::vector<std::string>>{
              {pg_, pg_, sqlite_}, {pg_, my_, sqlite_, other_spelling}, {pg_alias, my_, pg_}}) {
@@ -1278,6 +1295,73 @@ TEST_F(CliBasics, RunCreatesASqliteFileAndItsTables) {
     EXPECT_TRUE(present(cwd.path() / "new.db"));
     auto list = cli({"list", "--db", "sqlite:new.db"}, cwd.path());
     EXPECT_EQ(list.code(), 0) << list.describe();
+}
+
+// Issue 18 item 9 through the CLI: `sqlock run` over three SQLite members
+// prints tokens 1, 2, 3; with c.db unusable (a directory in its place) 4; then
+// a.db is deleted and b.db made unusable. The run must neither create a.db nor
+// hand out 4 again: it names a.db and `sqlock schema --apply`. Once applied,
+// a.db has a new identity and does not count (with b.db still unusable: no
+// token); with all three back it is seeded once its identity is older than the
+// ttl, and then a and c alone hand out a token above every earlier one.
+// (Before the fix the run created a.db and its tables and printed 4 again.)
+TEST_F(CliBasics, MajorityMemberThatLostItsDataIsNotRecreatedAndRepeatsNoToken) {
+    temp_dir cwd;
+    auto const dir = cwd.path();
+    std::vector<std::string> const dbs{"--db", "sqlite:a.db", "--db", "sqlite:b.db", "--db", "sqlite:c.db"};
+    for (auto const* f : {"sqlite:a.db", "sqlite:b.db", "sqlite:c.db"}) {
+        auto r = cli({"schema", "--apply", "--db", f}, dir);
+        ASSERT_EQ(r.code(), 0) << r.describe();
+    }
+    auto run = [&] {
+        auto args = dbs;
+        args.insert(args.end(), {"--name", "x", "--ttl", "1s"});
+        return cli(run_args(args, {"sh", "-c", "printf '%s\\n' \"$SQLOCK_TOKEN\""}), dir);
+    };
+    auto token = [](cli_result const& r) { return r.code() == 0 ? trim(r.out) : "failed: " + r.describe(); };
+    auto unusable = [&](char const* f) {
+        fs::rename(dir / f, dir / (std::string(f) + ".away"));
+        fs::create_directory(dir / f);
+    };
+    auto usable = [&](char const* f) {
+        fs::remove(dir / f);
+        fs::rename(dir / (std::string(f) + ".away"), dir / f);
+    };
+    for (int k = 1; k <= 3; ++k) ASSERT_EQ(token(run()), std::to_string(k));
+    unusable("c.db");
+    ASSERT_EQ(token(run()), "4");
+    usable("c.db");
+    for (auto const* f : {"a.db", "a.db-wal", "a.db-shm"}) fs::remove(dir / f);
+    unusable("b.db");
+    auto lost = run();
+    EXPECT_NE(trim(lost.out), "4") << "token 4 handed out a second time";
+    EXPECT_EQ(lost.code(), 78) << lost.describe();
+    EXPECT_NE(lost.err.find("a.db does not exist"), std::string::npos) << lost.err;
+    EXPECT_NE(lost.err.find("sqlock schema --apply --db sqlite:a.db"), std::string::npos) << lost.err;
+    EXPECT_FALSE(present(dir / "a.db")) << "the member's database was created implicitly";
+
+    auto apply = cli({"schema", "--apply", "--db", "sqlite:a.db"}, dir);
+    ASSERT_EQ(apply.code(), 0) << apply.describe();
+    auto unjoined = run();
+    EXPECT_NE(trim(unjoined.out), "4") << "token 4 handed out a second time";
+    EXPECT_NE(unjoined.code(), 0) << unjoined.describe();
+    EXPECT_NE(unjoined.err.find("a.db has not joined"), std::string::npos) << unjoined.err;
+
+    usable("b.db");
+    long long last = 4;
+    bool const joined = eventually([&] {
+        auto const t = token(run());
+        EXPECT_EQ(t, std::to_string(last + 1));
+        last = std::atoll(t.c_str());
+        long long n = 0;
+        *raw_session(engine::sqlite, sqlite_url(dir / "a.db"))
+            << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
+            soci::into(n);
+        return n > 0;
+    }, 30s);
+    ASSERT_TRUE(joined) << "a.db was never seeded";
+    unusable("b.db");
+    EXPECT_EQ(token(run()), std::to_string(last + 1)) << "a.db and c.db, a.db seeded";
 }
 
 TEST_F(CliBasics, EmbeddedSqliteFileWorksOutOfTheBox) {

@@ -27,6 +27,13 @@ struct majority_options {
     /// (the Redlock specification's).
     std::optional<std::chrono::milliseconds> drift;
 
+    /// How many member databases the lock has in all, when some could not be
+    /// given (a store that did not open while its database was down). Empty:
+    /// the lockers given. The quorum is a majority of this N, and a new group
+    /// of members is formed only when all N answer (docs/majority.md, "A member
+    /// that lost its data"); the lockers given must be at least a majority of it.
+    std::optional<std::size_t> configured_members;
+
     /// Owner id reported by the majority lease (each member writes its own
     /// locker's owner into its row). Empty: "host/pid/instance/thread".
     std::string owner;
@@ -69,6 +76,14 @@ struct majority_options {
 /// granting members' `<prefix>_majority_tokens` counters — read a majority,
 /// then write max + 1 where it is still the largest, on a majority — and any
 /// two majorities share a member. See docs/majority.md.
+///
+/// A member counts only when its counters were seeded under its present
+/// identity (`<prefix>_identity`, created with the schema): new members form a
+/// group the first time all N answer; a member created again (it lost its
+/// data) is seeded from a majority of the others once its identity is older
+/// than the ttl plus drift, and until then attempts that need it throw
+/// `backend_unavailable` naming it. See docs/majority.md, "A member that lost
+/// its data".
 ///
 /// Members may mix engines and strategies (table or row lockers; on SQLite
 /// only table lockers: a row lock there locks the whole file); each must be a

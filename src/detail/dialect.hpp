@@ -84,6 +84,13 @@ public:
 
 /// A pooled session together with the statements prepared on it. Converts to
 /// the session, so code that needs no prepared statement takes `soci::session&`.
+/// A database as a majority member (dialect::majority_identity).
+struct member_identity {
+    std::string id;
+    std::int64_t age_us = 0;  // since the identity was created, on the database's clock
+    bool joined = false;      // its counters were seeded under this identity
+};
+
 struct pooled_session {
     soci::session& session;
     std::unique_ptr<prepared_statements>& prepared;
@@ -282,9 +289,26 @@ public:
     /// Majority mode's durable counter of `name` in `<prefix>_majority_tokens` (0 when none).
     [[nodiscard]] virtual std::int64_t majority_read(soci::session& s, std::string const& name) const;
 
-    /// Set that counter to `token` if it is below it, in one atomic statement
+    /// Set that counter to `token` if it is below it and this database is still
+    /// the member `member_id` and has joined (below), in one atomic statement
     /// (autocommit); true when this call set it (it was strictly below).
-    [[nodiscard]] virtual bool majority_write(soci::session& s, std::string const& name, std::int64_t token) const;
+    [[nodiscard]] virtual bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
+                                              std::string const& member_id) const;
+
+    /// This database as a majority member: its identity (`<prefix>_identity`,
+    /// created with the schema), how old that identity is on the database's
+    /// clock, and whether its counters were seeded under it (its own identity
+    /// is in `<prefix>_majority_members`). Empty when the identity row is missing.
+    [[nodiscard]] std::optional<member_identity> majority_identity(soci::session& s) const;
+
+    /// Every majority counter: (name, token).
+    [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> majority_read_all(soci::session& s) const;
+
+    /// Seed this database's counters (each raised to at least the given value)
+    /// and record `member_id` as joined, in one transaction, when its identity
+    /// is still `member_id`; false (nothing changed) when it is not.
+    [[nodiscard]] bool majority_join(soci::session& s, std::string const& member_id,
+                                     std::vector<std::pair<std::string, std::int64_t>> const& counters) const;
 
     /// Draw the next fencing token of `name` from the token counter, in autocommit
     /// (a durable commit), on a connection of its own.
@@ -334,6 +358,8 @@ public:
 
     [[nodiscard]] std::string const& fences_table() const noexcept { return fences_; }
     [[nodiscard]] std::string majority_table() const { return prefix_ + "_majority_tokens"; }
+    [[nodiscard]] std::string identity_table() const { return prefix_ + "_identity"; }
+    [[nodiscard]] std::string majority_members_table() const { return prefix_ + "_majority_members"; }
 
 protected:
     /// After a cached statement has returned what it returns: let go of it where
@@ -352,6 +378,12 @@ protected:
     [[nodiscard]] virtual std::string plus_ttl_sql(std::string const& timestamp) const = 0;
     /// `timestamp` minus the microseconds bound to `:<param>`.
     [[nodiscard]] virtual std::string minus_sql(std::string const& timestamp, std::string const& param) const = 0;
+    /// Start a write transaction (SQLite: BEGIN IMMEDIATE).
+    [[nodiscard]] virtual std::string begin_write_sql() const { return "BEGIN"; }
+    /// Raise counter :name to at least :token (no answer needed).
+    [[nodiscard]] virtual std::string majority_raise_sql() const;
+    /// Record :id in `<prefix>_majority_members` unless it is there.
+    [[nodiscard]] virtual std::string majority_add_member_sql() const;
     /// Announce a release of `name` to other processes (PostgreSQL NOTIFY), if the engine can.
     virtual void notify_release(soci::session& s, std::string const& name) const;
     /// Appended to a row-picking subquery so that rows locked by others are skipped.

@@ -354,14 +354,27 @@ public:
 
     // No RETURNING with ON DUPLICATE KEY: make sure the row exists, then raise
     // it in one conditional UPDATE; it changed a row only for the call that won.
-    bool majority_write(soci::session& s, std::string const& name, std::int64_t token) const override {
+    bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
+                        std::string const& member_id) const override {
         long long tok = token;
         s << "INSERT IGNORE INTO " + majority_table() + " (name, token) VALUES (:name, 0)", soci::use(name, "name");
-        soci::statement st = (s.prepare << "UPDATE " + majority_table() +
-                                               " SET token = :token WHERE name = :name AND token < :below",
-                              soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"));
+        soci::statement st =
+            (s.prepare << "UPDATE " + majority_table() +
+                              " SET token = :token WHERE name = :name AND token < :below AND EXISTS (SELECT 1 FROM " +
+                              identity_table() + " i JOIN " + majority_members_table() +
+                              " g ON g.id = i.id WHERE i.id = :mid)",
+             soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"), soci::use(member_id, "mid"));
         st.execute(true);
         return st.get_affected_rows() > 0;
+    }
+
+    std::string majority_raise_sql() const override {
+        return "INSERT INTO " + majority_table() +
+               " (name, token) VALUES (:name, :token) ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))";
+    }
+
+    std::string majority_add_member_sql() const override {
+        return "INSERT IGNORE INTO " + majority_members_table() + " (id) VALUES (:id)";
     }
 
     std::optional<std::string> relaxed_durability(soci::session& s) const override {

@@ -305,7 +305,8 @@ public:
     // The triggers that keep the token counter are as necessary as the tables:
     // without them the acquire would hand the same token out again.
     std::vector<std::string> required_tables() const override {
-        return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table(), locks_ + "_tok_ins", locks_ + "_tok_upd"};
+        return {locks_,           tokens_,           fences_,          prefix_ + "_rows", majority_table(), identity_table(),
+                majority_members_table(), locks_ + "_tok_ins", locks_ + "_tok_upd"};
     }
 
     void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
@@ -419,6 +420,7 @@ protected:
         return "SELECT COUNT(*) FROM sqlite_master WHERE type IN ('table', 'trigger') AND name = :t";
     }
     std::string now_sql() const override { return std::string(now_us); }
+    std::string begin_write_sql() const override { return "BEGIN IMMEDIATE"; }
     std::string plus_ttl_sql(std::string const& timestamp) const override { return timestamp + " + :ttl"; }
     std::string epoch_us_sql(std::string const& column) const override { return column; }
     std::string greatest_sql(std::string const& a, std::string const& b) const override {

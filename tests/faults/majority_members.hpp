@@ -108,6 +108,16 @@ public:
             added.store.emplace(added.proxy->proxied_url(added.url), opts);
             added.raw = raw_session(added.e, added.url);
         }
+        form_group();
+    }
+
+    /// New members form a group (and seed their majority counters) the first time all of them answer
+    /// together (docs/majority.md); a test that takes a member down before its first grant needs this first.
+    void form_group() {
+        std::vector<sqlock::locker> lockers;
+        for (auto& m : members_) lockers.push_back(sqlock::table_locker(*m.store, {.ttl = std::chrono::seconds(10)}));
+        auto majority = sqlock::majority_locker(std::move(lockers), {.auto_renew = false});
+        if (auto l = majority.try_acquire("sqlock-test-form-group")) l->release();
     }
 
     /// Proxies relay again, stores closed, the tables dropped (a failure to drop is a test failure).

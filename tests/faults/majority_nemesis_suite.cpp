@@ -606,7 +606,7 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
         }
     }
     try {
-        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
+        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
             *res_raw << "DROP TABLE IF EXISTS " + res_tables + t;
     } catch (std::exception const& ex) {
         ADD_FAILURE() << "could not drop the resource tables " << res_tables << "_*: " << ex.what();
