@@ -568,6 +568,7 @@ private:
         workers_.clear();
         exits_.clear();
         killpoint_hits_ = 0;
+        fault_bag_.clear();
         max_connections_ = 0;
         connection_samples_ = 0;
         connection_error_.clear();
@@ -790,8 +791,15 @@ private:
                 switch (s_.nemesis) {
                 case nemesis_kind::kill_restart: kill_and_schedule_restart(pick_running_worker(), restarts); break;
                 case nemesis_kind::mixed_faults: {
-                    int const kinds = dbs_.front().e == engine::sqlite ? 2 : 3;
-                    switch (std::uniform_int_distribution<int>(0, kinds - 1)(rng_)) {
+                    // Each kind once per round, in a random order: every run meets all of them.
+                    if (fault_bag_.empty()) {
+                        fault_bag_ = {0, 1};
+                        if (dbs_.front().e != engine::sqlite) fault_bag_.push_back(2);
+                        std::shuffle(fault_bag_.begin(), fault_bag_.end(), rng_);
+                    }
+                    int const kind = fault_bag_.back();
+                    fault_bag_.pop_back();
+                    switch (kind) {
                     case 0: kill_and_schedule_restart(pick_holder(), restarts); break;
                     case 1: stop_holder(); break;
                     default: kill_session(); break;
@@ -1342,6 +1350,7 @@ private:
     std::map<int, std::vector<std::string>> slot_env_;
     std::function<std::vector<std::string>(extra_check_input const&)> extra_check_;
     int killpoint_hits_ = 0;
+    std::vector<int> fault_bag_;  ///< mixed_faults: the kinds left in this round
     std::ofstream nemesis_;
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;

@@ -21,6 +21,10 @@
 // resource a random number of times, then releases or, with --abandon-pct, abandons the lease:
 // it logs that it gave it up (op lost), waits past its local deadline, and writes the fenced
 // resource once more with its stale token, on purpose, for the fence to refuse.
+// --fuzz: the randomized operation fuzzer and fork nemesis (thread_loop_fuzz): one thread, on the
+// main thread, making random calls from its seed; with --fork-pct it forks while holding (after the
+// grant, inside renew(), inside release()), and its children end by _exit(), exit() or a return
+// through main(), some after critical sections of their own (fork_nemesis_suite.cpp, fuzz_suite.cpp).
 // --pool-size bounds the store's pooled connections (default threads + 4).
 // --mode reaper runs a reaper loop instead (reap ok with `value` = rows purged).
 // Built to be killed (SIGKILL) or paused (SIGSTOP) at any moment: every line is flushed as it
@@ -707,10 +711,12 @@ private:
             std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<long long>(0, 40000)(rng)));
         }
         event f = base;
+        f.op = "fork";
         f.owner = child;
         write_invoke(f, "fork");
+        pid_t const parent = ::getpid();
         pid_t const pid = ::fork();
-        if (pid == 0) child_main(child, end, work, rng);
+        if (pid == 0) child_main(child, end, work, rng, parent);
         if (pid < 0) {
             f.type = "info";
             f.error = std::string("fork failed: ") + std::strerror(errno);
@@ -731,8 +737,10 @@ private:
     /// The forked child: its own history, optionally one or two critical sections through a store
     /// and locker of its own (drawing from the random stream it inherited, as a real child would),
     /// then the end the parent drew: _exit, exit() or a return through main() (fork_return).
-    [[noreturn]] void child_main(std::string const& name, child_end end, bool work, std::mt19937_64& rng) {
+    [[noreturn]] void child_main(std::string const& name, child_end end, bool work, std::mt19937_64& rng,
+                                 pid_t parent) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed worker takes its children with it
+        if (::getppid() != parent) ::_exit(0);  // killed before the line above
         (void)h_.release();  // the parent's writer: its mutex may be held by a thread this process does not have
         (void)res_.release();  // the parent's resource session: the test's own, not the library under test
         c_.name = name;
@@ -798,11 +806,11 @@ private:
         }
     }
 
-    /// Reaps the forked children (all of them, waiting up to 30 s, when `wait_all`) and logs each end
+    /// Reaps the forked children (all of them, waiting up to 20 s, when `wait_all`) and logs each end
     /// as op fork_end: ok for exit 0, else fail with how it ended (a child that crashes, hangs or
     /// fails is the library misbehaving after fork).
     void reap_children(bool wait_all) {
-        auto const deadline = clock_type::now() + 30s;
+        auto const deadline = clock_type::now() + 20s;
         while (!children_.empty()) {
             for (auto it = children_.begin(); it != children_.end();) {
                 int st = 0;
@@ -818,7 +826,7 @@ private:
                 } else {
                     e.type = "fail";
                     e.error = "fork child " + it->name + " (pid " + std::to_string(it->pid) + ") ended with " +
-                              (late ? std::string("no end in 30 s: killed") : exit_text(st));
+                              (late ? std::string("no end 20 s after its parent's run: killed (hung)") : exit_text(st));
                     std::cerr << c_.name << ": " << e.error << "\n";
                     failed_ = true;
                 }
