@@ -6,15 +6,18 @@
 //      separate database (PostgreSQL's SQLOCK_TEST_PG2_URL, or an SQLite file for SQLite runs);
 //   2. P battery_worker processes (history-<name>.jsonl each), plus a reaper process if asked;
 //   3. a nemesis applying faults while they run, logged in nemesis.jsonl on the raw monotonic
-//      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a majority
+//      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a holder's
+//      server session killed (mixed_faults draws among these three), a majority
 //      member stalled through its fault proxy, or the scenario's own script (nemesis_script: a
 //      member's server killed, frozen, black-holed; scenario::members names private members);
 //   4. then audit*.jsonl (the audit of every lock database), remaining.jsonl (the lock rows left),
 //      final.json (the unfenced counters' final values, the owners of killed or abandoning
 //      processes, the scenario's parameters), and the checkers (checkers.hpp) over all of it.
 // The scenario says which reports must be ok(); every report's summary is printed. On failure the
-// directory stays and one line tells how to re-run the checkers on it:
+// directory stays and one line tells how to re-run the checkers on it, another how to run the
+// test again with the same schedule:
 //     replay: build/tests/faults/sqlock_battery_check <dir>
+//     replay the run: SQLOCK_BATTERY_SEED=<seed> bash scripts/with-servers.sh <test binary> --gtest_filter='<test>'
 // on success it is deleted. A safety failure (K1, K3, K4, K5, K7, K8, K9) is never retried; a
 // liveness miss alone (K6; a scenario's own timing bound: the majority checks "rows-given-back",
 // "F02-liveness", "F03-bounded", "F04-prompt"; a check that says the fault never bit; or a killpoint
@@ -1188,8 +1191,9 @@ private:
             std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
             if (auto const* t = ::testing::UnitTest::GetInstance()->current_test_info()) {
                 std::error_code ec;
-                std::cout << "replay the run: SQLOCK_BATTERY_SEED=" << seed_ << (soak_mode() ? " SQLOCK_SOAK=1 " : " ")
-                          << fs::read_symlink("/proc/self/exe", ec).string() << " --gtest_filter='"
+                std::cout << "replay the run: SQLOCK_BATTERY_SEED=" << seed_ << (soak_mode() ? " SQLOCK_SOAK=1" : "")
+                          << " bash scripts/with-servers.sh " << fs::read_symlink("/proc/self/exe", ec).string()
+                          << " --gtest_filter='"
                           << t->test_suite_name() << "." << t->name() << "'" << std::endl;
             }
             if (!safety_failed) return outcome::flaky_liveness;
