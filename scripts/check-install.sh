@@ -35,15 +35,32 @@ grep -qx "prefix=$prefix" "$pc" || fail "sqlock.pc does not name the install pre
 
 if [[ -e $libdir/libsqlock.so ]]; then
   kind=shared
+  libfile=$(readlink -f "$libdir/libsqlock.so")
   soname=$(readelf -d "$libdir/libsqlock.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
   [[ -n $soname && -e $libdir/$soname ]] || fail "libsqlock.so has no SONAME, or $soname is not installed"
   say "shared library: $(basename "$(readlink -f "$libdir/libsqlock.so")"), SONAME $soname"
 elif [[ -e $libdir/libsqlock.a ]]; then
   kind=static
+  libfile=$libdir/libsqlock.a
   say "static library: libsqlock.a"
 else
   fail "no libsqlock.a or libsqlock.so in $libdir"
 fi
+
+# No failpoint code in what users get (only the test-only sqlock_failpoints has it): neither the
+# failpoint function nor the environment variable that would make a production process kill or
+# stop itself, in the library or in the installed commands.
+for f in "$libfile" "$prefix/bin/sqlock" "$prefix/bin/sqlock-reaper"; do
+  [[ -e $f ]] || continue
+  # (grep without -q: an early exit would kill strings/nm with SIGPIPE, failing the pipe under pipefail.)
+  if strings -a "$f" | grep SQLOCK_FAILPOINTS >/dev/null; then
+    fail "$f contains the string SQLOCK_FAILPOINTS: failpoints were compiled into an installed file"
+  fi
+  if { nm -C "$f"; nm -CD "$f"; } 2>/dev/null | grep 'sqlock::detail::failpoint' >/dev/null; then
+    fail "$f defines sqlock::detail::failpoint: failpoints were compiled into an installed file"
+  fi
+done
+say "no failpoint code in $(basename "$libfile") or the installed commands"
 
 check_output() { # BINARY DB: runs a consumer twice (the lock is released in between)
   local out i

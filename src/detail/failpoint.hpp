@@ -1,7 +1,8 @@
 // Internal: failpoints, to place a fault exactly where a test needs it.
 //
-// Compiled in only when the build sets SQLOCK_FAILPOINTS (the CMake option of
-// the same name: on for the project's own test builds, off otherwise); then
+// Compiled in only in sqlock_failpoints, the test-only copy of the library
+// that the fault tests' worker programs link (top-level CMakeLists.txt); the
+// library users get and `cmake --install` installs never has them. There
 // they act only when the environment variable SQLOCK_FAILPOINTS names them,
 // read once per process: "name=action[,name=action...]" where action is
 //   stop      raise(SIGSTOP): the process pauses until SIGCONT

@@ -6,9 +6,10 @@
 #   sqlock_holder_reaper_tests  Engines/HolderReaper.{C03,C07_RowHolder,E05}_*/<engine> (labels fault-smoke;faults),
 #                               Engines/HolderReaper.C07_ForkExecChurn/<engine> (fault-smoke;faults;battery) and
 #                               Engines/HolderReaper.E04_*/<engine> (conformance;faults).
-# Failpoints (SQLOCK_FAILPOINTS) must be compiled in. Included by tests/faults/CMakeLists.txt.
+# sqlock_holder_worker links sqlock_failpoints (the library with failpoints, top-level CMakeLists.txt).
+# Included by tests/faults/CMakeLists.txt.
 add_executable(sqlock_holder_worker ${CMAKE_CURRENT_LIST_DIR}/holder_worker.cpp)
-target_link_libraries(sqlock_holder_worker PRIVATE sqlock_battery sqlock::sqlock SOCI::soci CLI11::CLI11
+target_link_libraries(sqlock_holder_worker PRIVATE sqlock_battery sqlock_failpoints SOCI::soci CLI11::CLI11
                                                    nlohmann_json::nlohmann_json Threads::Threads)
 sqlock_test_target(sqlock_holder_worker)
 

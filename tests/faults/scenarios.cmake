@@ -9,12 +9,13 @@
 #   sqlock_majority_battery_tests  BatteryMajorityF.<Test>: F08, F09, the slow member, F10 (fault-smoke;battery).
 # Same server variables and CI rule as sqlock_engine_tests, plus SQLOCK_TEST_PG2_URL (the fenced resource, and
 # a majority member). The soak tier: SQLOCK_SOAK=1 ctest --test-dir build -L battery (durations ×10, random
-# seeds); SQLOCK_BATTERY_SEED=<n> replays a printed seed. Failpoints (SQLOCK_FAILPOINTS) must be compiled in.
+# seeds); SQLOCK_BATTERY_SEED=<n> replays a printed seed. sqlock_battery_worker links sqlock_failpoints (the
+# library with failpoints, top-level CMakeLists.txt): the killpoint scenarios stop it at a failpoint.
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.2 CONFIG REQUIRED)
 
 add_executable(sqlock_battery_worker ${CMAKE_CURRENT_LIST_DIR}/battery_worker.cpp)
-target_link_libraries(sqlock_battery_worker PRIVATE sqlock_battery sqlock::sqlock SOCI::soci CLI11::CLI11
+target_link_libraries(sqlock_battery_worker PRIVATE sqlock_battery sqlock_failpoints SOCI::soci CLI11::CLI11
                                                     nlohmann_json::nlohmann_json Threads::Threads)
 sqlock_test_target(sqlock_battery_worker)
 
