@@ -72,18 +72,22 @@ DELIMITER $$
 -- one transaction: the token row's lock is held until COMMIT, so grants happen
 -- in token order. The first token of a new counter is above the floor (the
 -- tokens row named '') and at least the database's now in microseconds; see
--- sqlock_tokens. Answers one row: (this attempt holds the row, its token,
+-- sqlock_tokens. Answers one row: (this call holds the row, its token,
 -- created_at and expires_at in microseconds since the Unix epoch).
 -- p_budget_us bounds the time spent inside the call (lock and metadata-lock
 -- waits included): past it the transaction is rolled back and errno 1205
 -- raised, so that nothing commits after the caller has stopped waiting. A
 -- client's deadline cannot stop a call the server is running.
-CREATE PROCEDURE IF NOT EXISTS sqlock_acquire(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),
-                                              IN p_attempt BIGINT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT)
+-- (_v2: sqlock_acquire, without p_retry, said "ours" whenever the row carried
+-- the attempt id, which a forked child repeats. It may stay for older clients,
+-- or be dropped once none runs.)
+CREATE PROCEDURE IF NOT EXISTS sqlock_acquire_v2(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),
+                                                 IN p_attempt BIGINT, IN p_retry INT, IN p_ttl_us BIGINT,
+                                                 IN p_budget_us BIGINT)
     MODIFIES SQL DATA SQL SECURITY INVOKER
 BEGIN
     DECLARE v_started DATETIME(6) DEFAULT SYSDATE(6);
-    DECLARE v_first, v_token, v_created, v_expires BIGINT;
+    DECLARE v_first, v_drawn, v_token, v_created, v_expires BIGINT;
     DECLARE v_ours INT;
     -- A deadlock has rolled the transaction back already, a lock wait timeout
     -- only its statement: roll back in either case, then report the error.
@@ -94,11 +98,11 @@ BEGIN
     INSERT INTO sqlock_tokens (name, token) VALUES (p_name, v_first)
         ON DUPLICATE KEY UPDATE token = token + 1;
     -- Our own change, under our row lock.
-    SELECT token INTO v_token FROM sqlock_tokens WHERE name = p_name;
+    SELECT token INTO v_drawn FROM sqlock_tokens WHERE name = p_name;
     -- Assignments run left to right and see earlier ones, so expires_at, which
     -- every condition reads, is assigned last.
     INSERT INTO sqlock_locks (name, owner, token, holds, attempt, created_at, expires_at)
-        VALUES (p_name, p_owner, v_token, 1, p_attempt, NOW(6), NOW(6) + INTERVAL p_ttl_us MICROSECOND)
+        VALUES (p_name, p_owner, v_drawn, 1, p_attempt, NOW(6), NOW(6) + INTERVAL p_ttl_us MICROSECOND)
         ON DUPLICATE KEY UPDATE
             owner = IF(expires_at < NOW(6), VALUES(owner), owner),
             token = IF(expires_at < NOW(6), VALUES(token), token),
@@ -106,9 +110,13 @@ BEGIN
             attempt = IF(expires_at < NOW(6), VALUES(attempt), attempt),
             created_at = IF(expires_at < NOW(6), VALUES(created_at), created_at),
             expires_at = IF(expires_at < NOW(6), VALUES(expires_at), expires_at);
-    -- Ours when it carries this attempt: also when an earlier call of the same
-    -- attempt, whose connection broke, wrote it (its token is a grant like any).
-    SELECT IF(attempt = p_attempt, 1, 0), token, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
+    -- Ours only when it carries the token this call drew, and our owner: a random
+    -- attempt id proves nothing (a forked child draws what its parent draws). On
+    -- a retry after a broken connection also when the earlier call of the same
+    -- attempt and owner wrote it after the clean-up looked (its token is a grant
+    -- like any).
+    SELECT IF(owner = p_owner AND (token = v_drawn OR (p_retry = 1 AND attempt = p_attempt)), 1, 0), token,
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
            TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
         INTO v_ours, v_token, v_created, v_expires FROM sqlock_locks WHERE name = p_name;
     IF TIMESTAMPDIFF(MICROSECOND, v_started, SYSDATE(6)) > p_budget_us THEN

@@ -25,12 +25,22 @@ std::map<std::string, std::string, std::less<>> parse(char const* spec) {
     return out;
 }
 
+auto const& points() {
+    static auto const parsed = parse(std::getenv("SQLOCK_FAILPOINTS"));
+    return parsed;
+}
+
 }  // namespace
 
+std::optional<long long> failpoint_value(std::string_view name) noexcept {
+    auto it = points().find(name);
+    if (it == points().end() || !it->second.starts_with("value:")) return std::nullopt;
+    return std::atoll(it->second.c_str() + 6);
+}
+
 void failpoint(std::string_view name) noexcept {
-    static auto const points = parse(std::getenv("SQLOCK_FAILPOINTS"));
-    auto it = points.find(name);
-    if (it == points.end()) return;
+    auto it = points().find(name);
+    if (it == points().end()) return;
     std::string_view action = it->second;
     if (action == "stop") {
         std::raise(SIGSTOP);

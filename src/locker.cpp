@@ -1,3 +1,4 @@
+#include "detail/failpoint.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/process.hpp"
 #include "detail/store_impl.hpp"
@@ -72,7 +73,13 @@ std::string hostname() {
 
 template <class Duration>
 auto jitter(Duration ceiling) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
+    // Timing only, but reseeded in a forked child, so that parent and child do not retry in step.
+    thread_local std::mt19937_64 rng;
+    thread_local pid_t seeded_for = 0;
+    if (seeded_for != process_id()) {
+        rng.seed(random_bits());
+        seeded_for = process_id();
+    }
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(ceiling).count();
     return std::chrono::microseconds(std::uniform_int_distribution<long long>(0, std::max<long long>(us, 0))(rng));
 }
@@ -96,9 +103,8 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)),
         throw usage_error("sqlock: max_hold " + std::to_string(options_.max_hold.count()) +
                           " ms is below the ttl (" + std::to_string(options_.ttl.count()) +
                           " ms): use 0 for no limit, or at least the ttl");
-    std::random_device rd;
     char id[17];
-    std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(random_bits()));
     instance_ = id;
 }
 
@@ -117,9 +123,10 @@ locker_impl::~locker_impl() {
 }
 
 std::int64_t locker_impl::new_attempt_id() {
-    thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<std::uint64_t>(::getpid())};
+    // Tests force two processes to draw the same id: a grant must not rest on it.
+    if (auto fixed = SQLOCK_FAILPOINT_VALUE("acquire.attempt_id")) return *fixed;
     // Positive and never 0 (the column's default).
-    return static_cast<std::int64_t>(rng() >> 1) | 1;
+    return static_cast<std::int64_t>(random_bits() >> 1) | 1;
 }
 
 std::string locker_impl::owner_for_this_thread() const {

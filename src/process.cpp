@@ -1,9 +1,12 @@
 #include "detail/process.hpp"
 
 #include <pthread.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 
 namespace sqlock::detail {
 namespace {
@@ -39,6 +42,24 @@ pid_t thread_id() noexcept {
         generation = now;
     }
     return tid;
+}
+
+std::uint64_t random_bits() noexcept {
+    std::uint64_t bits = 0;
+    auto* out = reinterpret_cast<unsigned char*>(&bits);
+    std::size_t got = 0;
+    while (got < sizeof bits) {
+        auto n = ::getrandom(out + got, sizeof bits - got, 0);
+        if (n > 0) {
+            got += static_cast<std::size_t>(n);
+        } else if (errno != EINTR) {
+            // No getrandom (a kernel before 3.17): still unique per process, thread and moment.
+            auto const now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+            return now * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(process_id()) << 32) ^
+                   static_cast<std::uint64_t>(thread_id());
+        }
+    }
+    return bits;
 }
 
 }  // namespace sqlock::detail

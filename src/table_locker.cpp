@@ -100,15 +100,20 @@ protected:
         auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(bounds.deadline - sent);
         bool const waiting = left > std::chrono::milliseconds::zero();
         auto attempt_id = new_attempt_id();
+        bool retry = false;
         grant g;
         try {
             g = store_->run(
                 "acquiring lock '" + name + "'",
                 [&](pooled_session s) {
-                    return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting);
+                    return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting, retry);
                 },
                 // The broken attempt may have written our row: delete it (only it) before retrying.
-                {.on_reconnect = [&](soci::session& s) { store_->dialect().delete_attempt(s, name, attempt_id); },
+                {.on_reconnect =
+                     [&](soci::session& s) {
+                         retry = true;
+                         store_->dialect().delete_attempt(s, name, owner, attempt_id);
+                     },
                  .lock_wait_is_busy = true,
                  .deadline = waiting ? bounds.deadline : clock::time_point::max(),
                  .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,

@@ -1214,7 +1214,7 @@ protected:
             try {
                 for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
                     *raw_ << "DROP TABLE IF EXISTS " + p + t;
-                for (auto const& r : {"_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
+                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the tables of prefix " << p << ": " << describe(e);
             }
@@ -1226,7 +1226,7 @@ protected:
 
     long long procedures(std::string const& prefix) {
         long long n = -1;
-        std::string const acquire = prefix + "_acquire", renew = prefix + "_renew";
+        std::string const acquire = prefix + "_acquire_v2", renew = prefix + "_renew";
         *raw_ << "SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()"
                  " AND routine_name IN (:a, :r)",
             soci::use(acquire, "a"), soci::use(renew, "r"), soci::into(n);
@@ -1244,14 +1244,14 @@ TEST_P(TableLockMariaDB, TablesWithoutTheProceduresAreSchemaMissing) {
     std::string const p = own_prefix();
     { sqlock::store made(url_, {.create_schema = true, .table_prefix = p}); }
     ASSERT_EQ(procedures(p), 2) << "create_schema made no procedures";
-    *raw_ << "DROP PROCEDURE " + p + "_acquire";
+    *raw_ << "DROP PROCEDURE " + p + "_acquire_v2";
     *raw_ << "DROP PROCEDURE " + p + "_renew";
     try {
         sqlock::store s(url_, {.table_prefix = p});
         ADD_FAILURE() << "a store opened on tables without their procedures";
     } catch (sqlock::schema_missing const& e) {
         std::string const what = e.what();
-        EXPECT_NE(what.find(p + "_acquire"), std::string::npos) << "the message must name the procedure: " << what;
+        EXPECT_NE(what.find(p + "_acquire_v2"), std::string::npos) << "the message must name the procedure: " << what;
         EXPECT_NE(what.find("schema/mysql.sql"), std::string::npos) << "the message must say what to apply: " << what;
     } catch (std::exception const& e) {
         ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);
@@ -1267,13 +1267,13 @@ TEST_P(TableLockMariaDB, TablesWithoutTheProceduresAreSchemaMissing) {
 
     // Dropped under an open store: the next acquire says which procedure is missing.
     l->release();
-    *raw_ << "DROP PROCEDURE " + p + "_acquire";
+    *raw_ << "DROP PROCEDURE " + p + "_acquire_v2";
     try {
         (void)L.try_acquire(n("dropped"));
         ADD_FAILURE() << "an acquire without its procedure returned";
     } catch (sqlock::schema_missing const& e) {
         std::string const what = e.what();
-        EXPECT_NE(what.find(p + "_acquire"), std::string::npos) << what;
+        EXPECT_NE(what.find(p + "_acquire_v2"), std::string::npos) << what;
         EXPECT_EQ(e.code(), "1305") << what;
     } catch (std::exception const& e) {
         ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);

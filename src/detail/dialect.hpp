@@ -97,6 +97,7 @@ struct pooled_session {
 struct statement_cache : prepared_statements {
     std::string name, owner;
     long long token = 0, attempt = 0, ttl = 0;        // in
+    int retry = 0;                                   // in
     long long got_token = 0, created = 0, expires = 0, now = 0;  // out
     int flag = 0;                                    // out
     std::optional<soci::statement> acquire, acquire_waiting, release, renew, draw;
@@ -160,14 +161,19 @@ public:
     virtual void create_schema(soci::session& s) const;
 
     /// Insert the lock row, or take over an expired one, and draw a fencing
-    /// token, atomically. Not acquired when a live row exists. `attempt` is a
-    /// random id of this very attempt, stored in the row, so that a clean-up
-    /// after a broken connection removes only what this attempt may have written.
+    /// token, atomically. Not acquired when a live row exists. Acquired only
+    /// when the row now carries the token this very call drew and `owner`,
+    /// never on a random id alone. `attempt` is a random id of this very
+    /// attempt, stored in the row, so that a clean-up after a broken connection
+    /// removes only what this attempt may have written. `retry`: the call
+    /// repeats one whose connection broke; a row of `owner` and `attempt` that
+    /// the broken call committed after the clean-up is then ours too.
     /// `waiting`: the caller will wait for a release if the lock is busy; where
     /// releases are announced (PostgreSQL), a busy answer then marks the row so
     /// that its release announces itself (releases nobody waits for announce nothing).
     [[nodiscard]] virtual grant acquire(pooled_session s, std::string const& name, std::string const& owner,
-                                        std::int64_t attempt, std::int64_t ttl_us, bool waiting) const = 0;
+                                        std::int64_t attempt, std::int64_t ttl_us, bool waiting,
+                                        bool retry) const = 0;
 
     /// The lock row of `name`, or empty.
     [[nodiscard]] std::optional<lock_listing> find_lock(soci::session& s, std::string const& name) const;
@@ -295,9 +301,11 @@ public:
     [[nodiscard]] virtual std::unique_ptr<release_listener> listen(
         std::string const& connect_string, std::function<void(std::string_view)> on_notify) const;
 
-    /// Delete the row written by acquire attempt `attempt`, if any (clean-up
-    /// after an unknown outcome). Another attempt's row is never touched.
-    virtual void delete_attempt(soci::session& s, std::string const& name, std::int64_t attempt) const;
+    /// Delete the row written by acquire attempt `attempt` of `owner`, if any
+    /// (clean-up after an unknown outcome). Another attempt's row is never
+    /// touched, nor another owner's that drew the same attempt id.
+    virtual void delete_attempt(soci::session& s, std::string const& name, std::string const& owner,
+                                std::int64_t attempt) const;
 
     /// Classify a failure; `s` is the session it happened on.
     [[nodiscard]] virtual failure classify(soci::soci_error const& e, soci::session& s) const = 0;

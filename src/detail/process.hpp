@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 namespace sqlock::detail {
 
 /// getpid(), cached; a forked child sees its own.
@@ -11,5 +13,9 @@ namespace sqlock::detail {
 
 /// gettid(), cached per thread; a forked child's thread sees its own.
 [[nodiscard]] pid_t thread_id() noexcept;
+
+/// 64 random bits from the kernel (getrandom), fresh at every call: no
+/// generator state that a forked child or another thread could repeat.
+[[nodiscard]] std::uint64_t random_bits() noexcept;
 
 }  // namespace sqlock::detail

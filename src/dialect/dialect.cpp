@@ -347,10 +347,11 @@ std::unique_ptr<release_listener> dialect::listen(std::string const&,
     return nullptr;
 }
 
-void dialect::delete_attempt(soci::session& s, std::string const& name, std::int64_t attempt) const {
+void dialect::delete_attempt(soci::session& s, std::string const& name, std::string const& owner,
+                             std::int64_t attempt) const {
     long long id = attempt;
-    s << "DELETE FROM " + locks_ + " WHERE name = :name AND attempt = :attempt", soci::use(name, "name"),
-        soci::use(id, "attempt");
+    s << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND attempt = :attempt",
+        soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt");
 }
 
 std::optional<lock_listing> dialect::find_lock(soci::session& s, std::string const& name) const {

@@ -1,11 +1,11 @@
 // MariaDB and MySQL through MySQL Connector/C (libmariadb).
 //
 // Acquire and renew are each one round trip: a CALL of a stored procedure of
-// schema/mysql.sql (<prefix>_acquire, <prefix>_renew) that runs one short
+// schema/mysql.sql (<prefix>_acquire_v2, <prefix>_renew) that runs one short
 // transaction on the server. Acquire bumps the name's token row (its row lock is
 // held to COMMIT, so grants happen in token order), upserts the lock row with
 // INSERT ... ON DUPLICATE KEY UPDATE that changes it only when expired, and
-// reads back whether the row now carries this attempt. The session runs READ
+// reads back whether the row now carries the token it drew. The session runs READ
 // COMMITTED, which avoids the gap-lock deadlocks REPEATABLE READ has on a hot
 // unique key; the deadlocks that remain (errno 1213) are retried by the store.
 //
@@ -196,7 +196,7 @@ thread_local engine_wait_note engine_wait_of_call;
 class mysql_dialect final : public dialect {
 public:
     mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
-        acquire_sql_ = "CALL " + prefix_ + "_acquire(?, ?, ?, ?, ?)";
+        acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
         renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
         release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
         // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
@@ -287,13 +287,14 @@ public:
     }
 
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool /*waiting*/) const override {
+                  std::int64_t ttl_us, bool /*waiting*/, bool retry) const override {
         auto& c = cache(ps);
         prepared(c.call_acquire, ps, acquire_sql_);
-        long long id = attempt, ttl = ttl_us, budget = budget_us(ps.session);
+        long long id = attempt, again = retry ? 1 : 0, ttl = ttl_us, budget = budget_us(ps.session);
         unsigned long name_length = 0, owner_length = 0;
-        std::array<MYSQL_BIND, 5> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
-                                         integer_param(id), integer_param(ttl), integer_param(budget)};
+        std::array<MYSQL_BIND, 6> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
+                                         integer_param(id), integer_param(again), integer_param(ttl),
+                                         integer_param(budget)};
         std::array<long long, 4> row{};  // ours, token, created, expires
         bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
         // The pause a client can still take inside an acquire: after the server
@@ -553,7 +554,7 @@ public:
             case 1213: return failure::transient;   // ER_LOCK_DEADLOCK: the transaction was rolled back
             case 1205: return failure::lock_wait;   // ER_LOCK_WAIT_TIMEOUT
             case 1146:                              // ER_NO_SUCH_TABLE
-            case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire or _renew
+            case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire_v2 or _renew
                 return failure::schema;
             case 1044:                              // ER_DBACCESS_DENIED_ERROR
             case 1142:                              // ER_TABLEACCESS_DENIED_ERROR
@@ -582,7 +583,7 @@ public:
     // says to apply schema/mysql.sql (or, with create_schema, creates them).
     std::vector<std::string> required_tables() const override {
         auto names = dialect::required_tables();
-        names.push_back(prefix_ + "_acquire");
+        names.push_back(prefix_ + "_acquire_v2");
         names.push_back(prefix_ + "_renew");
         return names;
     }
@@ -611,7 +612,7 @@ private:
     [[nodiscard]] mysql_cache& cache(pooled_session s) const { return static_cast<mysql_cache&>(dialect::cache(s)); }
 
     // How long the server may spend inside one acquire on `s` (p_budget_us of
-    // <prefix>_acquire) before it rolls back: the engine wait store_impl::run gave
+    // <prefix>_acquire_v2) before it rolls back: the engine wait store_impl::run gave
     // this call, plus half of io_timeout. The client gives up at that wait plus
     // io_timeout, counted from before it sent the CALL; the server counts from
     // when it starts the CALL, so it stops first unless the CALL took more than

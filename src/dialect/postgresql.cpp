@@ -138,16 +138,23 @@ public:
         // One statement: the CTE draws the name's next token, the upsert takes
         // the row if it is free or expired. `waiting` adds a mark on a live row
         // (its release will NOTIFY) and answers with the row as it stands, ours
-        // or not: acquired when it carries this attempt.
+        // or not. Acquired only when the row carries the token this very
+        // statement drew, and our owner: a random attempt id proves nothing (a
+        // forked child draws what its parent draws). A retry after a broken
+        // connection also takes the row an earlier call of the same attempt and
+        // owner wrote, committed after the clean-up had looked (its token is a
+        // grant like any).
         auto const draw = "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " +
                           first_token_sql() + ") ON CONFLICT (name) DO UPDATE SET token = t.token + 1"
-                          " RETURNING t.name, t.token)"
-                          " INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
+                          " RETURNING t.name, t.token),"
+                          " w AS (INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
                           " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
                           " statement_timestamp() + CAST(:ttl AS double precision) * interval '1 microsecond' FROM t"
                           " ON CONFLICT (name) DO UPDATE SET ";
-        auto const answer = " RETURNING CASE WHEN l.attempt = :attempt2 THEN 1 ELSE 0 END, l.token, " +
-                               epoch_us_sql("l.created_at") + ", " + epoch_us_sql("l.expires_at");
+        auto const answer = " RETURNING l.owner, l.token, l.attempt, l.created_at, l.expires_at)"
+                            " SELECT CASE WHEN w.owner = :owner2 AND (w.token = t.token OR"
+                            " (:retry = 1 AND w.attempt = :attempt2)) THEN 1 ELSE 0 END, w.token, " +
+                            epoch_us_sql("w.created_at") + ", " + epoch_us_sql("w.expires_at") + " FROM w CROSS JOIN t";
         acquire_sql_ = draw + "owner = excluded.owner, token = excluded.token, holds = 1, attempt = excluded.attempt,"
                               " created_at = excluded.created_at, expires_at = excluded.expires_at"
                               " WHERE l.expires_at < statement_timestamp()" + answer;
@@ -247,18 +254,20 @@ public:
     }
 
     grant acquire(pooled_session s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool waiting) const override {
+                  std::int64_t ttl_us, bool waiting, bool retry) const override {
         auto& c = cache(s);
         auto& st = waiting ? c.acquire_waiting : c.acquire;
         if (!st)
             st.emplace((s.session.prepare << (waiting ? acquire_waiting_sql_ : acquire_sql_), soci::use(c.name, "name"),
                         soci::use(c.owner, "owner"), soci::use(c.attempt, "attempt"), soci::use(c.ttl, "ttl"),
-                        soci::use(c.attempt, "attempt2"), soci::into(c.flag), soci::into(c.got_token),
+                        soci::use(c.owner, "owner2"), soci::use(c.retry, "retry"), soci::use(c.attempt, "attempt2"),
+                        soci::into(c.flag), soci::into(c.got_token),
                         soci::into(c.created), soci::into(c.expires)));
         c.name = name;
         c.owner = owner;
         c.attempt = attempt;
         c.ttl = ttl_us;
+        c.retry = retry ? 1 : 0;
         if (!st->execute(true) || c.flag != 1) return {};
         return {true, c.got_token, c.created, c.expires};
     }

@@ -168,8 +168,10 @@ public:
         }
     }
 
+    // Granted only when RETURNING answers: this very statement inserted the row
+    // or took it over, with the token it computed, never a row another wrote.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool /*waiting*/) const override {
+                  std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const override {
         auto& c = static_cast<lite_cache&>(cache(ps));
         grant g;
         g.acquired = c.lock.start(handle_of(ps), lock_sql_)

@@ -528,7 +528,7 @@ private:
         for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
         if (e == engine::mysql)
-            for (auto const* r : {"_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+            for (auto const* r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
     }
 
     void cleanup_tables() {

@@ -104,7 +104,7 @@ protected:
             for (auto t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens"})
                 *raw_ << "DROP TABLE IF EXISTS " + tp_ + t;
             if (e_ == engine::mysql)
-                for (auto p : {"_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;
+                for (auto p : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;
         } catch (std::exception const& e) {
             ADD_FAILURE() << "dropping the test's tables " << tp_ << "_*: " << describe(e);
         }

@@ -1,0 +1,116 @@
+// sqlock tests — fork() (issue 18, items 1 and 2): Engines/Fork.<Test>/<engine>.
+//
+// A process that acquired once and then forked must not hand out one lock
+// twice: the child (with a store of its own, as the docs ask) and the parent
+// (through a new store) contend for one name, with try_acquire and with a
+// waiting acquire, and exactly one of them is granted; also when a failpoint
+// forces both processes to draw the same attempt id, and when both lockers
+// carry the same owner. And a child whose copies of the parent's store,
+// lockers and leases are destroyed (it returns through main, or calls exit())
+// exits normally and leaves the parent's table and row locks held and renewable.
+// The forking happens in tests/fork_worker.cpp, never in this test process.
+#include "run_command.hpp"
+#include "test_env.hpp"
+
+#include <sqlock/sqlock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <soci/soci.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace sqlock_test;
+using sqlock::engine;
+
+constexpr long long forced_attempt = 4242;
+
+class Fork : public engine_fixture {
+protected:
+    struct answer {
+        bool granted = false;
+        long long token = 0;
+    };
+
+    /// Runs the worker's "grant" scenario; what the child and the parent got.
+    void contend(std::string const& how, std::string const& owner, bool forced) {
+        std::string const name = n("fork-" + how + "-" + owner + (forced ? "-forced" : ""));
+        std::vector<std::string> env;
+        if (forced) env.push_back("SQLOCK_FAILPOINTS=acquire.attempt_id=value:" + std::to_string(forced_attempt));
+        auto r = run_command({SQLOCK_FORK_WORKER, "grant", url_, name, how, owner}, env, 120s);
+        SCOPED_TRACE("worker output:\n" + r.out + r.err);
+        ASSERT_TRUE(r.finished) << "the worker did not finish within 120 s";
+        EXPECT_TRUE(r.ok()) << "the worker " << exit_text(r.status);
+        std::vector<answer> grants;
+        std::istringstream lines(r.out);
+        for (std::string who, what; lines >> who >> what;) {
+            if (what == "granted") {
+                long long token = 0;
+                lines >> token;
+                grants.push_back({true, token});
+            }
+            lines.ignore(1 << 20, '\n');
+        }
+        EXPECT_EQ(grants.size(), 1u) << "parent and child must not both hold '" << name << "'";
+        if (grants.size() == 2) {
+            EXPECT_NE(grants[0].token, grants[1].token) << "one fencing token handed out twice";
+        }
+        // Writes fenced with each grant's token, in grant order: both accepted
+        // means two holders wrote through the fence.
+        sqlock::fence fence(*db_);
+        int accepted = 0;
+        for (auto const& g : grants) {
+            try {
+                fence.check_and_set(*raw_, name, g.token);
+                ++accepted;
+            } catch (sqlock::stale_token const&) {
+            }
+        }
+        EXPECT_LE(accepted, 1) << "sqlock::fence accepted the writes of two holders";
+        if (forced) {
+            // The child's row (it never released it) carries the forced id: the collision happened.
+            long long attempt = 0;
+            *raw_ << "SELECT attempt FROM sqlock_locks WHERE name = :n", soci::use(name), soci::into(attempt);
+            EXPECT_EQ(attempt, forced_attempt) << "the failpoint acquire.attempt_id did not fix the attempt id "
+                                                  "(a build without SQLOCK_FAILPOINTS?)";
+        }
+    }
+
+    /// Runs the worker's "survive" scenario: the child ends `how` ("return" or "exit").
+    void survive(std::string const& how) {
+        std::string row_url = url_;
+        if (e_ == engine::sqlite) row_url = sqlite_url(dir_->path() / "rows.db");  // SQLite's row lock takes the file
+        auto r = run_command(
+            {SQLOCK_FORK_WORKER, "survive", url_, row_url, n("fork-table-" + how), n("fork-row-" + how), how}, {},
+            120s);
+        SCOPED_TRACE("worker output:\n" + r.out + r.err);
+        ASSERT_TRUE(r.finished) << "the worker did not finish within 120 s";
+        EXPECT_NE(r.out.find("child exited 0"), std::string::npos) << "the forked child did not exit normally";
+        EXPECT_NE(r.out.find("parent ok"), std::string::npos) << "the parent's locks did not survive the child";
+        EXPECT_TRUE(r.ok()) << "the worker " << exit_text(r.status);
+    }
+};
+
+TEST_P(Fork, TryAcquireAfterForkGrantsOnce) { contend("try", "own", false); }
+TEST_P(Fork, WaitingAcquireAfterForkGrantsOnce) { contend("wait", "own", false); }
+TEST_P(Fork, ForcedAttemptCollisionGrantsOnce) {
+    contend("try", "own", true);
+    contend("wait", "own", true);
+}
+TEST_P(Fork, ForcedAttemptCollisionWithOneOwnerGrantsOnce) {
+    contend("try", "shared-owner", true);
+    contend("wait", "shared-owner", true);
+}
+
+TEST_P(Fork, ChildReturningThroughMainLeavesTheParentsLocks) { survive("return"); }
+TEST_P(Fork, ChildCallingExitLeavesTheParentsLocks) { survive("exit"); }
+
+INSTANTIATE_TEST_SUITE_P(Engines, Fork, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+}  // namespace
