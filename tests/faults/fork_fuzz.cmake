@@ -1,7 +1,8 @@
 # The fork nemesis and the randomized operation fuzzer (issue 18; fork_nemesis_suite.cpp, fuzz_suite.cpp,
 # fork_checks.hpp): battery_worker --fuzz processes under the battery harness, judged by K1–K9.
 #   Engines/ForkNemesis.<Test>/<engine>, Engines/Fuzz.<Test>/<engine>   labels fault-smoke;battery
-# Fixed seeds in CI; `bash scripts/battery.sh soak` runs random ones. Failpoints must be compiled in.
+# Fixed seeds in CI; `bash scripts/battery.sh soak` runs random ones. The worker (sqlock_battery_worker) links
+# sqlock_failpoints: its failpoints widen renew() and release() so that a fork lands inside them.
 add_executable(sqlock_fork_fuzz_tests ${CMAKE_CURRENT_LIST_DIR}/fork_nemesis_suite.cpp
                                       ${CMAKE_CURRENT_LIST_DIR}/fuzz_suite.cpp)
 target_link_libraries(sqlock_fork_fuzz_tests PRIVATE sqlock_battery sqlock::sqlock SOCI::soci GTest::gtest
