@@ -4,6 +4,7 @@
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
 #include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
@@ -557,7 +558,7 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
                         .max_hold = options.max_hold,
                         .on_lost = std::move(options.on_lost),
                         .on_event = std::move(options.on_event)};
-    return locker(std::make_shared<detail::majority_locker_impl>(std::move(list), std::move(base), member_timeout, drift));
+    return locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), std::move(base), member_timeout, drift));
 }
 
 }  // namespace sqlock

@@ -3,6 +3,7 @@
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
 #include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
@@ -229,7 +230,7 @@ private:
 }  // namespace detail
 
 locker row_locker(store const& db, locker_options options) {
-    return locker(std::make_shared<detail::row_locker_impl>(db.impl(), std::move(options)));
+    return locker(detail::make_fork_safe<detail::row_locker_impl>(db.impl(), std::move(options)));
 }
 
 }  // namespace sqlock

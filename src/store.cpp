@@ -31,7 +31,7 @@ std::string schema_sql(engine e, std::string_view table_prefix) {
 }
 
 store::store(std::string_view url, store_options options)
-    : impl_(std::make_shared<detail::store_impl>(url, options)) {}
+    : impl_(detail::make_fork_safe<detail::store_impl>(url, options)) {}
 
 store::~store() = default;
 
@@ -69,7 +69,7 @@ std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_st
 }  // namespace
 
 store_impl::store_impl(std::string_view url, store_options const& options)
-    : pid_(::getpid()),
+    : pid_(process_id()),
       options_((validate(options), options)),
       url_(redact_url(url)),
       dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
@@ -127,19 +127,12 @@ store_impl::store_impl(std::string_view url, store_options const& options)
 }
 
 store_impl::~store_impl() {
+    // Never runs in a forked child (make_fork_safe).
     for (auto* pool : {&main_, &reserved_}) {
-        for (std::size_t pos = 0; pos < pool->prepared.size(); ++pos) {
-            if (::getpid() != pid_) {
-                // A forked child: the connections are the parent's, and deallocating
-                // the statements would talk over the parent's protocol stream.
-                (void)pool->prepared[pos].release();
-            } else {
-                // The sessions close next and the server frees their statements
-                // then; deallocating them one by one would cost a round trip each,
-                // and wait without limit on a server that stopped answering.
-                drop_prepared(*pool, pos, true);
-            }
-        }
+        // The sessions close next and the server frees their statements then;
+        // deallocating them one by one would cost a round trip each, and wait
+        // without limit on a server that stopped answering.
+        for (std::size_t pos = 0; pos < pool->prepared.size(); ++pos) drop_prepared(*pool, pos, true);
     }
 }
 

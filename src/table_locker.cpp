@@ -2,6 +2,7 @@
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
 #include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
@@ -161,7 +162,7 @@ private:
 }  // namespace detail
 
 locker table_locker(store const& db, locker_options options) {
-    return locker(std::make_shared<detail::table_locker_impl>(db.impl(), std::move(options)));
+    return locker(detail::make_fork_safe<detail::table_locker_impl>(db.impl(), std::move(options)));
 }
 
 }  // namespace sqlock

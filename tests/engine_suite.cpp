@@ -1280,6 +1280,39 @@ TEST_P(TableLockMariaDB, TablesWithoutTheProceduresAreSchemaMissing) {
     }
 }
 
+// A database made by a sqlock before issue 18 has <prefix>_acquire (which took a
+// row carrying the caller's attempt id as granted) and no <prefix>_acquire_v2: a
+// store says to apply the schema, create_schema adds the new procedure, and the
+// old one stays for older clients still running.
+TEST_P(TableLockMariaDB, AnOlderSchemaGetsTheNewAcquireProcedure) {
+    std::string const p = own_prefix();
+    { sqlock::store made(url_, {.create_schema = true, .table_prefix = p}); }
+    *raw_ << "DROP PROCEDURE " + p + "_acquire_v2";
+    *raw_ << "CREATE PROCEDURE " + p + "_acquire(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),"
+             " IN p_attempt BIGINT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT) SELECT 1, 0, 0, 0";
+    try {
+        sqlock::store s(url_, {.table_prefix = p});
+        ADD_FAILURE() << "a store opened on a schema without " << p << "_acquire_v2";
+    } catch (sqlock::schema_missing const& e) {
+        std::string const what = e.what();
+        EXPECT_NE(what.find(p + "_acquire_v2"), std::string::npos) << "the message must name the procedure: " << what;
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "expected sqlock::schema_missing, got " << describe(e);
+    }
+    sqlock::store s(url_, {.create_schema = true, .table_prefix = p});
+    long long old_kept = 0;
+    std::string const old_name = p + "_acquire";
+    *raw_ << "SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()"
+             " AND routine_name = :a",
+        soci::use(old_name, "a"), soci::into(old_kept);
+    EXPECT_EQ(old_kept, 1) << "create_schema dropped the older procedure that older clients call";
+    locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
+    auto l = L.try_acquire(n("upgraded"));
+    ASSERT_TRUE(l.has_value());
+    EXPECT_FALSE(sqlock::table_locker(s, {.ttl = 30s}).try_acquire(n("upgraded")).has_value());
+    l->release();
+}
+
 // Each decision is one round trip once the connection has prepared its
 // statements: an acquire (a CALL: token draw and lock upsert in one server-side
 // transaction), a busy try, a renewal and a release each send one command.

@@ -9,6 +9,10 @@
 // lockers and leases are destroyed (it returns through main, or calls exit())
 // exits normally and leaves the parent's table and row locks held and renewable.
 // The forking happens in tests/fork_worker.cpp, never in this test process.
+// The rule itself is checked on the dialect's acquire statement: a live row
+// that carries the caller's attempt id is not a grant (only a retry after a
+// broken connection takes it, and only for the same owner).
+#include "../src/detail/store_impl.hpp"
 #include "run_command.hpp"
 #include "test_env.hpp"
 
@@ -105,6 +109,40 @@ TEST_P(Fork, ForcedAttemptCollisionGrantsOnce) {
 TEST_P(Fork, ForcedAttemptCollisionWithOneOwnerGrantsOnce) {
     contend("try", "shared-owner", true);
     contend("wait", "shared-owner", true);
+}
+
+// The statement, not the test scenario: a live row of the same attempt id.
+TEST_P(Fork, ARowCarryingTheSameAttemptIdIsNoGrant) {
+    std::string const name = n("same-attempt");
+    sqlock::locker L = sqlock::table_locker(*db_, {.ttl = 30s, .auto_renew = false});
+    auto held = L.try_acquire(name);
+    ASSERT_TRUE(held.has_value());
+    *raw_ << "UPDATE sqlock_locks SET attempt = :a WHERE name = :n", soci::use(forced_attempt, "a"),
+        soci::use(name, "n");
+    auto acquire = [&](std::string const& owner, bool retry) {
+        return db_->impl()->run("probe", [&](sqlock::detail::pooled_session s) {
+            return db_->impl()->dialect().acquire(s, name, owner, forced_attempt, 30'000'000, true, retry);
+        });
+    };
+    for (bool retry : {false, true}) {
+        SCOPED_TRACE(retry ? "a retry" : "a first call");
+        auto other = acquire("another-process", retry);
+        EXPECT_FALSE(other.acquired) << "another owner got a live row because it carries its attempt id";
+    }
+    auto same = acquire(held->owner(), false);
+    EXPECT_FALSE(same.acquired) << "a first call took a live row because it carries its owner and attempt id";
+    // A retry after a broken connection takes the row its broken call committed
+    // late (same owner and attempt id); SQLite's statement never commits late
+    // (no server runs it after the client gave up) and answers only for what it wrote.
+    auto retried = acquire(held->owner(), true);
+    if (e_ == engine::sqlite) {
+        EXPECT_FALSE(retried.acquired);
+    } else {
+        EXPECT_TRUE(retried.acquired) << "a retry did not take the row its own broken call wrote";
+        EXPECT_EQ(retried.token, held->token());
+    }
+    EXPECT_EQ(row(name)->token, held->token()) << "the held row changed";
+    held->release();
 }
 
 TEST_P(Fork, ChildReturningThroughMainLeavesTheParentsLocks) { survive("return"); }

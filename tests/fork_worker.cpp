@@ -19,6 +19,7 @@
 //       and exits 0, or says what failed and exits 1.
 #include <sqlock/sqlock.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -151,8 +153,16 @@ int survive(std::string const& url, std::string const& row_url, std::string cons
         return 0;  // through main: `local` is destroyed on the way
     }
     int st = 0;
-    ::waitpid(pid, &st, 0);
-    say("child " + ended(st));
+    bool exited = false;
+    for (int i = 0; i < 3000 && !exited; ++i) {  // 30 s
+        exited = ::waitpid(pid, &st, WNOHANG) == pid;
+        if (!exited) std::this_thread::sleep_for(10ms);
+    }
+    if (!exited) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &st, 0);
+    }
+    say("child " + (exited ? ended(st) : "still running after 30 s (killed)"));
     std::string failed;
     auto check = [&](bool ok, std::string const& what) {
         if (!ok) failed += (failed.empty() ? "" : "; ") + what;
@@ -184,7 +194,7 @@ int survive(std::string const& url, std::string const& row_url, std::string cons
         check(false, std::string("error: ") + e.what());
     }
     say(failed.empty() ? "parent ok" : "parent failed: " + failed);
-    return failed.empty() && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    return failed.empty() && exited && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
 }  // namespace

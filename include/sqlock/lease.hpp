@@ -48,7 +48,9 @@ enum class lease_state {
 ///
 /// Fork: a lease belongs to the process that acquired it. In a forked child
 /// its destructor does nothing, and `release()`, `renew()` and `reenter()`
-/// throw `usage_error`: the child never releases its parent's lock.
+/// throw `usage_error`: the child never releases its parent's lock. The child
+/// may return through `main` or call `exit()`: its copies of the parent's
+/// stores and lockers are left alone too (docs/lease-lifecycle.md, After fork()).
 ///
 /// @warning A lease can be lost while you hold it: a pause longer than the TTL
 /// (GC, swap, SIGSTOP, a slow disk) lets the row expire and another client take

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "detail/dialect.hpp"
+#include "detail/process.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/store.hpp>
@@ -253,7 +254,7 @@ private:
     void drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept;
     static void pause_before_retry(int attempt);
 
-    int pid_;  // the process that opened the store (a forked child must not touch its connections)
+    pid_t pid_;  // the process that opened the store (a forked child must not touch its connections)
     store_options options_;
     std::string url_;
     std::unique_ptr<class dialect> dialect_;
@@ -275,7 +276,8 @@ private:
 struct row_busy {};
 
 inline connection::~connection() {
-    if (owner_ != nullptr) pool_->pool.give_back(pos_);
+    // In a forked child the pool is the parent's copy, its mutex perhaps held by a parent's thread: leave it.
+    if (owner_ != nullptr && !forked_from(owner_->pid_)) pool_->pool.give_back(pos_);
 }
 inline soci::session& connection::session() const { return pool_->pool.at(pos_); }
 inline void connection::mark_broken() noexcept { pool_->open[pos_] = 0; }
