@@ -40,7 +40,7 @@ scenario fork_nemesis(std::string id, std::uint64_t seed, bool row) {
     s.processes = 3;
     s.threads = 1;
     s.locks = 2;
-    s.duration = 12s;
+    s.duration = 8s;
     s.ttl = 5s;  // no lease runs out on a loaded machine: K4 stays exact
     s.acquire_wait = 3s;
     s.hold_min = 20ms;

@@ -12,7 +12,7 @@
 //
 //   Engines/Fuzz.<Test>/<engine>   table lock and row lock   fault-smoke;battery
 //
-// CI runs the fixed seeds (about 20 s per test); `bash scripts/battery.sh soak` runs random seeds
+// CI runs the fixed seeds (about 12 s per test); `bash scripts/battery.sh soak` runs random seeds
 // (SQLOCK_SOAK=1: ten times longer) until the first failure, which prints its replay line:
 //     SQLOCK_BATTERY_SEED=<seed> build/tests/faults/sqlock_fork_fuzz_tests --gtest_filter='Engines/Fuzz.<Test>/<engine>'
 #include "fork_checks.hpp"
@@ -37,7 +37,7 @@ scenario fuzz(std::string id, std::uint64_t seed, bool row) {
     s.processes = 4;
     s.threads = 1;
     s.locks = 3;
-    s.duration = 15s;
+    s.duration = 10s;
     s.ttl = 1500ms;
     s.acquire_wait = 2s;
     s.hold_min = 0ms;
