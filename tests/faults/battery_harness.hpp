@@ -642,6 +642,10 @@ private:
         for (char** e = environ; *e != nullptr; ++e) {
             std::string kv = *e;
             if (kv.rfind("SQLOCK_FAILPOINTS=", 0) == 0) continue;
+            // A variable the scenario sets replaces this process's own.
+            auto const key = kv.substr(0, kv.find('=') + 1);
+            if (std::any_of(extra_env.begin(), extra_env.end(), [&](auto const& x) { return x.rfind(key, 0) == 0; }))
+                continue;
             env.push_back(kv);
         }
         env.insert(env.end(), extra_env.begin(), extra_env.end());

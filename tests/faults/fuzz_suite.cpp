@@ -44,7 +44,7 @@ scenario fuzz(std::string id, std::uint64_t seed, bool row) {
     s.hold_max = 400ms;
     s.think_max = 50ms;
     s.worker_env = {"SQLOCK_FAILPOINTS=renew.before_statement=sleep:30,release.before_statement=sleep:30,"
-                    "row.before_commit=sleep:30"};
+                    "row.before_commit=sleep:30", no_leak_check_at_exit()};
     s.reaper = true;
     s.reaper_interval = 300ms;
     s.nemesis = nemesis_kind::mixed_faults;
