@@ -7,10 +7,13 @@
 #                                              the same beside two CPU hogs (stress-ng --cpu 2), as on a
 #                                              shared, noisy CI machine: a scenario must make its fault
 #                                              bite by synchronising on the event, not by timing
-#   bash scripts/battery.sh soak [--rounds N] [--seed S]
+#   bash scripts/battery.sh soak [--rounds N | --until-failure] [--seed S]
 #                                              the battery's scenarios (label "battery") with 10x durations
 #                                              (SQLOCK_SOAK=1) and a fresh random seed per round, repeated
-#                                              until the first failure or N rounds (default 10)
+#                                              until the first failure or N rounds (default 10); with
+#                                              --until-failure, new seeds for as long as every round passes.
+#                                              Only the fork nemesis and the operation fuzzer:
+#                                                bash scripts/battery.sh soak --until-failure -- -R 'ForkNemesis|Fuzz'
 #   bash scripts/battery.sh characterization   the documented limits (relaxed durability, majority without
 #                                              delayed rejoin, client-time negative controls): tests that
 #                                              assert the limit is real
@@ -19,17 +22,18 @@
 # command; safety failures are never retried (no --repeat until-pass anywhere).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--under-load] [--rounds N] [--seed S] [-- CTEST-ARGS...]"
+usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--under-load] [--rounds N | --until-failure] [--seed S] [-- CTEST-ARGS...]"
 (($#)) || { echo "$usage" >&2; exit 64; }
 tier=$1
 shift
-rounds=10 seed= under_load=0
+rounds=10 seed= under_load=0 until_failure=0
 ctest_args=()
 while (($#)); do
   case $1 in
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --seed) seed=${2:?--seed needs a number}; shift 2 ;;
     --under-load) under_load=1; shift ;;
+    --until-failure) until_failure=1; shift ;;
     --) shift; ctest_args=("$@"); break ;;
     *) echo "battery.sh: unknown argument '$1' ($usage)" >&2; exit 64 ;;
   esac
@@ -55,12 +59,13 @@ case $tier in
     bash scripts/with-servers.sh ctest --test-dir build --output-on-failure -L "^$tier\$" "${ctest_args[@]}" ;;
   soak)
     export SQLOCK_SOAK=1
-    for ((r = 1; r <= rounds; r++)); do
+    ((until_failure)) && [[ -n $seed ]] && { echo "battery.sh: --until-failure draws new seeds: drop --seed" >&2; exit 64; }
+    for ((r = 1; until_failure || r <= rounds; r++)); do
       s=${seed:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
-      echo "=== battery.sh soak: round $r of $rounds, SQLOCK_BATTERY_SEED=$s ==="
+      echo "=== battery.sh soak: round $r of $( ((until_failure)) && echo 'until the first failure' || echo "$rounds"), SQLOCK_BATTERY_SEED=$s ==="
       SQLOCK_BATTERY_SEED=$s bash scripts/with-servers.sh \
         ctest --test-dir build --output-on-failure -L '^battery$' "${ctest_args[@]}" || {
-        echo "battery.sh: soak round $r failed; replay it with: SQLOCK_SOAK=1 SQLOCK_BATTERY_SEED=$s bash scripts/battery.sh soak --rounds 1 --seed $s" >&2
+        echo "battery.sh: soak round $r failed (each failed test printed its own replay line above); replay the round with: bash scripts/battery.sh soak --rounds 1 --seed $s${ctest_args[*]:+ -- ${ctest_args[*]}}" >&2
         exit 1
       }
     done

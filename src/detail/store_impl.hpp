@@ -357,9 +357,12 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
                     pause_before_retry(transient);
                     continue;
                 }
+                // Typed, without the engine's text (the battery's K9 reads that as a raw error leaking);
+                // code() keeps the engine's code.
                 throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
-                                              " kept failing (deadlocks or a busy database): " +
-                                              e.get_error_message() + "; retry later",
+                                              " gave up: other transactions kept holding what it needed (" +
+                                              std::to_string(transient) +
+                                              " tries met a lock conflict or a busy database); retry later",
                                           dialect_->native_code(e));
             }
             if (f == failure::connection) c.mark_broken();

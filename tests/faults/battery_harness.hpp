@@ -6,15 +6,18 @@
 //      separate database (PostgreSQL's SQLOCK_TEST_PG2_URL, or an SQLite file for SQLite runs);
 //   2. P battery_worker processes (history-<name>.jsonl each), plus a reaper process if asked;
 //   3. a nemesis applying faults while they run, logged in nemesis.jsonl on the raw monotonic
-//      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a majority
+//      clock (history.hpp): kill -9 and restart with a new owner, SIGSTOP/SIGCONT, a holder's
+//      server session killed (mixed_faults draws among these three), a majority
 //      member stalled through its fault proxy, or the scenario's own script (nemesis_script: a
 //      member's server killed, frozen, black-holed; scenario::members names private members);
 //   4. then audit*.jsonl (the audit of every lock database), remaining.jsonl (the lock rows left),
 //      final.json (the unfenced counters' final values, the owners of killed or abandoning
 //      processes, the scenario's parameters), and the checkers (checkers.hpp) over all of it.
 // The scenario says which reports must be ok(); every report's summary is printed. On failure the
-// directory stays and one line tells how to re-run the checkers on it:
+// directory stays and one line tells how to re-run the checkers on it, another how to run the
+// test again with the same schedule:
 //     replay: build/tests/faults/sqlock_battery_check <dir>
+//     replay the run: SQLOCK_BATTERY_SEED=<seed> bash scripts/with-servers.sh <test binary> --gtest_filter='<test>'
 // on success it is deleted. A safety failure (K1, K3, K4, K5, K7, K8, K9) is never retried; a
 // liveness miss alone (K6; a scenario's own timing bound: the majority checks "rows-given-back",
 // "F02-liveness", "F03-bounded", "F04-prompt"; a check that says the fault never bit; or a killpoint
@@ -96,6 +99,9 @@ enum class nemesis_kind {
     stall_member,  ///< majority: stall a random member's proxy for stop_for, every U(interval)
     stall_two_members,  ///< majority: stall two random members' proxies (a majority of 3) for stop_for
     block_member,  ///< majority: a random member's proxy refuses (closes) connections for stop_for
+    /// Each time one of: kill_restart, stop_cont of a holder, or (servers) a session kill: a holder's
+    /// backend ended by the server (pg_terminate_backend / KILL CONNECTION), found by tag_connections.
+    mixed_faults,
 };
 
 struct nemesis_ctl;
@@ -152,6 +158,13 @@ struct scenario {
     /// user of the run) every 50 ms; asserted: never more than the stores' limit, processes ×
     /// (pool_size + 2 reserved + PostgreSQL's LISTEN connection), plus the reaper's. Not on SQLite.
     bool count_connections = false;
+    /// Tag the workers' connections (as count_connections does) without counting them: the session
+    /// kill of nemesis_kind::mixed_faults finds them so.
+    bool tag_connections = false;
+    /// The randomized operation fuzzer (battery_worker --fuzz, one thread per worker) and the percent of
+    /// a holder's steps that fork (--fork-pct).
+    bool fuzz = false;
+    int fork_pct = 0;
     // reaper process
     bool reaper = false;
     milliseconds reaper_interval = 100ms;
@@ -433,7 +446,7 @@ private:
         using namespace sqlock_test;
         std::string url = d.url;
         if (!s_.url_params.empty()) url = with_query(url, s_.url_params);
-        if (!s_.count_connections || d.e == engine::sqlite) return url;
+        if (!(s_.count_connections || s_.tag_connections) || d.e == engine::sqlite) return url;
         conn_marker_ = "sqlb_" + random_hex(12);
         if (d.e == engine::postgresql) return with_query(url, "application_name=" + conn_marker_);
         // MariaDB shows no client name: the run's workers log in as a user of their own.
@@ -567,6 +580,7 @@ private:
         workers_.clear();
         exits_.clear();
         killpoint_hits_ = 0;
+        fault_bag_.clear();
         max_connections_ = 0;
         connection_samples_ = 0;
         connection_error_.clear();
@@ -610,6 +624,7 @@ private:
         if (s_.own_lock) a.insert(a.end(), {"--own-lock", "--lock-offset", std::to_string(w.slot * s_.threads)});
         if (s_.rounds > 0) a.insert(a.end(), {"--rounds", std::to_string(s_.rounds)});
         if (s_.mixed) a.insert(a.end(), {"--mixed", "--ttl-min-ms", ms(s_.ttl_min)});
+        if (s_.fuzz) a.insert(a.end(), {"--fuzz", "--fork-pct", std::to_string(s_.fork_pct)});
         if (s_.think_max > 0ms) a.insert(a.end(), {"--think-max-ms", ms(s_.think_max)});
         if (s_.log_busy) a.push_back("--log-busy");
         if (s_.fault_after_grant && w.slot == s_.fault_slot && w.generation == 0) a.push_back("--stop-after-grant");
@@ -637,6 +652,10 @@ private:
         for (char** e = environ; *e != nullptr; ++e) {
             std::string kv = *e;
             if (kv.rfind("SQLOCK_FAILPOINTS=", 0) == 0) continue;
+            // A variable the scenario sets replaces this process's own.
+            auto const key = kv.substr(0, kv.find('=') + 1);
+            if (std::any_of(extra_env.begin(), extra_env.end(), [&](auto const& x) { return x.rfind(key, 0) == 0; }))
+                continue;
             env.push_back(kv);
         }
         env.insert(env.end(), extra_env.begin(), extra_env.end());
@@ -800,35 +819,24 @@ private:
                     if (w != nullptr && w->running && !w->stopped) ::kill(w->pid, SIGCONT);  // not one the fault stopped or killed
                 };
                 switch (s_.nemesis) {
-                case nemesis_kind::kill_restart: {
-                    auto* w = pick_running_worker();
-                    if (w == nullptr) break;
-                    ::kill(w->pid, SIGKILL);
-                    log_nemesis("kill", w->name, "instant", "SIGKILL pid " + std::to_string(w->pid));
-                    int st = 0;
-                    ::waitpid(w->pid, &st, 0);
-                    w->running = false;
-                    w->killed = true;
-                    exits_[w->name] = st;
-                    int gen = 0;
-                    for (auto const& o : workers_)
-                        if (!o.reaper && o.slot == w->slot) gen = std::max(gen, o.generation + 1);
-                    restarts.push_back({clock::now() + s_.restart_delay, w->slot, gen});
+                case nemesis_kind::kill_restart: kill_and_schedule_restart(pick_running_worker(), restarts); break;
+                case nemesis_kind::mixed_faults: {
+                    // Each kind once per round, in a random order: every run meets all of them.
+                    if (fault_bag_.empty()) {
+                        fault_bag_ = {0, 1};
+                        if (dbs_.front().e != engine::sqlite) fault_bag_.push_back(2);
+                        std::shuffle(fault_bag_.begin(), fault_bag_.end(), rng_);
+                    }
+                    int const kind = fault_bag_.back();
+                    fault_bag_.pop_back();
+                    switch (kind) {
+                    case 0: kill_and_schedule_restart(pick_holder(), restarts); break;
+                    case 1: stop_holder(); break;
+                    default: kill_session(); break;
+                    }
                     break;
                 }
-                case nemesis_kind::stop_cont: {
-                    auto* w = pick_holder();
-                    if (w == nullptr) break;
-                    ::kill(w->pid, SIGSTOP);
-                    w->stopped = true;
-                    log_nemesis("stop", w->name, "start", "SIGSTOP pid " + std::to_string(w->pid));
-                    fault_begun();
-                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
-                    ::kill(w->pid, SIGCONT);
-                    w->stopped = false;
-                    log_nemesis("stop", w->name, "stop", "SIGCONT pid " + std::to_string(w->pid));
-                    break;
-                }
+                case nemesis_kind::stop_cont: stop_holder(fault_begun); break;
                 case nemesis_kind::stall_member: {
                     auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
                     d.proxy->stall();
@@ -947,6 +955,69 @@ private:
                 break;
             }
             std::this_thread::sleep_for(50ms);
+        }
+    }
+
+    /// SIGKILLs `w` (none: nothing) and schedules its restart, new owners, after restart_delay.
+    template <class Restarts>
+    void kill_and_schedule_restart(worker_proc* w, Restarts& restarts) {
+        if (w == nullptr) return;
+        ::kill(w->pid, SIGKILL);
+        log_nemesis("kill", w->name, "instant", "SIGKILL pid " + std::to_string(w->pid));
+        int st = 0;
+        ::waitpid(w->pid, &st, 0);
+        w->running = false;
+        w->killed = true;
+        exits_[w->name] = st;
+        int gen = 0;
+        for (auto const& o : workers_)
+            if (!o.reaper && o.slot == w->slot) gen = std::max(gen, o.generation + 1);
+        restarts.push_back({std::chrono::steady_clock::now() + s_.restart_delay, w->slot, gen});
+    }
+
+    /// SIGSTOPs a holder (pick_holder) for stop_for, then SIGCONTs it.
+    /// `begun`, when given, is called once the holder is stopped (scenario::fault_after_grant).
+    void stop_holder(std::function<void()> const& begun = {}) {
+        auto* w = pick_holder();
+        if (w == nullptr) return;
+        ::kill(w->pid, SIGSTOP);
+        w->stopped = true;
+        log_nemesis("stop", w->name, "start", "SIGSTOP pid " + std::to_string(w->pid));
+        if (begun) begun();
+        sleep_until(std::min(std::chrono::steady_clock::now() + s_.stop_for, end_));
+        ::kill(w->pid, SIGCONT);
+        w->stopped = false;
+        log_nemesis("stop", w->name, "stop", "SIGCONT pid " + std::to_string(w->pid));
+    }
+
+    /// Ends one server session of the run's workers (tag_connections), a holder's when one is in a
+    /// transaction (a row lock's): PostgreSQL pg_terminate_backend, MariaDB KILL CONNECTION as root.
+    void kill_session() {
+        auto& d = dbs_.front();
+        if (conn_marker_.empty() || d.e == engine::sqlite) return;
+        try {
+            std::vector<long long> ids(512);
+            std::unique_ptr<soci::session> root;
+            soci::session* s = d.raw.get();
+            if (d.e == engine::postgresql) {
+                *s << "SELECT pid FROM pg_stat_activity WHERE application_name = :m ORDER BY "
+                      "(state = 'idle in transaction') DESC, random() LIMIT 512",
+                    soci::use(conn_marker_), soci::into(ids);
+            } else {
+                root = mysql_root();
+                s = root.get();
+                *s << "SELECT p.ID FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t "
+                      "ON t.trx_mysql_thread_id = p.ID WHERE p.USER = :m ORDER BY t.trx_id IS NULL, RAND() LIMIT 512",
+                    soci::use(conn_marker_), soci::into(ids);
+            }
+            if (ids.empty()) return;
+            // The first is a holder's when any session is in a transaction; otherwise any session.
+            long long const id = ids.front();
+            if (d.e == engine::postgresql) *s << "SELECT pg_terminate_backend(" + std::to_string(id) + ")";
+            else *s << "KILL CONNECTION " + std::to_string(id);
+            log_nemesis("session-kill", sqlock_test::engine_name(d.e), "instant", "server session " + std::to_string(id));
+        } catch (std::exception const& ex) {
+            std::cout << "[battery] session kill failed (" << ex.what() << "): skipped\n";
         }
     }
 
@@ -1168,6 +1239,13 @@ private:
         }
         if (safety_failed || liveness_failed) {
             std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
+            if (auto const* t = ::testing::UnitTest::GetInstance()->current_test_info()) {
+                std::error_code ec;
+                std::cout << "replay the run: SQLOCK_BATTERY_SEED=" << seed_ << (soak_mode() ? " SQLOCK_SOAK=1" : "")
+                          << " bash scripts/with-servers.sh " << fs::read_symlink("/proc/self/exe", ec).string()
+                          << " --gtest_filter='"
+                          << t->test_suite_name() << "." << t->name() << "'" << std::endl;
+            }
             if (!safety_failed) return outcome::flaky_liveness;
             return outcome::failed;
         }
@@ -1326,6 +1404,7 @@ private:
     std::map<int, std::vector<std::string>> slot_env_;
     std::function<std::vector<std::string>(extra_check_input const&)> extra_check_;
     int killpoint_hits_ = 0;
+    std::vector<int> fault_bag_;  ///< mixed_faults: the kinds left in this round
     std::ofstream nemesis_;
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;

@@ -21,6 +21,10 @@
 // resource a random number of times, then releases or, with --abandon-pct, abandons the lease:
 // it logs that it gave it up (op lost), waits past its local deadline, and writes the fenced
 // resource once more with its stale token, on purpose, for the fence to refuse.
+// --fuzz: the randomized operation fuzzer and fork nemesis (thread_loop_fuzz): one thread, on the
+// main thread, making random calls from its seed; with --fork-pct it forks while holding (after the
+// grant, inside renew(), inside release()), and its children end by _exit(), exit() or a return
+// through main(), some after critical sections of their own (fork_nemesis_suite.cpp, fuzz_suite.cpp).
 // --pool-size bounds the store's pooled connections (default threads + 4).
 // --mode reaper runs a reaper loop instead (reap ok with `value` = rows purged).
 // --stop-after-grant: after each grant is logged, the process stops itself (SIGSTOP) until the
@@ -39,11 +43,16 @@
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -56,6 +65,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -107,6 +117,8 @@ struct config {
     int rounds = 0;         // > 0: each thread stops after this many critical sections
     bool mixed = false;     // the mixed-operation storm (thread_loop_mixed)
     long long ttl_min_ms = 0;
+    bool fuzz = false;  // the randomized operation fuzzer (thread_loop_fuzz), one thread: the main thread
+    int fork_pct = 0;   // --fuzz: percent of a holder's steps that fork (after acquire, during renew, during release)
     // reaper mode
     long long reaper_interval_ms = 100;
     long long reaper_grace_ms = 0;
@@ -148,9 +160,38 @@ void abandon(sqlock::lease l) {
     kept->push_back(std::move(l));
 }
 
+/// Thrown in a forked child that ends by returning through main(): it unwinds every frame the
+/// child inherited (the parent's locker, lease and stores are destroyed in the child).
+struct fork_return {
+    int code = 0;
+};
+
+enum class fork_point { idle, after_acquire, renewal, release };
+enum class child_end { underscore_exit, return_main, exit_call };
+
+char const* to_string(fork_point p) {
+    switch (p) {
+    case fork_point::idle: return "idle";
+    case fork_point::after_acquire: return "acquired";
+    case fork_point::renewal: return "renewing";
+    case fork_point::release: return "releasing";
+    }
+    return "?";
+}
+
+char const* to_string(child_end e) {
+    switch (e) {
+    case child_end::underscore_exit: return "_exit";
+    case child_end::return_main: return "return";
+    case child_end::exit_call: return "exit";
+    }
+    return "?";
+}
+
 class worker {
 public:
-    explicit worker(config c) : c_(std::move(c)), h_(c_.history, c_.name) {
+    explicit worker(config c)
+        : c_(std::move(c)), h_(std::make_unique<history_writer>(c_.history, c_.name)) {
         sqlock::store_options so{.pool_size = static_cast<std::size_t>(c_.pool_size > 0 ? c_.pool_size : c_.threads + 4),
                                  .table_prefix = c_.tables,
                                  .connect_timeout = 5s,
@@ -160,6 +201,12 @@ public:
     }
 
     int run() {
+        if (c_.fuzz) {
+            // On the main thread, so that a forked child can end by returning through main().
+            thread_main(0);
+            reap_children(true);
+            return failed_.load() ? 2 : 0;
+        }
         std::vector<std::thread> threads;
         for (int k = 0; k < c_.threads; ++k) threads.emplace_back([this, k] { thread_main(k); });
         for (auto& t : threads) t.join();
@@ -169,12 +216,14 @@ public:
 
 private:
     sqlock::locker make_locker(std::string const& owner, std::shared_ptr<held_slot> const& slot, int k,
-                               std::optional<milliseconds> ttl_override = std::nullopt) {
+                               std::optional<milliseconds> ttl_override = std::nullopt,
+                               sqlock::store const* own_store = nullptr) {
         auto hook = [this, slot, owner, k](sqlock::lease_event const& ev) { on_event(ev, *slot, owner, k); };
         auto const ttl = ttl_override.value_or(milliseconds(c_.ttl_ms));
         if (c_.urls.size() == 1) {
+            sqlock::store const& db = own_store != nullptr ? *own_store : stores_.front();
             sqlock::locker_options o{.ttl = ttl, .owner = owner, .auto_renew = !c_.no_renew, .on_event = hook};
-            return c_.row ? sqlock::row_locker(stores_.front(), o) : sqlock::table_locker(stores_.front(), o);
+            return c_.row ? sqlock::row_locker(db, o) : sqlock::table_locker(db, o);
         }
         std::vector<sqlock::locker> members;
         for (auto const& s : stores_) {
@@ -205,7 +254,7 @@ private:
             e.type = "ok";
             e.expires_at_us = us_of(slot.lease->expires_at());
             e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
-            h_.write(std::move(e));
+            h_->write(std::move(e));
             return;
         }
         case kind::renew_failed:
@@ -220,7 +269,7 @@ private:
             break;
         default: return;
         }
-        h_.write(std::move(e));
+        h_->write(std::move(e));
     }
 
     std::unique_ptr<soci::session> open_resource() {
@@ -235,7 +284,7 @@ private:
     void fenced_write(soci::session& res, sqlock::fence const& fence, event base) {
         base.op = "write_fenced";
         base.type = "invoke";
-        h_.write(base);
+        h_->write(base);
         bool const lite = c_.resource_backend == "sqlite3";
         std::string const values = c_.resource_tables + "_values";
         try {
@@ -265,7 +314,7 @@ private:
             failed_ = true;
             std::cerr << c_.name << ": resource write failed: " << e.what() << "\n";
         }
-        h_.write(std::move(base));
+        h_->write(std::move(base));
     }
 
     /// The unfenced counter of lock i: read, pause, write + 1 (atomically by rename).
@@ -273,7 +322,7 @@ private:
         auto const path = std::filesystem::path(c_.run_dir) / ("counter-" + std::to_string(i));
         base.op = "write_unfenced";
         base.type = "invoke";
-        h_.write(base);
+        h_->write(base);
         long long value = 0;
         {
             std::ifstream in(path);
@@ -293,12 +342,13 @@ private:
         std::filesystem::rename(tmp, path);
         base.type = "ok";
         base.value = value + 1;
-        h_.write(std::move(base));
+        h_->write(std::move(base));
     }
 
     void thread_main(int k) {
         try {
-            if (c_.mixed) thread_loop_mixed(k);
+            if (c_.fuzz) thread_loop_fuzz(k);
+            else if (c_.mixed) thread_loop_mixed(k);
             else thread_loop(k);
         } catch (std::exception const& e) {
             failed_ = true;
@@ -347,7 +397,7 @@ private:
                         out.op = "acquire";
                         out.type = "fail";
                         out.error = "sqlock::busy: held by another owner (one try)";
-                        h_.write(std::move(out));
+                        h_->write(std::move(out));
                         std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 20)(rng)));
                         continue;
                     }
@@ -390,7 +440,7 @@ private:
                 ab.op = "lost";
                 ab.type = "ok";
                 ab.error = "abandoned by the worker: never released, left to expire";
-                h_.write(std::move(ab));
+                h_->write(std::move(ab));
                 abandon(std::move(*lease));
                 lease.reset();
                 continue;
@@ -424,7 +474,7 @@ private:
                               dynamic_cast<sqlock::cancelled const*>(&e);
         out.type = definite ? "fail" : "info";
         out.error = error_text(e);
-        h_.write(std::move(out));
+        h_->write(std::move(out));
         if (!definite && !dynamic_cast<sqlock::error const*>(&e)) failed_ = true;
         std::this_thread::sleep_for(10ms);
     }
@@ -436,13 +486,13 @@ private:
         ok.db_time_us = us_of(lease.created_at());
         ok.expires_at_us = us_of(lease.expires_at());
         ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
-        h_.write(std::move(ok));
+        h_->write(std::move(ok));
     }
 
     void write_invoke(event ev, char const* op) {
         ev.op = op;
         ev.type = "invoke";
-        h_.write(std::move(ev));
+        h_->write(std::move(ev));
     }
 
     /// Runs `call` between its logged invoke and its completion: ok (then `on_ok` adds to the event),
@@ -463,7 +513,7 @@ private:
             ev.error = error_text(e);
         }
         bool const ok = ev.type == "ok";
-        h_.write(std::move(ev));
+        h_->write(std::move(ev));
         return ok;
     }
 
@@ -522,7 +572,7 @@ private:
                 ab.op = "lost";
                 ab.type = "ok";
                 ab.error = "abandoned by the worker: it writes once more after its deadline, on purpose";
-                h_.write(std::move(ab));
+                h_->write(std::move(ab));
                 std::this_thread::sleep_for(lease->remaining() +
                                             milliseconds(std::uniform_int_distribution<long long>(20, 300)(rng)));
                 if (fence) fenced_write(*res, *fence, base);
@@ -533,10 +583,285 @@ private:
         }
     }
 
+    // ---------------------------------------------------------------- --fuzz: random operations and forks
+
+    /// The randomized operation fuzzer (--fuzz): one thread making random calls from its seed. Not
+    /// holding: a waiting acquire or a try (logged as acquire; busy is fail "sqlock::busy"). Holding:
+    /// a fenced or unfenced write, an explicit renewal, a reentrant hold (ops reenter and
+    /// release_hold, which the checkers leave to K9), a pause, a release, or (--fork-pct) a fork:
+    /// right after the grant, while another thread of this process renews the lease, or while it
+    /// releases it (the worker's failpoints widen those calls). A fork is logged as op fork (owner:
+    /// the child's name, value: its pid) and its end as op fork_end, ok only if the child exited 0.
+    void thread_loop_fuzz(int k) {
+        std::mt19937_64 rng(c_.seed * 1000003 + static_cast<std::uint64_t>(k) * 7919 + 17);
+        std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t" + std::to_string(k);
+        auto slot = std::make_shared<held_slot>();
+        sqlock::locker locker = make_locker(owner, slot, k);
+        std::tie(res_, fence_) = open_fenced_resource();
+        auto* const res = res_.get();
+        auto const& fence = fence_;
+        auto const end = clock_type::now() + milliseconds(c_.duration_ms);
+        std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        auto percent = [&] { return std::uniform_int_distribution<int>(0, 99)(rng); };
+        std::optional<sqlock::lease> lease;
+        event base;
+        int lock_index = 0;
+        while (clock_type::now() < end) {
+            reap_children(false);
+            if (!lease) {
+                if (percent() < c_.fork_pct / 4) {
+                    fork_here(fork_point::idle, lease, event{.thread = k, .owner = owner}, rng);
+                    continue;
+                }
+                lock_index = pick(rng);
+                std::string const name = c_.lock_prefix + "L" + std::to_string(lock_index);
+                base = event{.thread = k, .lock = name, .owner = owner};
+                bool const try_only = percent() < 35;
+                write_invoke(base, "acquire");
+                try {
+                    if (try_only) {
+                        auto got = locker.try_acquire(name);
+                        if (!got) {
+                            event out = base;
+                            out.op = "acquire";
+                            out.type = "fail";
+                            out.error = "sqlock::busy: held by another owner (try_acquire)";
+                            h_->write(std::move(out));
+                            std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 30)(rng)));
+                            continue;
+                        }
+                        lease.emplace(std::move(*got));
+                    } else {
+                        lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+                    }
+                } catch (std::exception const& e) {
+                    acquire_failed(base, e);
+                    continue;
+                }
+                {
+                    std::lock_guard lock(slot->mutex);
+                    slot->lease = &*lease;
+                }
+                base.token = lease->token();
+                granted(base, *lease);
+                if (percent() < c_.fork_pct) fork_here(fork_point::after_acquire, lease, base, rng);
+                continue;
+            }
+            int const roll = percent();
+            if (roll < 20) {
+                if (fence) fenced_write(*res, *fence, base);
+            } else if (roll < 35) {
+                if (lease->held()) unfenced_write(lock_index, base, rng);
+            } else if (roll < 50) {
+                renew_logged(base, *lease);
+            } else if (roll < 58) {
+                std::optional<sqlock::lease> inner;
+                if (logged(base, "reenter", [&] { inner.emplace(lease->reenter()); }, [](event&) {})) {
+                    if (fence && percent() < 50) fenced_write(*res, *fence, base);
+                    logged(base, "release_hold", [&] { inner->release(); }, [](event&) {});
+                }
+            } else if (roll < 70) {
+                std::this_thread::sleep_for(
+                    milliseconds(std::uniform_int_distribution<long long>(c_.hold_min_ms, c_.hold_max_ms)(rng)));
+            } else if (roll < 70 + c_.fork_pct) {
+                auto const point = percent() < 50 ? fork_point::renewal : fork_point::release;
+                if (point == fork_point::release) {
+                    std::lock_guard lock(slot->mutex);
+                    slot->lease = nullptr;
+                }
+                fork_here(point, lease, base, rng);
+            } else {
+                {
+                    std::lock_guard lock(slot->mutex);
+                    slot->lease = nullptr;
+                }
+                release_logged(base, *lease);
+                lease.reset();
+                if (c_.think_max_ms > 0)
+                    std::this_thread::sleep_for(
+                        milliseconds(std::uniform_int_distribution<long long>(0, c_.think_max_ms)(rng)));
+            }
+        }
+        if (lease) {
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = nullptr;
+            }
+            release_logged(base, *lease);
+        }
+    }
+
+    /// Forks at `point`: for renewal and release, while a helper thread of this process is inside
+    /// that call on `lease` (release ends the lease). The child runs child_main and never comes back.
+    void fork_here(fork_point point, std::optional<sqlock::lease>& lease, event const& base, std::mt19937_64& rng) {
+        auto const end = static_cast<child_end>(std::uniform_int_distribution<int>(0, 2)(rng));
+        bool const work = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+        std::string const child = c_.name + ".f" + std::to_string(++forks_) + "-" + to_string(point) + "-" +
+                                  to_string(end) + (work ? "-lock" : "");
+        std::atomic<bool> inside{false};
+        // Leaked by the child, where its thread does not exist (a joinable std::thread's destructor aborts).
+        std::thread* helper = nullptr;
+        if (point == fork_point::renewal) {
+            helper = new std::thread([&] {
+                inside = true;
+                renew_logged(base, *lease);
+            });
+        } else if (point == fork_point::release) {
+            helper = new std::thread([&] {
+                inside = true;
+                release_logged(base, *lease);
+            });
+        }
+        if (helper != nullptr) {
+            while (!inside) std::this_thread::yield();
+            std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<long long>(0, 40000)(rng)));
+        }
+        event f = base;
+        f.op = "fork";
+        f.owner = child;
+        write_invoke(f, "fork");
+        pid_t const parent = ::getpid();
+        pid_t const pid = ::fork();
+        if (pid == 0) child_main(child, end, work, rng, parent);
+        if (pid < 0) {
+            f.type = "info";
+            f.error = std::string("fork failed: ") + std::strerror(errno);
+            failed_ = true;
+        } else {
+            f.type = "ok";
+            f.value = pid;
+            children_.push_back({pid, child});
+        }
+        h_->write(std::move(f));
+        if (helper != nullptr) {
+            helper->join();
+            delete helper;
+        }
+        if (point == fork_point::release) lease.reset();
+    }
+
+    /// The forked child: its own history, optionally one or two critical sections through a store
+    /// and locker of its own (drawing from the random stream it inherited, as a real child would),
+    /// then the end the parent drew: _exit, exit() or a return through main() (fork_return).
+    [[noreturn]] void child_main(std::string const& name, child_end end, bool work, std::mt19937_64& rng,
+                                 pid_t parent) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed worker takes its children with it
+        if (::getppid() != parent) ::_exit(0);  // killed before the line above
+        (void)h_.release();  // the parent's writer: its mutex may be held by a thread this process does not have
+        (void)res_.release();  // the parent's resource session: the test's own, not the library under test
+        c_.name = name;
+        h_ = std::make_unique<history_writer>(
+            (std::filesystem::path(c_.run_dir) / ("history-" + name + ".jsonl")).string(), name);
+        children_.clear();
+        int code = 0;
+        if (work) {
+            try {
+                child_work(rng);
+            } catch (std::exception const& e) {
+                std::cerr << name << "[" << ::getpid() << "]: " << error_text(e) << "\n";
+                code = 3;
+            }
+        }
+        switch (end) {
+        case child_end::underscore_exit: ::_exit(code);
+        case child_end::exit_call: std::exit(code);
+        case child_end::return_main: throw fork_return{code};
+        }
+        ::_exit(code);
+    }
+
+    void child_work(std::mt19937_64& rng) {
+        sqlock::store db(c_.urls.front(), {.pool_size = 2,
+                                           .table_prefix = c_.tables,
+                                           .connect_timeout = 5s,
+                                           .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
+                                           .io_timeout = milliseconds(c_.io_timeout_ms)});
+        std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t0";
+        auto slot = std::make_shared<held_slot>();
+        sqlock::locker locker = make_locker(owner, slot, 0, std::nullopt, &db);
+        auto [res, fence] = open_fenced_resource();
+        std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        for (int round = std::uniform_int_distribution<int>(1, 2)(rng); round > 0; --round) {
+            int const i = pick(rng);
+            std::string const name = c_.lock_prefix + "L" + std::to_string(i);
+            event base{.thread = 0, .lock = name, .owner = owner};
+            write_invoke(base, "acquire");
+            std::optional<sqlock::lease> lease;
+            try {
+                lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
+            } catch (std::exception const& e) {
+                acquire_failed(base, e);
+                continue;
+            }
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = &*lease;
+            }
+            base.token = lease->token();
+            granted(base, *lease);
+            if (fence) fenced_write(*res, *fence, base);
+            if (lease->held()) unfenced_write(i, base, rng);
+            std::this_thread::sleep_for(
+                milliseconds(std::uniform_int_distribution<long long>(c_.hold_min_ms, 2 * c_.hold_max_ms)(rng)));
+            if (fence) fenced_write(*res, *fence, base);
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = nullptr;
+            }
+            release_logged(base, *lease);
+        }
+    }
+
+    /// Reaps the forked children (all of them, waiting up to 20 s, when `wait_all`) and logs each end
+    /// as op fork_end: ok for exit 0, else fail with how it ended (a child that crashes, hangs or
+    /// fails is the library misbehaving after fork).
+    void reap_children(bool wait_all) {
+        auto const deadline = clock_type::now() + 20s;
+        while (!children_.empty()) {
+            for (auto it = children_.begin(); it != children_.end();) {
+                int st = 0;
+                bool const late = wait_all && clock_type::now() > deadline;
+                if (late) ::kill(it->pid, SIGKILL);
+                if (::waitpid(it->pid, &st, late ? 0 : WNOHANG) != it->pid) {
+                    ++it;
+                    continue;
+                }
+                event e{.op = "fork_end", .owner = it->name, .value = it->pid};
+                if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                    e.type = "ok";
+                } else {
+                    e.type = "fail";
+                    e.error = "fork child " + it->name + " (pid " + std::to_string(it->pid) + ") ended with " +
+                              (late ? std::string("no end 20 s after its parent's run: killed (hung)") : exit_text(st));
+                    std::cerr << c_.name << ": " << e.error << "\n";
+                    failed_ = true;
+                }
+                h_->write(std::move(e));
+                it = children_.erase(it);
+            }
+            if (!wait_all) return;
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+
+    static std::string exit_text(int st) {
+        if (WIFEXITED(st)) return "exit " + std::to_string(WEXITSTATUS(st));
+        if (WIFSIGNALED(st)) return std::string("signal ") + std::to_string(WTERMSIG(st)) + " (" + ::strsignal(WTERMSIG(st)) + ")";
+        return "status " + std::to_string(st);
+    }
+
     config c_;
-    history_writer h_;
+    std::unique_ptr<history_writer> h_;  // a forked child swaps in its own (the parent's may be mid-write)
     std::vector<sqlock::store> stores_;
     std::atomic<bool> failed_{false};
+    struct child_proc {
+        pid_t pid;
+        std::string name;
+    };
+    std::vector<child_proc> children_;
+    int forks_ = 0;
+    std::unique_ptr<soci::session> res_;  // --fuzz: the fenced resource (a child leaves it to its parent)
+    std::optional<sqlock::fence> fence_;
 };
 
 int run_reaper(config const& c) {
@@ -616,6 +941,8 @@ int main(int argc, char** argv) {
     app.add_option("--rounds", c.rounds, "> 0: each thread stops after this many critical sections");
     app.add_flag("--mixed", c.mixed, "the mixed-operation storm: random TTLs, explicit renewals, abandons");
     app.add_option("--ttl-min-ms", c.ttl_min_ms, "--mixed: TTLs are U(this, --ttl-ms)");
+    app.add_flag("--fuzz", c.fuzz, "the randomized operation fuzzer: one thread, random try/acquire/renew/reenter/release/fork");
+    app.add_option("--fork-pct", c.fork_pct, "--fuzz: percent of a holder's steps that fork")->check(CLI::Range(0, 100));
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));
@@ -625,6 +952,8 @@ int main(int argc, char** argv) {
         if (c.mode == "reaper") return run_reaper(c);
         worker w(c);
         return w.run();
+    } catch (fork_return const& r) {
+        return r.code;  // a forked child that returned through main(): every inherited frame was unwound
     } catch (std::exception const& e) {
         std::cerr << "battery_worker " << c.name << "[" << ::getpid() << "]: " << error_text(e) << "\n";
         return 2;
