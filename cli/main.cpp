@@ -94,7 +94,8 @@ int dispatch(int argc, char** argv) {
         "Majority mode: with several --db (3 or 5 recommended, each a different database; engines may be mixed) "
         "the lock is held while a majority of them (N/2+1) grant and renew it, asked in parallel, each bounded "
         "by --member-timeout; SQLOCK_TOKEN is the majority's fencing token. With an odd number of databases one "
-        "may be unreachable when sqlock starts (it says so on stderr); with an even number none may. "
+        "may be unreachable when sqlock starts (it says so on stderr); with an even number none may. A member's "
+        "database and tables are never created by run: `sqlock schema --apply --db URL` creates them. "
         "See docs/cli.md.\n\n" +
         std::string(exit_codes_help));
 

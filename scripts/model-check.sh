@@ -2,8 +2,9 @@
 # Model-checks majority mode's fencing-token protocol with spin (docs/majority.md):
 #   tests/spin/majority_token.pml      the protocol of src/majority_locker.cpp: must hold
 #                                      (uniqueness and monotonicity), in three configurations;
-#   majority_token.pml -DLOSS          the same with a member that restarts without its data:
-#                                      spin must find a violation (durable counters are required);
+#   majority_token.pml -DLOSS          the same with a member that restarts without its data (a new
+#                                      identity), seeded before it counts: must hold; with -DNOSEED
+#                                      (it counts at once, the old behaviour) spin must find a violation;
 #   tests/spin/one_round_shortcut.pml  per-member tokens, client takes the max: spin must find
 #                                      a violation;
 #   tests/spin/majority_exclusion.pml  exclusion in real time (Redlock's timing argument): must hold
@@ -84,7 +85,8 @@ start=$SECONDS
 check "majority_token 2 clients x 2 acquisitions" majority_token.pml hold -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1
 check "majority_token 2 clients x 2 rounds, any order" majority_token.pml hold -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=2 -DANYORDER
 check "majority_token 3 clients" majority_token.pml hold -DNCLIENTS=3 -DNACQ=1 -DMAXROUNDS=1
-check "majority_token with data loss" majority_token.pml violate -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DLOSS
+check "majority_token with data loss, seeded before it counts" majority_token.pml hold -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DLOSS
+check "majority_token with data loss, counted at once (the old behaviour)" majority_token.pml violate -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DLOSS -DNOSEED
 check "one_round_shortcut" one_round_shortcut.pml violate
 check "majority_exclusion" majority_exclusion.pml hold
 check "majority_exclusion with delayed rejoin after data loss" majority_exclusion.pml hold -DNACQ=1 -DLOSS -DREJOIN

@@ -783,6 +783,17 @@ TEST_F(Majority, ConstructionIsChecked) {
         << "member_timeout zero";
     EXPECT_EQ(usage([&] { return sqlock::majority_locker({majority(10s), member_locker(0, 10s)}); }), "usage_error")
         << "a majority locker as a member";
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s)}, {.configured_members = 5});
+              }),
+              "usage_error")
+        << "two lockers given of five configured: not a majority";
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s), member_locker(2, 2s)},
+                                                 {.configured_members = 2});
+              }),
+              "usage_error")
+        << "more lockers given than configured";
 
     // N = 1: granted while the member is up (a row there, tokens increasing),
     // backend_unavailable while it refuses.

@@ -423,9 +423,15 @@ private:
             if (should_stop()) return;
             dbs_.push_back(std::move(d));
         }
+        // The stores create the tables (and MariaDB's procedures) of the run's prefix; majority members
+        // form their group before any fault and before the audit (docs/majority.md).
+        std::vector<std::string> urls;
         for (auto& d : dbs_) {
-            // The store creates the tables (and MariaDB's procedures) of the run's prefix.
             sqlock::store create(d.url, {.create_schema = true, .table_prefix = tables_});
+            urls.push_back(d.url);
+        }
+        if (s_.majority) form_majority_group(urls, tables_);
+        for (auto& d : dbs_) {
             d.raw = raw_session(d.e, d.url);
             if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
             install_audit(*d.raw, d.e, tables_);

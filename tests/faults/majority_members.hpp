@@ -83,6 +83,25 @@ inline void drop_member_tables(member_db const& m, std::string const& tables) {
     }
 }
 
+/// New members form a group (and seed their majority counters) the first time all of them answer
+/// together (docs/majority.md): a test that takes a member down before its first grant does this first.
+/// `urls` direct, tables of prefix `tables` in place; a failure is a test failure.
+inline void form_majority_group(std::vector<std::string> const& urls, std::string const& tables) {
+    try {
+        std::vector<sqlock::store> stores;
+        stores.reserve(urls.size());
+        for (auto const& url : urls) stores.emplace_back(url, sqlock::store_options{.pool_size = 1, .table_prefix = tables});
+        std::vector<sqlock::locker> lockers;
+        for (auto& st : stores) lockers.push_back(sqlock::table_locker(st, {.ttl = std::chrono::seconds(10)}));
+        auto majority = sqlock::majority_locker(std::move(lockers), {.auto_renew = false});
+        auto l = majority.try_acquire("sqlock-test-form-group");
+        if (!l) ADD_FAILURE() << "the majority members did not form their group: busy";
+        else l->release();
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "the majority members did not form their group: " << describe(e);
+    }
+}
+
 /// Members with tables of their own (`tables`_*), each through its own fault proxy.
 class majority_members {
 public:
@@ -111,13 +130,10 @@ public:
         form_group();
     }
 
-    /// New members form a group (and seed their majority counters) the first time all of them answer
-    /// together (docs/majority.md); a test that takes a member down before its first grant needs this first.
     void form_group() {
-        std::vector<sqlock::locker> lockers;
-        for (auto& m : members_) lockers.push_back(sqlock::table_locker(*m.store, {.ttl = std::chrono::seconds(10)}));
-        auto majority = sqlock::majority_locker(std::move(lockers), {.auto_renew = false});
-        if (auto l = majority.try_acquire("sqlock-test-form-group")) l->release();
+        std::vector<std::string> urls;
+        for (auto& m : members_) urls.push_back(m.url);
+        form_majority_group(urls, tables_);
     }
 
     /// Proxies relay again, stores closed, the tables dropped (a failure to drop is a test failure).

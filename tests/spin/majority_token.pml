@@ -31,8 +31,16 @@
  *       when the attempt began; the attempt's last round 1 starts later still).
  *
  * -DLOSS adds a member that restarts once without its data (its counter back
- * to 0): the protocol assumes durable counters, and this shows what happens
- * without them (the check must fail).
+ * to 0, under a new identity), with the rule of src/majority_locker.cpp
+ * (join_members) that must make it safe: a member counts only while its
+ * counters were seeded under its present identity ("joined"); a client reads
+ * and writes only members it read as joined, and a write wins only on the
+ * identity it read (a write in flight to the lost data wins nothing on the new
+ * one); the lost member is seeded, from the counters of the majority of the
+ * others, only once every attempt that began before the loss has ended (its
+ * identity is older than the ttl: every such attempt's validity is over), and
+ * then counts again. The check must hold. -DLOSS -DNOSEED is the old
+ * behaviour (the member counts at once with its counter at 0): it must fail.
  */
 
 #ifndef NCLIENTS
@@ -49,13 +57,19 @@
 #define MAXTOKEN 32     /* > NCLIENTS * NACQ * MAXROUNDS + 1: tokens stay below */
 
 byte c[NMEMBERS];                /* per member: the durable max-register */
+bool joined[NMEMBERS];           /* counters seeded under the member's present identity */
+bit inc[NMEMBERS];               /* the member's identity: 1 after it lost its data */
+byte busy;                       /* bit per client: inside an attempt */
+byte stale;                      /* clients whose attempt began before the loss and has not ended */
 byte pend_t, pend_i;             /* a write in flight, token and member (pend_t 0: none) */
+bit pend_inc;                    /* the identity the write in flight was read on */
 bool used[MAXTOKEN];             /* tokens handed out */
 byte handed_max;                 /* the largest token handed out so far */
 
-/* One member's conditional write, atomic on the member (one statement). */
-inline write(i, t, won) {
-    won = (c[i] < t);
+/* One member's conditional write, atomic on the member (one statement): only on
+   the identity `e` it was read on, and only while that identity has joined. */
+inline write(i, t, e, won) {
+    won = (joined[i] && inc[i] == e && c[i] < t);
     if
     :: won -> c[i] = t
     :: !won
@@ -70,23 +84,41 @@ inline write(i, t, won) {
 #else
 #define NEXT(i) (done == (1 << i) - 1)
 #endif
+#ifdef LOSS
+/* The members read as joined, and on which identity: a write goes only there. */
+#define NOTE_READ(i) seen = seen | (1 << i); if :: inc[i] -> seeninc = seeninc | (1 << i) :: else fi
+#define SENT(i) (seen & (1 << i))
+#define FORGET_READS seen = 0; seeninc = 0
+#define ENTER busy = busy | (1 << id)
+#define LEAVE busy = busy & ~(1 << id); stale = stale & ~(1 << id)
+#else
+/* Without a loss every member has joined, on its one identity: a write to a member
+   whose read was lost is one more behaviour (it may also never arrive), so the
+   check covers the protocol's, with fewer states. */
+#define NOTE_READ(i) skip
+#define SENT(i) true
+#define FORGET_READS skip
+#define ENTER skip
+#define LEAVE skip
+#endif
 #define READ(i) \
-    :: d_step { NEXT(i) -> done = done | (1 << i); reads++; \
+    :: d_step { NEXT(i) && joined[i] -> done = done | (1 << i); reads++; NOTE_READ(i); \
                 if :: c[i] > best -> best = c[i] :: c[i] <= best fi } \
     :: d_step { NEXT(i) -> done = done | (1 << i) }  /* lost, too late, or not in M */
 
 /* Round 2 on member i, same order rule: T where it is still the largest. */
+#define READINC(i) ((seeninc >> i) & 1)
 #define SEND(i) \
-    :: d_step { NEXT(i) -> done = done | (1 << i); \
-                write(i, t, won); if :: won -> wins++ :: !won fi; won = false }  /* answered */ \
-    :: d_step { NEXT(i) -> done = done | (1 << i); \
-                write(i, t, won); won = false }                      /* lands, answer lost */ \
-    :: d_step { NEXT(i) && pend_t == 0 -> done = done | (1 << i); \
-                pend_t = t; pend_i = i }                             /* lands later, answer lost */ \
+    :: d_step { NEXT(i) && SENT(i) -> done = done | (1 << i); \
+                write(i, t, READINC(i), won); if :: won -> wins++ :: !won fi; won = false }  /* answered */ \
+    :: d_step { NEXT(i) && SENT(i) -> done = done | (1 << i); \
+                write(i, t, READINC(i), won); won = false }          /* lands, answer lost */ \
+    :: d_step { NEXT(i) && SENT(i) && pend_t == 0 -> done = done | (1 << i); \
+                pend_t = t; pend_i = i; pend_inc = READINC(i) }      /* lands later, answer lost */ \
     :: d_step { NEXT(i) -> done = done | (1 << i) }   /* never arrives, or not in M */
 
 proctype client(byte id) {
-    byte acq, round, floor, best, t, reads, wins, done;
+    byte acq, round, floor, best, t, reads, wins, done, seen, seeninc;
     bool won;
 
     do
@@ -95,7 +127,7 @@ proctype client(byte id) {
            member outside M is one whose read and write are lost: asking all
            three and losing answers covers every M (and keeps the state space
            small). */
-        floor = handed_max;  /* hand-outs completed before this attempt began */
+        atomic { floor = handed_max; ENTER }  /* hand-outs completed before this attempt began */
         do
         :: round < MAXROUNDS ->
             do
@@ -124,11 +156,11 @@ proctype client(byte id) {
                     if :: t > handed_max -> handed_max = t :: t <= handed_max fi
                 };
                 break
-            :: wins < QUORUM -> d_step { round++; wins = 0; t = 0 }  /* read again */
+            :: wins < QUORUM -> d_step { round++; wins = 0; t = 0; FORGET_READS }  /* read again */
             fi
         :: round == MAXROUNDS -> break
         od;
-        atomic { acq++; round = 0; t = 0; wins = 0; reads = 0; best = 0; floor = 0 }
+        atomic { acq++; round = 0; t = 0; wins = 0; reads = 0; best = 0; floor = 0; FORGET_READS; LEAVE }
     :: acq == NACQ -> break
     od
 }
@@ -139,26 +171,44 @@ active proctype network() {
     bool won;
 end:
     do
-    :: d_step { pend_t != 0 -> write(pend_i, pend_t, won); won = false; pend_t = 0; pend_i = 0 }
+    :: d_step { pend_t != 0 -> write(pend_i, pend_t, pend_inc, won); won = false; pend_t = 0; pend_i = 0; pend_inc = 0 }
     od
 }
 
 #ifdef LOSS
-/* A member restarts without its data: its counter is 0 again. */
+/* A member restarts without its data: its counter is 0 again, under a new
+   identity that has not joined. */
 active proctype data_loss() {
-    byte i;
+    byte i, m, j;
     if
     :: i = 0
     :: i = 1
     :: i = 2
     fi;
-    atomic { c[i] = 0; printf("MSC: member %d restarts without its data\n", i) }
+#ifdef NOSEED
+    /* The old behaviour: it counts at once, with its counter at 0. */
+    atomic { c[i] = 0; printf("MSC: member %d restarts without its data and counts at once\n", i) }
+#else
+    atomic { c[i] = 0; joined[i] = false; inc[i] = 1; stale = busy;
+             printf("MSC: member %d restarts without its data (a new identity)\n", i) }
+    /* Seeded once its identity is older than the ttl: every attempt that began
+       before the loss has ended. Then the counters of the other two (the one
+       majority without it), read one at a time while clients go on. */
+    stale == 0;
+    j = (i + 1) % NMEMBERS;
+    d_step { if :: c[j] > m -> m = c[j] :: else fi }
+    j = (i + 2) % NMEMBERS;
+    d_step { if :: c[j] > m -> m = c[j] :: else fi }
+    atomic { if :: c[i] < m -> c[i] = m :: else fi; joined[i] = true;
+             printf("MSC: member %d seeded with %d, joined\n", i, m) }
+#endif
 }
 #endif
 
 init {
     byte k;
     atomic {
+        joined[0] = true; joined[1] = true; joined[2] = true;  /* a group formed */
         do
         :: k < NCLIENTS -> run client(k); k++
         :: else -> break
