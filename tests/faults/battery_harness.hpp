@@ -1230,9 +1230,15 @@ private:
         }
         for (auto const& f : worker_failures) ADD_FAILURE() << s_.id << ": worker failed: " << f;
         if (acquired < s_.min_grants) {
-            safety_failed = true;
-            ADD_FAILURE() << s_.id << ": only " << acquired << " grants (at least " << s_.min_grants
-                          << " expected): the run exercised next to nothing; see the workers' *.err and K9";
+            // Progress, not safety: a loaded machine makes fewer grants (B02 beside two CPU hogs), so a
+            // first miss is rerun once like the other liveness misses.
+            liveness_failed = true;
+            if (last_attempt_)
+                ADD_FAILURE() << s_.id << ": only " << acquired << " grants (at least " << s_.min_grants
+                              << " expected): the run exercised next to nothing; see the workers' *.err and K9";
+            else
+                std::cout << "[battery] " << s_.id << " on " << engine_label() << ": liveness miss (rerun once): only "
+                          << acquired << " grants (at least " << s_.min_grants << " expected)\n";
         }
         if (s_.k3_needs_rejection) {
             auto k3 = k3_fenced(history);

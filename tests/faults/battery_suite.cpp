@@ -130,8 +130,10 @@ std::vector<std::int64_t> acquire_waits_ms(run_record const& rec) {
 /// worker's store has 16 pooled connections (+ 2 reserved) for its 64 threads. K9: no serialization
 /// failure, deadlock or busy error leaks; K1, K4 exact; the workers' connections counted on the
 /// server never exceed the stores' limit. Progress: the herd must not starve the holder's release
-/// of a connection (it once queued behind the waiters for the pool: ~40 grants in 5 s on
-/// PostgreSQL, most threads timing out; now hundreds), so at least 200 grants on the servers.
+/// of a connection (it once queued behind the waiters for the pool: 34–52 grants in 5 s on
+/// PostgreSQL, most threads timing out; now hundreds), so at least 120 grants on the servers
+/// (beside two CPU hogs on a busy machine, `battery.sh fault-smoke --under-load`, PostgreSQL made
+/// 191: a floor of 200 failed there; a miss is rerun once, as progress, not safety).
 /// The acquire waits (p50, p99, max) are reported, not asserted: fairness is not promised.
 scenario thundering_herd(engine e) {
     scenario s;
@@ -147,7 +149,7 @@ scenario thundering_herd(engine e) {
     s.fenced = false;
     s.pool_size = 16;
     s.count_connections = true;
-    s.min_grants = e == engine::sqlite ? 100 : 200;
+    s.min_grants = e == engine::sqlite ? 100 : 120;
     s.extra_checks.push_back([](run_record const& rec) {
         report r{"B02-waits", {}, {}};  // reported: fairness is not promised
         auto waits = acquire_waits_ms(rec);
