@@ -925,9 +925,10 @@ TEST_P(RowLock, SessionEndIsReportedAtOnceNotAtTheNextKeepAlive) {
     EXPECT_NE(detail.find("the database session holding the row lock ended ("), std::string::npos)
         << "the lost event does not say the session ended: " << detail;
     EXPECT_EQ(detail.find("someone else"), std::string::npos) << detail;
-    if (e_ == engine::postgresql)  // the server's own word, read off the socket before it closed
+    if (e_ == engine::postgresql) {  // the server's own word, read off the socket before it closed
         EXPECT_NE(detail.find("FATAL: terminating connection due to administrator command"), std::string::npos)
             << detail;
+    }
     try {
         a.release();
         ADD_FAILURE() << "release() of a lease whose session ended did not throw lease_lost";
