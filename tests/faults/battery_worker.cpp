@@ -387,34 +387,8 @@ private:
             int const i = c_.own_lock ? c_.lock_offset + k : pick(rng);
             std::string const name = c_.lock_prefix + "L" + std::to_string(i);
             event base{.thread = k, .lock = name, .owner = owner};
-            write_invoke(base, "acquire");
             std::optional<sqlock::lease> lease;
-            try {
-                if (c_.single_try) {
-                    auto got = locker.try_acquire(name);
-                    if (!got) {
-                        event out = base;
-                        out.op = "acquire";
-                        out.type = "fail";
-                        out.error = "sqlock::busy: held by another owner (one try)";
-                        h_->write(std::move(out));
-                        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 20)(rng)));
-                        continue;
-                    }
-                    lease.emplace(std::move(*got));
-                } else {
-                    lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
-                }
-            } catch (std::exception const& e) {
-                acquire_failed(base, e);
-                continue;
-            }
-            {
-                std::lock_guard lock(slot->mutex);
-                slot->lease = &*lease;
-            }
-            base.token = lease->token();
-            granted(base, *lease);
+            if (!acquire_logged(locker, base, c_.single_try ? "one try" : nullptr, 20, lease, *slot, rng)) continue;
             if (c_.stop_after_grant) ::raise(SIGSTOP);
 
             // The critical section.
@@ -465,6 +439,41 @@ private:
     }
 
     /// Logs an acquire that threw, then pauses 10 ms.
+    /// One acquire of `base.lock`, logged: a single try_acquire when `try_what` is given (busy is
+    /// logged as a fail naming it, then a pause of 1..`busy_pause_ms` ms) or a waiting acquire. On a
+    /// grant `lease` holds it, `slot` points at it and `base.token` is its token.
+    bool acquire_logged(sqlock::locker& locker, event& base, char const* try_what, long long busy_pause_ms,
+                        std::optional<sqlock::lease>& lease, held_slot& slot, std::mt19937_64& rng) {
+        write_invoke(base, "acquire");
+        try {
+            if (try_what != nullptr) {
+                auto got = locker.try_acquire(base.lock);
+                if (!got) {
+                    event out = base;
+                    out.op = "acquire";
+                    out.type = "fail";
+                    out.error = std::string("sqlock::busy: held by another owner (") + try_what + ")";
+                    h_->write(std::move(out));
+                    std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, busy_pause_ms)(rng)));
+                    return false;
+                }
+                lease.emplace(std::move(*got));
+            } else {
+                lease.emplace(locker.acquire(base.lock, milliseconds(c_.acquire_wait_ms)));
+            }
+        } catch (std::exception const& e) {
+            acquire_failed(base, e);
+            return false;
+        }
+        {
+            std::lock_guard lock(slot.mutex);
+            slot.lease = &*lease;
+        }
+        base.token = lease->token();
+        granted(base, *lease);
+        return true;
+    }
+
     void acquire_failed(event out, std::exception const& e) {
         out.op = "acquire";
         // Definitely nothing held: timeout, unreachable (majority: too few members),
@@ -617,33 +626,7 @@ private:
                 std::string const name = c_.lock_prefix + "L" + std::to_string(lock_index);
                 base = event{.thread = k, .lock = name, .owner = owner};
                 bool const try_only = percent() < 35;
-                write_invoke(base, "acquire");
-                try {
-                    if (try_only) {
-                        auto got = locker.try_acquire(name);
-                        if (!got) {
-                            event out = base;
-                            out.op = "acquire";
-                            out.type = "fail";
-                            out.error = "sqlock::busy: held by another owner (try_acquire)";
-                            h_->write(std::move(out));
-                            std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, 30)(rng)));
-                            continue;
-                        }
-                        lease.emplace(std::move(*got));
-                    } else {
-                        lease.emplace(locker.acquire(name, milliseconds(c_.acquire_wait_ms)));
-                    }
-                } catch (std::exception const& e) {
-                    acquire_failed(base, e);
-                    continue;
-                }
-                {
-                    std::lock_guard lock(slot->mutex);
-                    slot->lease = &*lease;
-                }
-                base.token = lease->token();
-                granted(base, *lease);
+                if (!acquire_logged(locker, base, try_only ? "try_acquire" : nullptr, 30, lease, *slot, rng)) continue;
                 if (percent() < c_.fork_pct) fork_here(fork_point::after_acquire, lease, base, rng);
                 continue;
             }
