@@ -678,7 +678,12 @@ private:
     /// that call on `lease` (release ends the lease). The child runs child_main and never comes back.
     void fork_here(fork_point point, std::optional<sqlock::lease>& lease, event const& base, std::mt19937_64& rng) {
         auto const end = static_cast<child_end>(std::uniform_int_distribution<int>(0, 2)(rng));
-        bool const work = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+        // On SQLite a child never opens the database again: a parent thread (a renewal, the release) may be
+        // inside SQLite at the fork, and SQLite's process-wide state (its global mutex, the per-file lock
+        // records) is copied in whatever state that thread left it; SQLite forbids using a database across
+        // fork() (sqlite.org/howtocorrupt.html, 2.6). A child that did hung once in CI (Fuzz.TableLock/sqlite,
+        // seed 701, forked inside release()). The draw stays, so the schedule of the seed is unchanged.
+        bool const work = std::uniform_int_distribution<int>(0, 1)(rng) == 1 && c_.urls.front().rfind("sqlite:", 0) != 0;
         std::string const child = c_.name + ".f" + std::to_string(++forks_) + "-" + to_string(point) + "-" +
                                   to_string(end) + (work ? "-lock" : "");
         std::atomic<bool> inside{false};
