@@ -9,9 +9,10 @@
 #   install     scripts/check-install.sh build: the static library installed to a temporary prefix,
 #               a consumer built through find_package and through pkg-config
 #   release     the `release-shared` preset (Release, BUILD_SHARED_LIBS=ON, warnings as errors) in
-#               build/release-shared, and the conformance tier against libsqlock.so (the
-#               battery's long scenarios, the fault tier and the spin models run in the static
-#               run), then check-install.sh on it
+#               build/release-shared: the library, the two commands and the conformance programs only
+#               (target sqlock_conformance_programs, tests/CMakeLists.txt), the conformance tier
+#               against libsqlock.so (the battery's long scenarios, the fault tier and the spin models
+#               run in the static run), then check-install.sh on it
 #   sanitize    scripts/sanitize.sh: Clang build with ASan + UBSan (build/asan), tests under it
 #   docs        scripts/docs.sh: the Doxygen API reference (build/docs/api/html)
 # Prints each step's duration at the end; stops at the first failing step.
@@ -28,9 +29,10 @@ done
 # (Called in an `||` list, where set -e does not apply: hence the && chain.)
 step_release() {
   cmake --preset release-shared >/dev/null &&
-    cmake --build --preset release-shared -j2 &&
+    cmake --build --preset release-shared -j2 --target sqlock sqlock-cli sqlock-reaper sqlock_conformance_programs &&
     SQLOCK_TEST_DIR=$PWD/build/release-shared/test-servers \
-      bash scripts/with-servers.sh ctest --test-dir build/release-shared --output-on-failure -L conformance -LE 'battery|model' &&
+      bash scripts/with-servers.sh ctest --test-dir build/release-shared --output-on-failure -j2 \
+        -L conformance -LE 'battery|model' &&
     bash scripts/check-install.sh build/release-shared
 }
 

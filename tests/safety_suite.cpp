@@ -174,6 +174,12 @@ TEST_P(Safety, ErrorOnTheHoldingTransactionMeansLost) {
         << "the failed renewal must report the lease lost; it threw " << *failure;
     EXPECT_EQ(held->state(), sqlock::lease_state::lost) << "after the renewal threw " << *failure;
     EXPECT_FALSE(held->held());
+    // The loss says what happened (issue 18, item 7): the keep-alive failed with
+    // the server's error, and that ended the holding transaction; not a guess
+    // about the row.
+    EXPECT_NE(failure->find("the keep-alive failed ("), std::string::npos) << *failure;
+    EXPECT_NE(failure->find("which ends the transaction holding the row lock"), std::string::npos) << *failure;
+    EXPECT_EQ(failure->find("someone else"), std::string::npos) << *failure;
 
     // The library closed the holder's connection; the server ends its
     // transaction when it reads the close, a moment later (not within the TTL
