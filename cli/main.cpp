@@ -12,15 +12,12 @@
 #include "cli.hpp"
 
 #include <sqlock/errors.hpp>
+#include <sqlock/version.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <iostream>
-
-#ifndef SQLOCK_VERSION
-#define SQLOCK_VERSION "unknown"
-#endif
 
 namespace {
 
@@ -57,7 +54,7 @@ int dispatch(int argc, char** argv) {
 
     CLI::App app{"sqlock: run a command under a lock kept in a SQL database (PostgreSQL, MariaDB/MySQL, SQLite)",
                  "sqlock"};
-    app.set_version_flag("--version", "sqlock " SQLOCK_VERSION);
+    app.set_version_flag("--version", "sqlock " + std::string(sqlock::version()));
     app.require_subcommand(1);
     app.footer(exit_codes_help);
 

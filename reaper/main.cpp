@@ -31,10 +31,6 @@
 #include <thread>
 #include <vector>
 
-#ifndef SQLOCK_VERSION
-#define SQLOCK_VERSION "unknown"
-#endif
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -373,7 +369,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
                  "69 a database unreachable, 70 a database refused the statement, 78 the lock tables are missing\n"
                  "(with several databases: the most serious met).",
                  "sqlock-reaper"};
-    app.set_version_flag("--version", SQLOCK_VERSION);
+    app.set_version_flag("--version", std::string(sqlock::version()));
     bool once = false;
     std::string interval_text, grace_text = "5s", max_age_text;
     std::size_t batch = s.reap.batch_size;

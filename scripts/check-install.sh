@@ -22,7 +22,7 @@ if [[ ${KEEP:-} == 1 ]]; then trap 'say "kept $work"' EXIT; else trap 'rm -rf "$
 prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
-for f in include/sqlock/sqlock.hpp share/sqlock/schema/sqlite.sql; do
+for f in include/sqlock/sqlock.hpp include/sqlock/version.hpp share/sqlock/schema/sqlite.sql share/doc/sqlock/LICENSE; do
   [[ -f $prefix/$f ]] || fail "$f not installed"
 done
 config=$(find "$prefix" -name sqlockConfig.cmake -print -quit)
@@ -71,12 +71,17 @@ check_output() { # BINARY DB: runs a consumer twice (the lock is released in bet
   done
 }
 
-# The installed commands find libsqlock (a shared one through their RUNPATH, $ORIGIN/../lib).
+# The installed commands find libsqlock (a shared one through their RUNPATH, $ORIGIN/../lib) and print
+# the version of the installed headers.
+version=$(sed -n 's/^#define SQLOCK_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/include/sqlock/version.hpp")
+[[ -n $version ]] || fail "the installed sqlock/version.hpp has no SQLOCK_VERSION_STRING"
 for cmd in sqlock sqlock-reaper; do
   if [[ -x $prefix/bin/$cmd ]]; then
-    "$prefix/bin/$cmd" --version >/dev/null || fail "the installed $cmd does not run"
+    out=$("$prefix/bin/$cmd" --version) || fail "the installed $cmd does not run"
+    [[ $out == *"$version" ]] || fail "the installed $cmd --version printed '$out', not version $version"
   fi
 done
+say "version $version: headers and installed commands agree"
 
 # ---- find_package ----
 cmake_args=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release)

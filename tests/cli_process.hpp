@@ -6,7 +6,8 @@
 //     p.finished();                    // exited already? (reaps it)
 //     cli_result r = p.wait(60s);      // bounded: still running at the limit fails the test
 //
-// Shared by tests/cli_suite.cpp and tests/faults/cli_realtime_suite.cpp.
+// Shared by tests/cli_suite.cpp, tests/faults/cli_realtime_suite.cpp and
+// tests/faults/connection_faults_suite.cpp.
 #pragma once
 
 #include "test_env.hpp"
@@ -136,6 +137,12 @@ public:
             ADD_FAILURE() << "sqlock (pid " << pid_ << ") still running after " << limit.count() << " ms: killed";
         }
         return {status_, slurp(out_), slurp(err_)};
+    }
+
+    /// What it printed so far, for a failure message while it may still run.
+    std::string report() const {
+        return std::string(done_ ? "exited" : "still running") + "\n--- stdout:\n" + slurp(out_) +
+               "--- stderr:\n" + slurp(err_);
     }
 
 private:

@@ -1273,7 +1273,7 @@ TEST_F(CliBasics, HelpAndVersion) {
     temp_dir cwd;
     auto version = cli({"--version"}, cwd.path());
     EXPECT_EQ(version.code(), 0) << version.describe();
-    EXPECT_EQ(version.out.rfind("sqlock ", 0), 0u) << version.out;
+    EXPECT_EQ(version.out, "sqlock " SQLOCK_VERSION_STRING "\n") << version.out;
     auto help = cli({"--help"}, cwd.path());
     EXPECT_EQ(help.code(), 0) << help.describe();
     for (char const* word : {"run", "list", "release", "schema"}) EXPECT_NE(help.out.find(word), std::string::npos);

@@ -1073,6 +1073,7 @@ TEST_P(ReaperCli, ExitCodes) {
     EXPECT_EQ(run({"--help"}), 0);
     EXPECT_NE(last_->out().find("--interval"), std::string::npos);
     EXPECT_EQ(run({"--version"}), 0);
+    EXPECT_EQ(last_->out(), SQLOCK_VERSION_STRING "\n");
 }
 
 TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {

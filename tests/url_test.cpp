@@ -148,6 +148,16 @@ TEST(SchemaSql, LongestPrefixFitsEveryIdentifierLimit) {
     }
 }
 
+// The library linked and the headers agree, and the macros agree with each
+// other (CMakeLists.txt takes the project version from the same header).
+TEST(Version, LibraryAndHeadersAgree) {
+    std::string const composed = std::to_string(SQLOCK_VERSION_MAJOR) + "." + std::to_string(SQLOCK_VERSION_MINOR) +
+                                 "." + std::to_string(SQLOCK_VERSION_PATCH);
+    EXPECT_EQ(composed, SQLOCK_VERSION_STRING);
+    EXPECT_EQ(sqlock::version(), SQLOCK_VERSION_STRING);
+    EXPECT_EQ(SQLOCK_VERSION, SQLOCK_VERSION_MAJOR * 10000 + SQLOCK_VERSION_MINOR * 100 + SQLOCK_VERSION_PATCH);
+}
+
 TEST(Engine, Names) {
     EXPECT_EQ(sqlock::to_string(engine::postgresql), "postgresql");
     EXPECT_EQ(sqlock::to_string(engine::mysql), "mysql");

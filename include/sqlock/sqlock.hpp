@@ -11,3 +11,4 @@
 #include <sqlock/reaper.hpp>
 #include <sqlock/stats.hpp>
 #include <sqlock/store.hpp>
+#include <sqlock/version.hpp>

@@ -38,6 +38,9 @@
 #include "marked_sessions.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
+#ifdef SQLOCK_CLI
+#include "cli_process.hpp"
+#endif
 
 #include <sqlock/admin.hpp>
 #include <sqlock/fence.hpp>
@@ -843,61 +846,6 @@ TEST_P(FenceRace, HigherTokenBlockedBehindTheLowerPassesAfterIt) {
 // ============================================================ 4. the CLI during an outage
 
 #ifdef SQLOCK_CLI
-/// A running `sqlock` (SQLOCK_CLI), stdout and stderr in files; killed on destruction.
-class cli_run {
-public:
-    cli_run(std::vector<std::string> args, fs::path const& dir) : out_(dir / "cli.out"), err_(dir / "cli.err") {
-        args.insert(args.begin(), SQLOCK_CLI);
-        spawn_file_actions fa;
-        fa.capture_to_files(out_, err_);
-        posix_spawnattr_t attr;
-        posix_spawnattr_init(&attr);
-        sigset_t defaults, none;
-        sigemptyset(&defaults);
-        sigemptyset(&none);
-        for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, s);
-        posix_spawnattr_setsigdefault(&attr, &defaults);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-        try {
-            pid_ = spawn_process(std::move(args), std::nullopt, fa.get(), &attr);
-        } catch (...) {
-            posix_spawnattr_destroy(&attr);
-            throw;
-        }
-        posix_spawnattr_destroy(&attr);
-    }
-    cli_run(cli_run const&) = delete;
-    cli_run& operator=(cli_run const&) = delete;
-    ~cli_run() {
-        if (!done_) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, &status_, 0);
-        }
-    }
-    bool finished() {
-        if (!done_ && ::waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;
-        return done_;
-    }
-    /// The exit code (-1 if it did not exit), waiting at most `limit`.
-    int wait(milliseconds limit) {
-        if (!eventually([&] { return finished(); }, limit)) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, &status_, 0);
-            done_ = true;
-            ADD_FAILURE() << "sqlock run still running after " << limit.count() << " ms: killed";
-        }
-        return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-    }
-    std::string report() const { return exit_text(status_) + "\n--- stdout:\n" + slurp(out_) + "--- stderr:\n" + slurp(err_); }
-
-private:
-    fs::path out_, err_;
-    pid_t pid_ = -1;
-    bool done_ = false;
-    int status_ = -1;
-};
-
 // `sqlock run` through a proxy that refuses the database for a while, less than
 // the TTL: the renewals fail (the lease is in doubt), then succeed again. COMMAND
 // is not stopped: it finishes on its own and its exit code is sqlock's.
@@ -909,7 +857,7 @@ TEST_P(ConnFaults, CliOutageShorterThanTheTtlDoesNotStopTheCommand) {
     std::string const script =
         "touch \"$1/started\"; trap 'touch \"$1/term\"' TERM; while [ ! -e \"$1/go\" ]; do sleep 0.02; done; "
         "touch \"$1/done\"; exit 42";
-    cli_run cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "6s", "--", "sh", "-c", script,
+    cli_process cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "6s", "--", "sh", "-c", script,
                  "sh", dir.path().string()},
                 dir.path());
     ASSERT_TRUE(eventually([&] { return fs::exists(dir.path() / "started") || cli.finished(); }, 30s));
@@ -929,8 +877,8 @@ TEST_P(ConnFaults, CliOutageShorterThanTheTtlDoesNotStopTheCommand) {
     EXPECT_FALSE(fs::exists(dir.path() / "term")) << "COMMAND was signalled while the lease was only in doubt";
 
     { std::ofstream(dir.path() / "go"); }
-    int const code = cli.wait(60s);
-    EXPECT_EQ(code, 42) << "sqlock run should exit with COMMAND's code; " << cli.report();
+    cli_result const r = cli.wait(60s);
+    EXPECT_EQ(r.code(), 42) << "sqlock run should exit with COMMAND's code; " << r.describe();
     EXPECT_TRUE(fs::exists(dir.path() / "done")) << cli.report();
     EXPECT_FALSE(fs::exists(dir.path() / "term")) << cli.report();
     EXPECT_EQ(count_rows_named(*raw_, name), 0) << "the lock was not released";
@@ -946,7 +894,7 @@ TEST_P(ConnFaults, CliOutagePastTheSafeDeadlineStopsTheCommand) {
     std::string const name = n("cli-long-outage");
     std::string const script =
         "touch \"$1/started\"; trap 'touch \"$1/term\"; exit 0' TERM; while :; do sleep 0.02; done";
-    cli_run cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "3s", "--", "sh", "-c", script,
+    cli_process cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "3s", "--", "sh", "-c", script,
                  "sh", dir.path().string()},
                 dir.path());
     ASSERT_TRUE(eventually([&] { return fs::exists(dir.path() / "started") || cli.finished(); }, 30s));
@@ -954,9 +902,9 @@ TEST_P(ConnFaults, CliOutagePastTheSafeDeadlineStopsTheCommand) {
     ASSERT_FALSE(fs::exists(dir.path() / "term"));
 
     proxy->blackhole();
-    int const code = cli.wait(60s);
-    EXPECT_EQ(code, 76) << "sqlock run should exit 76 (lock lost) when the outage outlasts the lease; "
-                        << cli.report();
+    cli_result const r = cli.wait(60s);
+    EXPECT_EQ(r.code(), 76) << "sqlock run should exit 76 (lock lost) when the outage outlasts the lease; "
+                            << r.describe();
     EXPECT_TRUE(fs::exists(dir.path() / "term")) << "COMMAND was not sent SIGTERM; " << cli.report();
     EXPECT_GE(proxy->dropped_requests() + proxy->blackholed(), 1u) << "sqlock never met the black hole";
 }
