@@ -544,67 +544,6 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
     EXPECT_EQ(count_counters("legacy:a"), 1) << "a counter younger than the horizon was purged";
 }
 
-/// Four threads loop acquire/release on three names while a reaper purges token counters (grace 0,
-/// batch 1, the given horizon) as fast as it can, for `run_for`. Returns the grants and a line for each
-/// grant whose token is not above the previous grant's of its name (grants of a name are serialised by
-/// the lock itself, so they are recorded in grant order).
-struct purge_race_result {
-    long long grants = 0;
-    long long purged = 0;
-    std::vector<std::string> bad;
-};
-
-TEST_P(Reaper, TokenOrderHoldsWhileCountersArePurgedAtTheSmallestHorizon) {
-    // Issue 18 item 10: with horizon 0 on PostgreSQL, an acquire statement that computed its new counter's
-    // first token before a purge committed inserted the counter after it, below the purged token: 20
-    // grants of 33,592 went backwards. Horizons below sqlock::min_token_horizon are refused; at the
-    // smallest allowed one no statement can outlast it, and no grant goes backwards.
-    auto const horizon = std::chrono::duration_cast<milliseconds>(sqlock::min_token_horizon);
-    std::array<std::string, 3> const names{"race:a", "race:b", "race:c"};
-    std::array<std::mutex, 3> name_mutex;
-    std::array<long long, 3> last{};
-    purge_race_result res;
-    std::mutex res_mutex;
-    std::atomic<bool> stop{false};
-    std::jthread reap([&] {
-        reaper R(*db_, {.grace = 0ms, .batch_size = 1, .token_horizon = horizon, .row_lock_warning = std::nullopt});
-        while (!stop) res.purged += static_cast<long long>(R.reap_once().tokens_purged);
-    });
-    auto const until = steady::now() + 8s;
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < 4; ++t)
-        threads.emplace_back([&, t] {
-            auto L = make_locker({.ttl = 30s, .auto_renew = false});
-            for (unsigned i = static_cast<unsigned>(t); steady::now() < until; ++i) {
-                auto const n = i % names.size();
-                auto l = L.acquire(names[n], 10s);
-                {
-                    std::lock_guard lock(name_mutex[n]);
-                    if (l.token() <= last[n]) {
-                        std::lock_guard r(res_mutex);
-                        res.bad.push_back(names[n] + ": token " + std::to_string(l.token()) + " after " +
-                                          std::to_string(last[n]));
-                    }
-                    last[n] = l.token();
-                }
-                {
-                    std::lock_guard r(res_mutex);
-                    ++res.grants;
-                }
-                l.release();
-            }
-        });
-    threads.clear();
-    stop = true;
-    reap.join();
-    std::cout << "[race] " << res.grants << " grants, " << res.purged << " counters purged, horizon "
-              << horizon.count() << " ms\n";
-    EXPECT_GT(res.grants, 100);
-    EXPECT_TRUE(res.bad.empty()) << res.bad.size() << " of " << res.grants
-                                 << " grants had a token not above the previous grant's of their name, e.g. "
-                                 << res.bad.front();
-}
-
 TEST_P(Reaper, TokenPurgeDryRunDeletesNothingAndNoHorizonKeepsAll) {
     *raw_ << "INSERT INTO " + tokens() + " (name, token) VALUES ('legacy:a', 5), ('legacy:b', 6), ('legacy:c', 7)";
     auto r = reaper(*db_, {.token_horizon = sqlock::min_token_horizon, .dry_run = true}).reap_once();

@@ -371,7 +371,7 @@ TEST_P(BatteryConformance, E01_ReaperRacesRenewals) {
 // abandoned (never released), a reaper deleting expired rows every 50 ms and passing over the token
 // counters (at the smallest horizon, sqlock::min_token_horizon: no counter of the run is that old, so
 // none is purged; purge-then-insert is Engines/Reaper.TokensKeepIncreasingAcrossAPurgedCounter and
-// TokenOrderHoldsWhileCountersArePurgedAtTheSmallestHorizon), so names are freed by takeover and by
+// TheFloorIsNeverPurgedAndOnlyRises), so names are freed by takeover and by
 // reap-then-insert. K7: every grant's token is above every earlier grant's of its name. K4 is
 // reported: an abandoned holder's section may overlap a later one's only if it ran past its lease.
 TEST_P(BatteryConformance, E03_TokensAcrossReapAndReinsert) {
