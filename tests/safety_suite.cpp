@@ -369,6 +369,51 @@ TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
     fs::remove_all(dir);
 }
 
+// P6, "a waiting acquire never returns a lease that already ran out": the
+// grant commits, then the acquirer stops (failpoint
+// acquire.after_commit_before_return: a GC pause, SIGSTOP) until the
+// database's clock is past the row's expiry. Resumed, acquire() must not hand
+// out that lease: it gives the row back and throws backend_unavailable, which
+// says the round trip took longer than the ttl. The name is free afterwards.
+TEST_P(SafetyEveryEngine, WaitingAcquireNeverReturnsALeaseThatRanOut) {
+    std::string const name = n("ran-out-before-return");
+    fs::path const dir = fs::temp_directory_path() / ("sqlt-safety-" + random_hex(8));
+    fs::create_directories(dir);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
+    env.emplace_back("SQLOCK_FAILPOINTS=acquire.after_commit_before_return=stop");
+    spawn_file_actions actions;
+    actions.capture_to_files(dir / "out", dir / "err");
+    // ttl 1 s, a waiting acquire of up to 5 s.
+    child_process worker(
+        spawn_process({SQLOCK_SAFETY_WORKER, url_, name, "2000", "1000", "5000"}, env, actions.get()));
+
+    bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
+    ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"
+                         << process_state(worker.pid()) << "'; stdout: " << slurp(dir / "out")
+                         << "; stderr: " << slurp(dir / "err") << ")";
+    auto const granted = read_row(*raw_, e_, name);
+    ASSERT_TRUE(granted.has_value()) << "the stopped acquire's grant is not in the lock table";
+    // The fault bites when the database says the grant has expired.
+    ASSERT_TRUE(eventually([&] { return db_now_us(*raw_, e_) > granted->expires_us; }, 30s))
+        << "the database's clock did not pass the grant's expiry within 30 s";
+    ASSERT_EQ(process_state(worker.pid()), 'T') << "the worker was not paused all along";
+
+    ::kill(worker.pid(), SIGCONT);
+    bool const ended = eventually([&] { return process_state(worker.pid()) == 'Z'; }, 30s);
+    ASSERT_TRUE(ended) << "the resumed worker did not exit within 30 s";
+    std::string const out = slurp(dir / "out"), err = slurp(dir / "err");
+    EXPECT_EQ(out.find("acquired"), std::string::npos)
+        << "acquire() returned a lease whose ttl ran out before it returned: " << out;
+    EXPECT_NE(err.find("backend_unavailable"), std::string::npos) << "stdout: " << out << "; stderr: " << err;
+    EXPECT_NE(err.find("longer than its ttl"), std::string::npos) << "stdout: " << out << "; stderr: " << err;
+
+    locker L = sqlock::table_locker(*db_, {.ttl = 10s, .auto_renew = false});
+    EXPECT_TRUE(L.try_acquire(name).has_value()) << "the name is not free after the expired grant was given back";
+    fs::remove_all(dir);
+}
+
 // A deadline that fires while the server runs the acquire's CALL (here: the
 // token table is locked with LOCK TABLES, so the CALL waits on a metadata lock
 // the server does not bound) cuts the connection, but cannot stop the server:

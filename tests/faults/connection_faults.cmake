@@ -21,8 +21,9 @@ if(TARGET sqlock-cli)
 endif()
 sqlock_test_target(sqlock_connfaults_tests)
 # sqlock_discover_tests (tests/CMakeLists.txt) sets the label list again after discovery (CMake < 3.28 flattens a
-# list-valued LABELS in gtest_discover_tests), and RUN_SERIAL for the crash tests.
+# list-valued LABELS in gtest_discover_tests), and RUN_SERIAL for the crash tests. The crash tests are fault-smoke
+# too: CI runs them (they kill -9 the server, a few seconds each), and they stay out of the sanitizer run (crash).
 sqlock_discover_tests(sqlock_connfaults_tests NAME sqlock_connfaults_tests FILTER "-Engines/ConnFaultsCrash.*"
                       LABELS fault-smoke faults)
 sqlock_discover_tests(sqlock_connfaults_tests NAME sqlock_connfaults_crash_tests FILTER "Engines/ConnFaultsCrash.*"
-                      SERIAL LABELS crash)
+                      SERIAL LABELS crash fault-smoke)
