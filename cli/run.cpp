@@ -175,7 +175,7 @@ struct loss_report {
     std::string why_in_doubt() {
         std::lock_guard lock(mutex);
         return failed_renewal.empty() ? std::string("a renewal has not been answered")
-                                      : "the last renewal failed: " + one_line(failed_renewal);
+                                      : "the last renewal failed: " + sqlock::tools::one_line(failed_renewal);
     }
 
 private:
@@ -640,7 +640,7 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
             opened.push_back(&m);
         } else {
             failed.push_back(&m);
-            code = worst_code(code, m.failure->code);
+            code = sqlock::tools::most_serious(code, m.failure->code);
         }
     }
     std::string failures;
@@ -728,7 +728,7 @@ int run_command(run_args const& args) {
         // tables. On a server the schema is the operator's: missing tables are exit 78.
         bool const sqlite = engine_of_url(db.url) == sqlock::engine::sqlite;
         try {
-            store.emplace(open_store(db.url, {.pool_size = 4, .create_schema = sqlite}));
+            store.emplace(db.url, sqlock::store_options{.pool_size = 4, .create_schema = sqlite});
         } catch (sqlock::schema_missing const&) {
             throw schema_missing_error(db.url);
         }
@@ -897,7 +897,7 @@ int run_command(run_args const& args) {
             ") before COMMAND finished: " + loss->reason() + "; another holder may have run at the same time");
         return exit_code::lost;
     } catch (sqlock::error const& e) {
-        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" + one_line(e.what()).substr(8) +
+        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" + sqlock::tools::one_line(e.message()) +
             "): it expires by its TTL");
     }
     return code;

@@ -26,6 +26,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <latch>
 #include <mutex>
 #include <regex>
@@ -1075,6 +1076,35 @@ TEST_P(ReaperCli, ExitCodes) {
     EXPECT_EQ(run({"--version"}), 0);
     EXPECT_EQ(last_->out(), SQLOCK_VERSION_STRING "\n");
 }
+
+#ifdef SQLOCK_CLI_BIN
+// sqlock-reaper and the sqlock command share one exit-code table: the same
+// failure gives the same code from both (docs/cli.md, "Exit codes").
+TEST_P(ReaperCli, SameExitCodesAsTheSqlockCommand) {
+    auto sqlock_command = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), SQLOCK_CLI_BIN);
+        last_.reset();
+        child c(std::move(args), files_.path());
+        return c.wait();
+    };
+    // A database that does not answer: 69.
+    if (e_ != engine::sqlite) {
+        auto down = unreachable_url();
+        EXPECT_EQ(run({"--db", down}), 69) << diag();
+        EXPECT_EQ(sqlock_command({"list", "--db", down}), 69);
+        EXPECT_EQ(sqlock_command({"release", "--name", "x", "--force", "--db", down}), 69);
+    }
+    // A database without the lock tables (an empty SQLite file): 78.
+    auto const empty = files_.path() / ("empty-" + random_hex(6) + ".db");
+    { std::ofstream touch(empty); }
+    EXPECT_EQ(run({"--db", sqlite_url(empty)}), 78) << diag();
+    EXPECT_EQ(sqlock_command({"list", "--db", sqlite_url(empty)}), 78);
+    EXPECT_EQ(sqlock_command({"release", "--name", "x", "--force", "--db", sqlite_url(empty)}), 78);
+    // A bad URL: 64.
+    EXPECT_EQ(run({"--db", "nosuch://x"}), 64) << diag();
+    EXPECT_EQ(sqlock_command({"list", "--db", "nosuch://x"}), 64);
+}
+#endif  // SQLOCK_CLI_BIN
 
 TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {
     // PostgreSQL/MariaDB: through a proxy that refuses connections, then lets them
