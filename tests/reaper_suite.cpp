@@ -1105,6 +1105,19 @@ TEST_P(ReaperCli, SameExitCodesAsTheSqlockCommand) {
 }
 #endif  // SQLOCK_CLI_BIN
 
+// A database that refuses the statement (here a read-only session; a missing
+// privilege is reported the same way, as sqlock::backend_error): 69, the code
+// the sqlock command gives for it (the reaper exited 70 before issue 19).
+TEST_P(ReaperCli, RefusedStatementIs69) {
+    if (e_ != engine::postgresql) GTEST_SKIP() << "the read-only session is asked for in the PostgreSQL URL";
+    insert_expired("old/", 2);
+    auto const read_only = url_ + (url_.find('?') == std::string::npos ? "?" : "&") +
+                           "options=-c%20default_transaction_read_only%3Don";
+    EXPECT_EQ(run({"--once", "--db", read_only, "--table-prefix", tables_}), 69) << diag();
+    EXPECT_NE(last_->err().find("read-only"), std::string::npos) << diag();
+    EXPECT_EQ(count(), 2);
+}
+
 TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {
     // PostgreSQL/MariaDB: through a proxy that refuses connections, then lets them
     // through. SQLite: a file in a directory that does not exist yet.
