@@ -44,8 +44,8 @@ void print_columns(std::vector<std::vector<std::string>> const& rows) {
 std::vector<std::string> cells(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
     std::vector<std::string> r;
     if (member) r.push_back(*member);
-    for (auto&& c : {printable(l.name), printable(l.owner), std::to_string(l.token), iso_utc(l.created_at),
-                     iso_utc(l.expires_at), human_remaining(l.remaining)})
+    for (auto&& c : {printable(l.name), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
+                     sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining)})
         r.push_back(c);
     return r;
 }
@@ -62,8 +62,8 @@ std::string json_line(sqlock::lock_info const& l, std::optional<std::string> con
     j["name"] = l.name;
     j["owner"] = l.owner;
     j["token"] = l.token;
-    j["created_at"] = iso_utc(l.created_at);
-    j["expires_at"] = iso_utc(l.expires_at);
+    j["created_at"] = sqlock::tools::iso8601(l.created_at);
+    j["expires_at"] = sqlock::tools::iso8601(l.expires_at);
     j["remaining_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining).count();
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -122,7 +122,7 @@ int list_members(list_args const& args) {
     std::size_t answered = 0;
     int code = exit_code::ok;
     for (auto const& f : failures) {
-        if (f) code = worst_code(code, f->code);
+        if (f) code = sqlock::tools::most_serious(code, f->code);
         else ++answered;
     }
     if (args.json) {
@@ -173,12 +173,12 @@ int release_members(release_args const& args) {
     for (std::size_t i = 0; i < n; ++i) {
         out += redacted_url(members[i].url) + ": ";
         if (failures[i]) {
-            code = worst_code(code, failures[i]->code);
+            code = sqlock::tools::most_serious(code, failures[i]->code);
             out += "did not answer (" + failures[i]->message + ")\n";
         } else if (auto const& row = released[i]) {
             ++count;
             out += "released lock '" + printable(row->name) + "' held by " + printable(row->owner) + " (token " +
-                   std::to_string(row->token) + ", taken " + iso_utc(row->created_at) + ", " +
+                   std::to_string(row->token) + ", taken " + sqlock::tools::iso8601(row->created_at) + ", " +
                    (row->remaining.count() > 0 ? "expiring in " + human_remaining(row->remaining)
                                                : std::string("already expired")) +
                    ")\n";
@@ -228,7 +228,7 @@ int release_command(release_args const& args) {
     if (!row)
         fail(exit_code::not_found, "no lock named '" + printable(args.name) + "' in " + store.url() + ": nothing released");
     std::string line = "released lock '" + printable(row->name) + "' held by " + printable(row->owner) + " (token " +
-                       std::to_string(row->token) + ", taken " + iso_utc(row->created_at) + ", " +
+                       std::to_string(row->token) + ", taken " + sqlock::tools::iso8601(row->created_at) + ", " +
                        (row->remaining.count() > 0 ? "expiring in " + human_remaining(row->remaining)
                                                    : std::string("already expired")) +
                        ")\n";
@@ -250,7 +250,7 @@ int schema_command(schema_args const& args) {
         fail(exit_code::usage, "--engine " + args.engine + " does not match the database " + redacted_url(db.url) +
                                    " (" + std::string(to_string(*url_engine)) + "): drop --engine or fix --db");
     if (args.apply) {
-        auto store = open_store(db.url, {.create_schema = true});
+        sqlock::store store(db.url, {.create_schema = true});
         std::string line = "the sqlock lock tables are in place in " + store.url() + "\n";
         std::fwrite(line.data(), 1, line.size(), stdout);
         std::fflush(stdout);

@@ -4,6 +4,8 @@
 #include <sqlock/lease.hpp>
 #include <sqlock/store.hpp>
 
+#include "tool_support.hpp"  // tools/
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -15,19 +17,8 @@
 
 namespace sqlock::cli {
 
-/// Exit codes (sysexits.h where one fits).
-namespace exit_code {
-inline constexpr int ok = 0;
-inline constexpr int not_found = 1;       ///< release: there was no such lock
-inline constexpr int usage = 64;          ///< EX_USAGE
-inline constexpr int unavailable = 69;    ///< EX_UNAVAILABLE: database unreachable or misconfigured
-inline constexpr int software = 70;       ///< EX_SOFTWARE: a bug
-inline constexpr int conflict = 75;       ///< EX_TEMPFAIL: the lock is held (default of --conflict-exit-code)
-inline constexpr int lost = 76;           ///< the lock was lost while COMMAND ran
-inline constexpr int config = 78;         ///< EX_CONFIG: the lock tables are missing
-inline constexpr int cannot_execute = 126;
-inline constexpr int command_not_found = 127;
-}  // namespace exit_code
+/// Exit codes: the table both tools share (tools/tool_support.hpp).
+namespace exit_code = sqlock::tools::exit_code;
 
 /// Ends the command with `code` after printing `message` (one line, "sqlock: "
 /// prefixed) on stderr; an empty message prints nothing.
@@ -63,20 +54,14 @@ inline constexpr std::string_view default_url = "sqlite:sqlock.db";
 /// @throws exit_error (usage) naming `what` and the accepted forms
 [[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view what, std::string_view text);
 
-/// 2024-05-01T12:34:56.789Z
-[[nodiscard]] std::string iso_utc(sqlock::db_time t);
-
 /// A short human form: "850ms", "29.4s", "4m05s", "2h03m", "3d04h"; "expired" when <= 0.
 [[nodiscard]] std::string human_remaining(std::chrono::microseconds d);
 
 /// Text made fit for one line: control characters as escapes (\n, \t, \x1b).
 [[nodiscard]] std::string printable(std::string_view s);
 
-/// An exception message made into one line (runs of whitespace become one space)
-/// with the "sqlock: " prefix exactly once.
-[[nodiscard]] std::string one_line(std::string_view message);
-
-/// Prints `message` as one line on stderr (see one_line).
+/// Prints `message` on stderr as one line, "sqlock: " prefixed once
+/// (see sqlock::tools::one_line).
 void say(std::string_view message);
 
 // ---- commands ----------------------------------------------------------------
@@ -115,9 +100,6 @@ int run_command(run_args const& args);
 int list_command(list_args const& args);
 int release_command(release_args const& args);
 int schema_command(schema_args const& args);
-
-/// Opens a store, riding out a SQLite file that is busy for a moment while opening.
-[[nodiscard]] sqlock::store open_store(std::string const& url, sqlock::store_options options);
 
 /// Opens the store of `db` for list and release: never creates a SQLite file
 /// or tables (exit 78 when they are missing).
@@ -164,8 +146,5 @@ void reject_duplicate_databases(std::vector<std::string> const& urls);
 
 /// The failure the exception being handled stands for (call inside a catch).
 [[nodiscard]] member_failure failure_of_current_exception(std::string const& url);
-
-/// The more serious of two exit codes of members: 70, then 78, then 69, then 0.
-[[nodiscard]] int worst_code(int a, int b);
 
 }  // namespace sqlock::cli

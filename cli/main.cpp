@@ -165,19 +165,13 @@ int main(int argc, char** argv) {
     } catch (exit_error const& e) {
         if (!e.message.empty()) say(e.message);
         return e.code;
+    } catch (sqlock::error const& e) {
+        // schema_missing: the commands' stores turn it into their own message; this is the fallback.
+        say(e.what());
+        return sqlock::tools::exit_code_of_current_exception();
     } catch (sqlock::usage_error const& e) {
         say(e.what());
         return exit_code::usage;
-    } catch (sqlock::schema_missing const& e) {
-        // Stores opened by the commands turn this into their own message; this is the fallback.
-        say(std::string(e.what()));
-        return exit_code::config;
-    } catch (sqlock::lease_lost const& e) {
-        say(e.what());
-        return exit_code::lost;
-    } catch (sqlock::error const& e) {  // backend_unavailable, backend_error, in_doubt, timeout (pool)
-        say(e.what());
-        return exit_code::unavailable;
     } catch (std::exception const& e) {
         say(std::string("internal error: ") + e.what());
         return exit_code::software;

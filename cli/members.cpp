@@ -57,15 +57,15 @@ member_failure failure_of_current_exception(std::string const& url) {
     try {
         throw;
     } catch (exit_error const& e) {
-        return {e.code, one_line(e.message).substr(8)};
+        return {e.code, sqlock::tools::one_line(e.message)};
     } catch (sqlock::schema_missing const& e) {
-        return {exit_code::config, one_line(e.what()).substr(8) + "; " + member_tables_hint(url)};
+        return {exit_code::config, sqlock::tools::one_line(e.message()) + "; " + member_tables_hint(url)};
     } catch (sqlock::usage_error const& e) {
-        return {exit_code::usage, one_line(e.what()).substr(8)};
+        return {exit_code::usage, sqlock::tools::one_line(e.what())};
     } catch (sqlock::error const& e) {  // unreachable, refused, timed out
-        return {exit_code::unavailable, one_line(e.what()).substr(8)};
+        return {sqlock::tools::exit_code_of_current_exception(), sqlock::tools::one_line(e.message())};
     } catch (std::exception const& e) {
-        return {exit_code::software, "internal error: " + one_line(e.what()).substr(8)};
+        return {exit_code::software, "internal error: " + sqlock::tools::one_line(e.what())};
     }
 }
 
@@ -82,8 +82,8 @@ std::vector<member> open_members(std::vector<std::string> const& urls, bool for_
                 if (auto file = sqlite_file_of_url(m.url); file && !std::filesystem::exists(*file))
                     throw exit_error{exit_code::config, "sqlock: the database file " + *file + " does not exist: " +
                                                             member_tables_hint(m.url)};
-                m.store.emplace(
-                    open_store(m.url, {.pool_size = 4, .create_schema = false, .connect_timeout = connect_timeout}));
+                m.store.emplace(m.url, sqlock::store_options{
+                                           .pool_size = 4, .create_schema = false, .connect_timeout = connect_timeout});
             } else {
                 m.store.emplace(open_existing({m.url, true}, connect_timeout));
             }
@@ -95,18 +95,6 @@ std::vector<member> open_members(std::vector<std::string> const& urls, bool for_
     for (auto const& m : members)
         if (m.failure && m.failure->code == exit_code::usage) fail(exit_code::usage, "--db " + redacted_url(m.url) + ": " + m.failure->message);
     return members;
-}
-
-int worst_code(int a, int b) {
-    auto rank = [](int c) {
-        switch (c) {
-            case exit_code::ok: return 0;
-            case exit_code::unavailable: return 1;
-            case exit_code::config: return 2;
-            default: return 3;  // software
-        }
-    };
-    return rank(b) > rank(a) ? b : a;
 }
 
 }  // namespace sqlock::cli

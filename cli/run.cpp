@@ -175,7 +175,7 @@ struct loss_report {
     std::string why_in_doubt() {
         std::lock_guard lock(mutex);
         return failed_renewal.empty() ? std::string("a renewal has not been answered")
-                                      : "the last renewal failed: " + one_line(failed_renewal);
+                                      : "the last renewal failed: " + sqlock::tools::one_line(failed_renewal);
     }
 
 private:
@@ -640,7 +640,7 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
             opened.push_back(&m);
         } else {
             failed.push_back(&m);
-            code = worst_code(code, m.failure->code);
+            code = sqlock::tools::most_serious(code, m.failure->code);
         }
     }
     std::string failures;
@@ -675,19 +675,23 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
     return sqlock::majority_locker(std::move(lockers), std::move(options));
 }
 
-}  // namespace
+/// run's durations, read from its arguments.
+struct run_times {
+    milliseconds ttl;
+    milliseconds wait;
+    std::optional<milliseconds> member_timeout;  ///< majority mode
+};
 
-int run_command(run_args const& args) {
+/// Checks run's arguments before anything is opened; exits 64 when they are wrong.
+run_times check_run_args(run_args const& args) {
     if (args.command.empty())
         fail(exit_code::usage, "run needs a command after `--`: sqlock run --name NAME -- COMMAND [ARG]...");
-    auto ttl = parse_duration("--ttl", args.ttl);
-    auto wait = parse_duration("--wait", args.wait);
+    run_times t{.ttl = parse_duration("--ttl", args.ttl), .wait = parse_duration("--wait", args.wait)};
     bool const majority = args.dbs.size() > 1;
-    std::optional<std::chrono::milliseconds> member_timeout;
     if (!args.member_timeout.empty()) {
         if (!majority)
             fail(exit_code::usage, "--member-timeout is for majority mode: give it with several --db");
-        member_timeout = parse_duration("--member-timeout", args.member_timeout);
+        t.member_timeout = parse_duration("--member-timeout", args.member_timeout);
     }
     if (majority) {
         reject_duplicate_databases(args.dbs);
@@ -701,6 +705,213 @@ int run_command(run_args const& args) {
                                            "): its row lock locks the whole file, the majority's token counter "
                                            "with it; use --strategy table, or server databases only");
     }
+    return t;
+}
+
+/// What run takes the lock with: one store, or the members of a majority, and
+/// the locker over them. Filled in place: the locker refers to the stores.
+struct lock_setup {
+    std::optional<sqlock::store> store;
+    std::vector<member> members;
+    std::vector<sqlock::store const*> stores;  // to say who holds a busy lock
+    std::optional<sqlock::locker> locker;
+};
+
+/// Opens the database (or the members) of `db` and makes the locker into `to`.
+void open_locker(run_args const& args, run_times const& t, database const& db,
+                 std::function<void(sqlock::lease_event const&)> on_event, lock_setup& to) {
+    if (args.dbs.size() <= 1) {
+        // The embedded SQLite file works out of the box: run creates it and its
+        // tables. On a server the schema is the operator's: missing tables are exit 78.
+        bool const sqlite = engine_of_url(db.url) == sqlock::engine::sqlite;
+        try {
+            to.store.emplace(db.url, sqlock::store_options{.pool_size = 4, .create_schema = sqlite});
+        } catch (sqlock::schema_missing const&) {
+            throw schema_missing_error(db.url);
+        }
+        to.stores.push_back(&*to.store);
+        sqlock::locker_options options{.ttl = t.ttl, .auto_renew = true, .on_event = on_event};
+        to.locker.emplace(args.strategy == "row" ? sqlock::row_locker(*to.store, options)
+                                                 : sqlock::table_locker(*to.store, options));
+    } else {
+        // A member that cannot connect in the time it would have to answer
+        // counts as down: it costs its member timeout at start, not the default
+        // 5 s (PostgreSQL's connect timeout is 2 s at least).
+        auto const answer_within = t.member_timeout.value_or(t.ttl / 10);
+        to.members = open_members(args.dbs, true,
+                                  std::clamp<std::chrono::milliseconds>(answer_within, std::chrono::seconds(2),
+                                                                        std::chrono::seconds(5)));
+        for (auto const& m : to.members)
+            if (m.store) to.stores.push_back(&*m.store);
+        to.locker.emplace(majority_of(to.members, args, t.ttl,
+                                      {.member_timeout = t.member_timeout,
+                                       .owner = majority_owner(),
+                                       .auto_renew = true,
+                                       .on_event = on_event}));
+    }
+}
+
+/// Takes the lock NAME with `to`'s locker, waiting up to `wait`. Exits with
+/// --conflict-exit-code when it is busy, and 128+N when signal N came (the
+/// watcher saw it) before the lock was taken; the watcher is gone after.
+sqlock::lease take_lock(run_args const& args, lock_setup& to, milliseconds wait,
+                        std::optional<signal_watcher>& watcher) {
+    auto interrupted = [&](int sig) {
+        return exit_error{128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) +
+                                         ") while taking lock '" + printable(args.name) + "'; COMMAND not started"};
+    };
+    if (watcher->signal() != 0) throw interrupted(watcher->signal());
+
+    std::optional<sqlock::lease> lease;
+    try {
+        if (wait.count() == 0) {
+            lease = to.locker->try_acquire(args.name);
+        } else {
+            lease.emplace(to.locker->acquire(args.name, wait, watcher->token()));
+        }
+    } catch (sqlock::timeout const&) {
+    } catch (sqlock::cancelled const&) {
+        throw interrupted(watcher->signal());
+    }
+    watcher->stop();
+    if (!lease) {
+        explain_conflict(to.stores, args.name, wait);
+        fail(args.conflict_exit_code, "");
+    }
+    if (int sig = watcher->signal(); sig != 0) {
+        lease->release();
+        throw interrupted(sig);
+    }
+    watcher.reset();
+    return std::move(*lease);
+}
+
+/// Waits for COMMAND while the lease is renewed; forwards the signals sent to
+/// sqlock to COMMAND's processes. Returns the guardian's wait status. When the
+/// lock is lost, or about to be, stops COMMAND's tree and exits 76 without
+/// returning.
+int supervise(run_args const& args, sqlock::lease& lease, loss_report& loss, int sigfd, process_tree& tree,
+              child_process const& child, stop_times times, shared_deadline& tree_deadline) {
+    pid_t const self = ::getpid();
+    bool stopping = false;  // COMMAND's tree is being stopped: the lease is in doubt near its end, or lost
+    bool guardian_done = false;
+    int guardian_status = 0;
+    steady::time_point kill_at{};
+    steady::time_point kill_by = steady::now() + lease.remaining() - times.margin;  // as of the last look
+    auto stop_tree = [&](steady::time_point by, std::string const& why) {
+        if (stopping) {
+            kill_at = std::min(kill_at, by);
+            return;
+        }
+        stopping = true;
+        kill_at = by;
+        tree.signal(self, SIGTERM, child.guardian);
+        auto in_ms = std::max<long long>(0, std::chrono::ceil<milliseconds>(kill_at - steady::now()).count());
+        say(why + "; sent SIGTERM to '" + command_text(args.command) + "' (pid " + std::to_string(child.pid) +
+            ") and all its processes, SIGKILL in " + std::to_string(in_ms) + " ms; exit 76");
+    };
+    auto lock_text = "lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) + ")";
+    for (;;) {
+        // Our children: the guardian, and after it what is left of COMMAND's tree.
+        pid_t reaped = 0;
+        int st = 0;
+        while ((reaped = ::waitpid(-1, &st, WNOHANG)) > 0) {
+            if (reaped == child.guardian) {
+                guardian_done = true;
+                guardian_status = st;
+            }
+        }
+        if (stopping ? reaped < 0 : guardian_done) break;  // stopping: until nothing of the tree is left
+
+        int timeout_ms = -1;
+        if (!stopping) {
+            // Our own deadline: a renewal that hangs reports nothing. The tree
+            // must be dead `margin` before the safe deadline, and gets `grace`
+            // after SIGTERM before that.
+            auto const left = lease.remaining();
+            kill_by = steady::now() + left - times.margin;
+            tree_deadline.set(kill_by);
+            if (left <= times.grace + times.margin) {
+                if (left == steady::duration::zero())
+                    loss.report("its validity ran out before a renewal succeeded");
+                auto left_ms = std::chrono::floor<milliseconds>(left).count();
+                stop_tree(kill_by,
+                          left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
+                                            loss.why_in_doubt() + ", and its safe validity ends in " +
+                                            std::to_string(left_ms) + " ms"
+                                      : "lost " + lock_text + " while COMMAND was running: " + loss.reason());
+            } else {
+                timeout_ms = static_cast<int>(std::min<long long>(
+                    std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(), INT_MAX));
+            }
+        }
+        if (stopping) {
+            auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
+            timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
+        }
+        pollfd p[3] = {{sigfd, POLLIN, 0}, {loss.event.get(), POLLIN, 0}, {loss.renewed.get(), POLLIN, 0}};
+        if (::poll(p, 3, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        if (p[2].revents != 0) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(loss.renewed.get(), &count, sizeof count);  // the loop's top publishes it
+        }
+        if (p[0].revents != 0) {
+            signalfd_siginfo si{};
+            while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+                if (si.ssi_signo == SIGCHLD) continue;
+                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND's
+                // processes in our process group: forward only signals sent to us.
+                if (si.ssi_code != SI_KERNEL) tree.signal(self, static_cast<int>(si.ssi_signo), child.guardian);
+            }
+        }
+        if (p[1].revents != 0) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(loss.event.get(), &count, sizeof count);  // drain
+            // The lock may be someone else's already: SIGKILL after the grace at the latest.
+            stop_tree(std::min(kill_by, steady::now() + times.grace),
+                      "lost " + lock_text + " while COMMAND was running: " + loss.reason());
+        }
+        if (stopping && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
+    }
+    bool const lost = stopping;
+    if (lost) {
+        // COMMAND's tree is gone. Nothing is left to release, and a lease whose
+        // renewal hangs would hang its own destruction (the renewer cannot be
+        // joined): leave without it.
+        std::fflush(nullptr);
+        std::_Exit(exit_code::lost);
+    }
+
+    return guardian_status;
+}
+
+/// COMMAND has exited: releases the lock and returns the exit code of run.
+int finish_run(run_args const& args, sqlock::lease& lease, loss_report& loss, child_process const& child,
+               int guardian_status) {
+    int status = 0;
+    ssize_t n;
+    do {
+        n = ::read(child.status.get(), &status, sizeof status);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof status)) status = guardian_status;  // the guardian was killed
+    int const code = exit_status_of(status);
+    try {
+        lease.release();
+    } catch (sqlock::lease_lost const&) {
+        say("lost lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) +
+            ") before COMMAND finished: " + loss.reason() + "; another holder may have run at the same time");
+        return exit_code::lost;
+    } catch (sqlock::error const& e) {
+        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" + sqlock::tools::one_line(e.message()) +
+            "): it expires by its TTL");
+    }
+    return code;
+}
+
+}  // namespace
+
+int run_command(run_args const& args) {
+    auto const t = check_run_args(args);
     auto db = resolve_database(args.dbs);
 
     auto inherited = open_descriptors();
@@ -719,188 +930,22 @@ int run_command(run_args const& args) {
         if (e.what == sqlock::lease_event::kind::renew_failed) loss->renewal_failed(e.detail);
         if (e.what == sqlock::lease_event::kind::renewed) loss->renewal_done();
     };
-    std::optional<sqlock::store> store;
-    std::vector<member> members;
-    std::vector<sqlock::store const*> stores;  // to say who holds a busy lock
-    std::optional<sqlock::locker> locker;
-    if (!majority) {
-        // The embedded SQLite file works out of the box: run creates it and its
-        // tables. On a server the schema is the operator's: missing tables are exit 78.
-        bool const sqlite = engine_of_url(db.url) == sqlock::engine::sqlite;
-        try {
-            store.emplace(open_store(db.url, {.pool_size = 4, .create_schema = sqlite}));
-        } catch (sqlock::schema_missing const&) {
-            throw schema_missing_error(db.url);
-        }
-        stores.push_back(&*store);
-        sqlock::locker_options options{.ttl = ttl, .auto_renew = true, .on_event = on_event};
-        locker.emplace(args.strategy == "row" ? sqlock::row_locker(*store, options)
-                                              : sqlock::table_locker(*store, options));
-    } else {
-        // A member that cannot connect in the time it would have to answer
-        // counts as down: it costs its member timeout at start, not the default
-        // 5 s (PostgreSQL's connect timeout is 2 s at least).
-        auto const answer_within = member_timeout.value_or(ttl / 10);
-        members = open_members(args.dbs, true,
-                               std::clamp<std::chrono::milliseconds>(answer_within, std::chrono::seconds(2),
-                                                                     std::chrono::seconds(5)));
-        for (auto const& m : members)
-            if (m.store) stores.push_back(&*m.store);
-        locker.emplace(majority_of(members, args, ttl,
-                                   {.member_timeout = member_timeout,
-                                    .owner = majority_owner(),
-                                    .auto_renew = true,
-                                    .on_event = on_event}));
-    }
-    auto& locks = *locker;
-
-    auto interrupted = [&](int sig) {
-        return exit_error{128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) +
-                                         ") while taking lock '" + printable(args.name) + "'; COMMAND not started"};
-    };
-    if (watcher->signal() != 0) throw interrupted(watcher->signal());
-
-    std::optional<sqlock::lease> lease;
-    try {
-        if (wait.count() == 0) {
-            lease = locks.try_acquire(args.name);
-        } else {
-            lease.emplace(locks.acquire(args.name, wait, watcher->token()));
-        }
-    } catch (sqlock::timeout const&) {
-    } catch (sqlock::cancelled const&) {
-        throw interrupted(watcher->signal());
-    }
-    watcher->stop();
-    if (!lease) {
-        explain_conflict(stores, args.name, wait);
-        fail(args.conflict_exit_code, "");
-    }
-    if (int sig = watcher->signal(); sig != 0) {
-        lease->release();
-        throw interrupted(sig);
-    }
-    watcher.reset();
+    lock_setup locks;
+    open_locker(args, t, db, on_event, locks);
+    auto lease = take_lock(args, locks, t.wait, watcher);
 
     process_tree tree;
-    auto const times = stop_times_for(ttl);
+    auto const times = stop_times_for(t.ttl);
     shared_deadline tree_deadline;
-    tree_deadline.set(steady::now() + lease->remaining() - times.margin);
-    auto child = spawn(args.command, child_environment(*lease), inherited, tree, times, tree_deadline);
+    tree_deadline.set(steady::now() + lease.remaining() - times.margin);
+    auto child = spawn(args.command, child_environment(lease), inherited, tree, times, tree_deadline);
     if (child.pid < 0) {
-        lease->release();
+        lease.release();
         fail(child.exec_errno == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute,
              "cannot run '" + command_text(args.command) + "': " + errno_text(child.exec_errno));
     }
-
-    pid_t const self = ::getpid();
-    bool stopping = false;  // COMMAND's tree is being stopped: the lease is in doubt near its end, or lost
-    bool guardian_done = false;
-    int guardian_status = 0;
-    steady::time_point kill_at{};
-    steady::time_point kill_by = steady::now() + lease->remaining() - times.margin;  // as of the last look
-    auto stop_tree = [&](steady::time_point by, std::string const& why) {
-        if (stopping) {
-            kill_at = std::min(kill_at, by);
-            return;
-        }
-        stopping = true;
-        kill_at = by;
-        tree.signal(self, SIGTERM, child.guardian);
-        auto in_ms = std::max<long long>(0, std::chrono::ceil<milliseconds>(kill_at - steady::now()).count());
-        say(why + "; sent SIGTERM to '" + command_text(args.command) + "' (pid " + std::to_string(child.pid) +
-            ") and all its processes, SIGKILL in " + std::to_string(in_ms) + " ms; exit 76");
-    };
-    auto lock_text = "lock '" + printable(args.name) + "' (token " + std::to_string(lease->token()) + ")";
-    for (;;) {
-        // Our children: the guardian, and after it what is left of COMMAND's tree.
-        pid_t reaped = 0;
-        int st = 0;
-        while ((reaped = ::waitpid(-1, &st, WNOHANG)) > 0) {
-            if (reaped == child.guardian) {
-                guardian_done = true;
-                guardian_status = st;
-            }
-        }
-        if (stopping ? reaped < 0 : guardian_done) break;  // stopping: until nothing of the tree is left
-
-        int timeout_ms = -1;
-        if (!stopping) {
-            // Our own deadline: a renewal that hangs reports nothing. The tree
-            // must be dead `margin` before the safe deadline, and gets `grace`
-            // after SIGTERM before that.
-            auto const left = lease->remaining();
-            kill_by = steady::now() + left - times.margin;
-            tree_deadline.set(kill_by);
-            if (left <= times.grace + times.margin) {
-                if (left == steady::duration::zero())
-                    loss->report("its validity ran out before a renewal succeeded");
-                auto left_ms = std::chrono::floor<milliseconds>(left).count();
-                stop_tree(kill_by,
-                          left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
-                                            loss->why_in_doubt() + ", and its safe validity ends in " +
-                                            std::to_string(left_ms) + " ms"
-                                      : "lost " + lock_text + " while COMMAND was running: " + loss->reason());
-            } else {
-                timeout_ms = static_cast<int>(std::min<long long>(
-                    std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(), INT_MAX));
-            }
-        }
-        if (stopping) {
-            auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
-            timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
-        }
-        pollfd p[3] = {{sigfd.get(), POLLIN, 0}, {loss->event.get(), POLLIN, 0}, {loss->renewed.get(), POLLIN, 0}};
-        if (::poll(p, 3, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
-        if (p[2].revents != 0) {
-            std::uint64_t count = 0;
-            [[maybe_unused]] auto n = ::read(loss->renewed.get(), &count, sizeof count);  // the loop's top publishes it
-        }
-        if (p[0].revents != 0) {
-            signalfd_siginfo si{};
-            while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-                if (si.ssi_signo == SIGCHLD) continue;
-                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND's
-                // processes in our process group: forward only signals sent to us.
-                if (si.ssi_code != SI_KERNEL) tree.signal(self, static_cast<int>(si.ssi_signo), child.guardian);
-            }
-        }
-        if (p[1].revents != 0) {
-            std::uint64_t count = 0;
-            [[maybe_unused]] auto n = ::read(loss->event.get(), &count, sizeof count);  // drain
-            // The lock may be someone else's already: SIGKILL after the grace at the latest.
-            stop_tree(std::min(kill_by, steady::now() + times.grace),
-                      "lost " + lock_text + " while COMMAND was running: " + loss->reason());
-        }
-        if (stopping && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
-    }
-    bool const lost = stopping;
-    if (lost) {
-        // COMMAND's tree is gone. Nothing is left to release, and a lease whose
-        // renewal hangs would hang its own destruction (the renewer cannot be
-        // joined): leave without it.
-        std::fflush(nullptr);
-        std::_Exit(exit_code::lost);
-    }
-
-    int status = 0;
-    ssize_t n;
-    do {
-        n = ::read(child.status.get(), &status, sizeof status);
-    } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(sizeof status)) status = guardian_status;  // the guardian was killed
-    int const code = exit_status_of(status);
-    try {
-        lease->release();
-    } catch (sqlock::lease_lost const&) {
-        say("lost lock '" + printable(args.name) + "' (token " + std::to_string(lease->token()) +
-            ") before COMMAND finished: " + loss->reason() + "; another holder may have run at the same time");
-        return exit_code::lost;
-    } catch (sqlock::error const& e) {
-        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" + one_line(e.what()).substr(8) +
-            "): it expires by its TTL");
-    }
-    return code;
+    int const guardian_status = supervise(args, lease, *loss, sigfd.get(), tree, child, times, tree_deadline);
+    return finish_run(args, lease, *loss, child, guardian_status);
 }
 
 }  // namespace sqlock::cli

@@ -7,9 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
-#include <thread>
 
 namespace sqlock::cli {
 
@@ -81,19 +79,6 @@ std::chrono::milliseconds parse_duration(std::string_view what, std::string_view
     return d;
 }
 
-std::string iso_utc(sqlock::db_time t) {
-    using namespace std::chrono;
-    auto secs = floor<seconds>(t);
-    auto ms = duration_cast<milliseconds>(t - secs).count();
-    std::time_t tt = secs.time_since_epoch().count();
-    std::tm tm{};
-    ::gmtime_r(&tt, &tm);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
-    return buf;
-}
-
 std::string human_remaining(std::chrono::microseconds d) {
     auto ms = d.count() / 1000;
     if (d.count() <= 0) return "expired";
@@ -135,62 +120,12 @@ std::string printable(std::string_view s) {
     return out;
 }
 
-std::string one_line(std::string_view message) {
-    // SOCI's prefix of every connection failure says nothing the engine's own message does not.
-    std::string text(message);
-    constexpr std::string_view soci_prefix = "Cannot establish connection to the database.";
-    for (auto at = text.find(soci_prefix); at != std::string::npos; at = text.find(soci_prefix))
-        text.erase(at, soci_prefix.size());
-    message = text;
-    std::string out;
-    bool space = false;
-    for (char ch : message) {
-        if (ch == '\n' || ch == '\r' || ch == '\t' || ch == ' ') {
-            space = !out.empty();
-            continue;
-        }
-        if (space) out += ' ';
-        space = false;
-        out += ch;
-    }
-    if (!out.starts_with("sqlock: ")) out = "sqlock: " + out;
-    return out;
-}
-
-void say(std::string_view message) {
-    auto line = one_line(message) + "\n";
-    std::fwrite(line.data(), 1, line.size(), stderr);
-    std::fflush(stderr);
-}
+void say(std::string_view message) { sqlock::tools::print_error("sqlock", message); }
 
 exit_error schema_missing_error(std::string_view url) {
     return {exit_code::config, "the sqlock lock tables are missing in " + sqlock::redact_url(url) +
                                    ": create them with `sqlock schema --apply` (with the same --db), or ask the "
                                    "database's owner to apply the DDL that `sqlock schema` prints"};
-}
-
-sqlock::store open_store(std::string const& url, sqlock::store_options options) {
-    // SOCI 4.0's SQLite backend runs `PRAGMA synchronous` while opening, before
-    // it sets a busy timeout: when another process is closing its last
-    // connection (checkpointing the WAL) that first statement fails at once with
-    // SQLITE_BUSY. Retry for as long as the store itself would wait for a lock.
-    // (Reported for src/dialect/sqlite.cpp; harmless once fixed there.)
-    bool const sqlite = engine_of_url(url) == engine::sqlite;
-    auto const deadline = std::chrono::steady_clock::now() + options.lock_wait_timeout;
-    for (;;) {
-        try {
-            return sqlock::store(url, options);
-        } catch (sqlock::backend_unavailable const& e) {
-            int code = 0;
-            try {
-                code = std::stoi(e.code());
-            } catch (...) {
-            }
-            bool busy = sqlite && (code & 0xff) == 5;  // SQLITE_BUSY and its extended codes
-            if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-    }
 }
 
 sqlock::store open_existing(database const& db, std::chrono::milliseconds connect_timeout) {
@@ -202,7 +137,7 @@ sqlock::store open_existing(database const& db, std::chrono::milliseconds connec
                                         "--apply` creates it");
     }
     try {
-        return open_store(db.url, {.connect_timeout = connect_timeout});
+        return sqlock::store(db.url, {.connect_timeout = connect_timeout});
     } catch (sqlock::schema_missing const&) {
         throw schema_missing_error(db.url);
     }

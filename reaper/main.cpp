@@ -1,11 +1,11 @@
 // sqlock-reaper: purges expired lock rows, once (cron, systemd timer) or as a
 // daemon. See `sqlock-reaper --help` and docs/operations.md.
 //
-// Exit codes (sysexits.h): 0 fine, 64 usage, 69 a database unreachable,
-// 70 a database refused the statement, 78 the lock tables are missing.
-// Several --db (e.g. the members of a majority) are reaped independently: one
+// Exit codes: the table the sqlock command shares (tools/tool_support.hpp,
+// docs/cli.md). Several --db (e.g. the members of a majority) are reaped independently: one
 // that fails is reported and does not stop the others.
-#include "duration.hpp"  // tools/
+#include "duration.hpp"      // tools/
+#include "tool_support.hpp"  // tools/
 
 #include <sqlock/sqlock.hpp>
 
@@ -21,7 +21,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <functional>
 #include <iostream>
 #include <mutex>
@@ -37,46 +36,11 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-enum exit_code : int {
-    ex_ok = 0,
-    ex_usage = 64,        // EX_USAGE: bad flags or URL
-    ex_unavailable = 69,  // EX_UNAVAILABLE: a database could not be reached
-    ex_software = 70,     // EX_SOFTWARE: a database refused the statement
-    ex_config = 78,       // EX_CONFIG: the lock tables are missing
-};
+namespace exit_code = sqlock::tools::exit_code;
+using sqlock::tools::iso8601;
+using sqlock::tools::one_line;
 
 // -------------------------------------------------------------------- output
-
-/// "2024-05-01T12:34:56.789Z"
-std::string iso8601(sqlock::db_time t) {
-    auto secs = std::chrono::floor<std::chrono::seconds>(t);
-    auto ms = std::chrono::duration_cast<milliseconds>(t - secs).count();
-    std::time_t tt = static_cast<std::time_t>(secs.time_since_epoch().count());
-    std::tm tm{};
-    gmtime_r(&tt, &tm);
-    char buf[96];  // room for any int the compiler imagines
-    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
-    return buf;
-}
-
-/// A library message as one line, without the library's "sqlock: " prefix.
-std::string one_line(std::string_view message) {
-    if (message.starts_with("sqlock: ")) message.remove_prefix(8);
-    std::string out;
-    bool space = false;
-    for (char c : message) {
-        if (c == '\n' || c == '\r' || c == '\t') {
-            space = true;
-            continue;
-        }
-        if (space && !out.empty() && out.back() != ' ') out += ' ';
-        space = false;
-        out += c;
-    }
-    while (!out.empty() && out.back() == ' ') out.pop_back();
-    return out;
-}
 
 std::string ms_text(std::chrono::microseconds d) {
     char buf[32];
@@ -257,25 +221,10 @@ template <class Body>
 int guarded(Body&& body, std::string& message) {
     try {
         body();
-        return ex_ok;
-    } catch (sqlock::usage_error const& e) {
-        message = e.what();
-        return ex_usage;
-    } catch (sqlock::schema_missing const& e) {
-        message = e.what();
-        return ex_config;
-    } catch (sqlock::backend_unavailable const& e) {
-        message = e.what();
-        return ex_unavailable;
-    } catch (sqlock::timeout const& e) {  // the pool stayed busy: treat as unreachable
-        message = e.what();
-        return ex_unavailable;
-    } catch (sqlock::error const& e) {
-        message = e.what();
-        return ex_software;
+        return exit_code::ok;
     } catch (std::exception const& e) {
         message = e.what();
-        return ex_software;
+        return sqlock::tools::exit_code_of_current_exception();
     }
 }
 
@@ -299,21 +248,8 @@ int reap(target& t, settings const& s, logger& out, std::stop_token const& stop,
             out.pass(t.shown, t.reaper->reap_once(stop));
         },
         message);
-    if (code != ex_ok) out.error(t.shown, message, code, retry_in ? retry_in(code) : std::nullopt);
+    if (code != exit_code::ok) out.error(t.shown, message, code, retry_in ? retry_in(code) : std::nullopt);
     return code;
-}
-
-int worst(int a, int b) {
-    auto rank = [](int c) {
-        switch (c) {
-            case ex_config: return 4;
-            case ex_unavailable: return 3;
-            case ex_software: return 2;
-            case ex_ok: return 0;
-            default: return 1;
-        }
-    };
-    return rank(b) > rank(a) ? b : a;
 }
 
 int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std::stop_token const& stop) {
@@ -332,28 +268,28 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
             if (t.due > now) continue;
             auto next_backoff = t.backoff == 0ms ? first_backoff : std::min(t.backoff * 2, max_backoff);
             int code = reap(t, s, out, stop, [&](int c) -> std::optional<milliseconds> {
-                if (c == ex_usage || (c == ex_config && !several)) return std::nullopt;
-                return c == ex_config ? max_backoff : next_backoff;
+                if (c == exit_code::usage || (c == exit_code::config && !several)) return std::nullopt;
+                return c == exit_code::config ? max_backoff : next_backoff;
             });
-            if (code == ex_usage || (code == ex_config && !several)) return code;
-            t.tables_missing = code == ex_config;
-            if (code == ex_ok) {
+            if (code == exit_code::usage || (code == exit_code::config && !several)) return code;
+            t.tables_missing = code == exit_code::config;
+            if (code == exit_code::ok) {
                 t.backoff = 0ms;
                 t.due = steady::now() + interval;
             } else {
-                t.backoff = code == ex_config ? max_backoff : next_backoff;
+                t.backoff = code == exit_code::config ? max_backoff : next_backoff;
                 t.due = steady::now() + t.backoff;
             }
         }
         if (std::all_of(targets.begin(), targets.end(), [](target const& t) { return t.tables_missing; }))
-            return ex_config;
+            return exit_code::config;
         auto next = std::min_element(targets.begin(), targets.end(),
                                      [](target const& a, target const& b) { return a.due < b.due; })
                         ->due;
         auto wait = std::chrono::duration_cast<milliseconds>(next - steady::now());
         if (wait > 0ms && !sleep_for(wait, stop)) break;
     }
-    return ex_ok;
+    return exit_code::ok;
 }
 
 // -------------------------------------------------------------------- command line
@@ -365,9 +301,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
                  "before is never deleted. Then fencing-token counters older than --token-horizon, after\n"
                  "raising the table's floor above them, so tokens keep increasing. Several reapers on one\n"
                  "database are safe. Several --db (e.g. the members of a majority) are reaped independently:\n"
-                 "one that fails is reported and the others are still reaped. Exit codes: 0 fine, 64 usage,\n"
-                 "69 a database unreachable, 70 a database refused the statement, 78 the lock tables are missing\n"
-                 "(with several databases: the most serious met).",
+                 "one that fails is reported and the others are still reaped. Exit codes (those of the sqlock\n"
+                 "command): 0 fine, 64 usage, 69 a database unreachable or it refused a statement, 70 internal\n"
+                 "error (a bug), 78 the lock tables are missing. With several databases, the most serious met:\n"
+                 "70, then 64, then 78, then 69.",
                  "sqlock-reaper"};
     app.set_version_flag("--version", std::string(sqlock::version()));
     bool once = false;
@@ -412,7 +349,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         return app.exit(e);
     } catch (CLI::ParseError const& e) {
         out.usage(e.what());
-        return ex_usage;
+        return exit_code::usage;
     }
     std::string message;
     int code = guarded(
@@ -437,7 +374,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
             sqlock::validate(s.reap);
         },
         message);
-    if (code != ex_ok) {
+    if (code != exit_code::ok) {
         out.usage(message);
         return code;
     }
@@ -464,29 +401,29 @@ int main(int argc, char** argv) {
     for (auto const& url : s.urls) targets.push_back(target{url, sqlock::redact_url(url)});
 
     // Open every database first, so a bad URL anywhere is reported before anything is deleted.
-    int code = ex_ok;
+    int code = exit_code::ok;
     for (auto& t : targets) {
         std::string message;
         int c = guarded([&] { open(t, s, out); }, message);
-        if (c == ex_usage) {
+        if (c == exit_code::usage) {
             out.usage(message);
-            return ex_usage;
+            return exit_code::usage;
         }
-        if (c == ex_ok) continue;
+        if (c == exit_code::ok) continue;
         t.db.reset();
         t.reaper.reset();
-        if (!s.interval || (c == ex_config && targets.size() == 1)) {
+        if (!s.interval || (c == exit_code::config && targets.size() == 1)) {
             out.error(t.shown, message, c);
-            code = worst(code, c);
+            code = sqlock::tools::most_serious(code, c);
         }
         // The daemon reports the others on its first pass, with the retry.
     }
-    if (code == ex_config && s.interval) return code;  // --once still reaps the others
+    if (code == exit_code::config && s.interval) return code;  // --once still reaps the others
 
     if (!s.interval) {
         for (auto& t : targets) {
             if (stop.stop_requested()) break;
-            if (t.reaper) code = worst(code, reap(t, s, out, stop));
+            if (t.reaper) code = sqlock::tools::most_serious(code, reap(t, s, out, stop));
         }
         return code;
     }
@@ -501,6 +438,6 @@ int main(int argc, char** argv) {
                                                   " purges LIVE rows older than that"
                                             : ""));
     code = run_daemon(targets, s, out, stop);
-    if (code == ex_ok) out.note("stopped", "stopped cleanly");
+    if (code == exit_code::ok) out.note("stopped", "stopped cleanly");
     return code;
 }

@@ -26,6 +26,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <latch>
 #include <mutex>
 #include <regex>
@@ -747,15 +748,16 @@ INSTANTIATE_TEST_SUITE_P(Engines, Reaper,
 
 #ifdef SQLOCK_REAPER_BIN
 
-/// sqlock-reaper run as a child process, stdout and stderr in files.
+/// sqlock-reaper (or `program`) run as a child process, stdout and stderr in files.
 class child {
 public:
-    child(std::vector<std::string> args, fs::path const& dir, std::vector<std::string> env_extra = {}) {
+    child(std::vector<std::string> args, fs::path const& dir, std::vector<std::string> env_extra = {},
+          char const* program = SQLOCK_REAPER_BIN) {
         static std::atomic<int> serial{0};
         auto tag = std::to_string(serial++);
         out_ = dir / ("out" + tag);
         err_ = dir / ("err" + tag);
-        args.insert(args.begin(), SQLOCK_REAPER_BIN);
+        args.insert(args.begin(), program);
         std::vector<std::string> env;
         for (char** e = environ; *e != nullptr; ++e)
             if (std::string_view(*e).rfind("SQLOCK_DB=", 0) != 0) env.emplace_back(*e);
@@ -1013,6 +1015,46 @@ TEST_P(ReaperCli, ExitCodes) {
     EXPECT_NE(last_->out().find("--interval"), std::string::npos);
     EXPECT_EQ(run({"--version"}), 0);
     EXPECT_EQ(last_->out(), SQLOCK_VERSION_STRING "\n");
+}
+
+#ifdef SQLOCK_CLI_BIN
+// sqlock-reaper and the sqlock command share one exit-code table: the same
+// failure gives the same code from both (docs/cli.md, "Exit codes").
+TEST_P(ReaperCli, SameExitCodesAsTheSqlockCommand) {
+    auto sqlock_command = [&](std::vector<std::string> args) {
+        last_.emplace(std::move(args), files_.path(), std::vector<std::string>{}, SQLOCK_CLI_BIN);
+        return last_->wait();
+    };
+    // A database that does not answer: 69.
+    if (e_ != engine::sqlite) {
+        auto down = unreachable_url();
+        EXPECT_EQ(run({"--db", down}), 69) << diag();
+        EXPECT_EQ(sqlock_command({"list", "--db", down}), 69) << diag();
+        EXPECT_EQ(sqlock_command({"release", "--name", "x", "--force", "--db", down}), 69) << diag();
+    }
+    // A database without the lock tables (an empty SQLite file): 78.
+    auto const empty = files_.path() / ("empty-" + random_hex(6) + ".db");
+    { std::ofstream touch(empty); }
+    EXPECT_EQ(run({"--db", sqlite_url(empty)}), 78) << diag();
+    EXPECT_EQ(sqlock_command({"list", "--db", sqlite_url(empty)}), 78) << diag();
+    EXPECT_EQ(sqlock_command({"release", "--name", "x", "--force", "--db", sqlite_url(empty)}), 78) << diag();
+    // A bad URL: 64.
+    EXPECT_EQ(run({"--db", "nosuch://x"}), 64) << diag();
+    EXPECT_EQ(sqlock_command({"list", "--db", "nosuch://x"}), 64) << diag();
+}
+#endif  // SQLOCK_CLI_BIN
+
+// A database that refuses the statement (here a read-only session; a missing
+// privilege is reported the same way, as sqlock::backend_error): 69, the code
+// the sqlock command gives for it (the reaper exited 70 before issue 19).
+TEST_P(ReaperCli, RefusedStatementIs69) {
+    if (e_ != engine::postgresql) GTEST_SKIP() << "the read-only session is asked for in the PostgreSQL URL";
+    insert_expired("old/", 2);
+    auto const read_only = url_ + (url_.find('?') == std::string::npos ? "?" : "&") +
+                           "options=-c%20default_transaction_read_only%3Don";
+    EXPECT_EQ(run({"--once", "--db", read_only, "--table-prefix", tables_}), 69) << diag();
+    EXPECT_NE(last_->err().find("read-only"), std::string::npos) << diag();
+    EXPECT_EQ(count(), 2);
 }
 
 TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -382,6 +383,33 @@ TEST(SqliteUrl, AbsolutePath) {
     EXPECT_TRUE(l.has_value());
 }
 
+// Opening a store on a file another connection holds for a moment waits for it
+// (up to lock_wait_timeout) instead of failing at once with SQLITE_BUSY: a
+// connection in WAL mode with locking_mode=EXCLUSIVE that has written keeps
+// every other connection out until it closes.
+TEST(SqliteUrl, OpenWaitsForAFileBusyForAMoment) {
+    temp_dir dir;
+    auto const file = dir.path() / "busy.db";
+    { sqlock::store seed("sqlite://" + file.string(), {.create_schema = true}); }
+    namespace lite = sqlite_api;  // SOCI's headers hold sqlite3.h in this namespace
+    lite::sqlite3* raw = nullptr;
+    ASSERT_EQ(lite::sqlite3_open(file.c_str(), &raw), SQLITE_OK);
+    for (char const* sql : {"PRAGMA journal_mode = WAL", "PRAGMA locking_mode = EXCLUSIVE",
+                            "CREATE TABLE IF NOT EXISTS busy_test (x INTEGER)", "INSERT INTO busy_test VALUES (1)"})
+        ASSERT_EQ(lite::sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << lite::sqlite3_errmsg(raw);
+    std::thread holder([raw] {
+        std::this_thread::sleep_for(300ms);
+        lite::sqlite3_close(raw);
+    });
+    try {
+        sqlock::store db("sqlite://" + file.string(), {.lock_wait_timeout = 10s});
+        EXPECT_TRUE(sqlock::table_locker(db).try_acquire("busy-open").has_value());
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "the store did not wait for the file: " << e.what();
+    }
+    holder.join();
+}
+
 TEST(SqliteUrl, RelativePath) {
     temp_dir dir;
     cwd_guard restore;
@@ -536,6 +564,20 @@ TEST(PgLogWatch, FindsErrorEntriesWrittenAfterItStarted) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------ errors
+
+TEST(Error, MessageIsWhatWithoutThePrefix) {
+    sqlock::backend_unavailable e("sqlock: cannot connect to sqlite:x.db (opening the store): busy", "5");
+    EXPECT_STREQ(e.what(), "sqlock: cannot connect to sqlite:x.db (opening the store): busy");
+    EXPECT_EQ(e.message(), "cannot connect to sqlite:x.db (opening the store): busy");
+    EXPECT_EQ(e.code(), "5");
+    sqlock::error bare("no prefix here");
+    EXPECT_EQ(bare.message(), "no prefix here");
+    EXPECT_STREQ(bare.what(), "no prefix here");
+    sqlock::error only("sqlock: ");
+    EXPECT_EQ(only.message(), "");
+}
 
 // A URL parameter name goes into the client library's connection string as is:
 // one that is not a plain option name could smuggle in other options.

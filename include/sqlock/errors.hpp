@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace sqlock {
 
@@ -15,11 +16,23 @@ namespace sqlock {
 /// SQLSTATE ("40P01"), a MySQL/MariaDB errno ("1213") or a SQLite extended
 /// result code ("5"); it is empty otherwise.
 ///
+/// `what()` starts with "sqlock: "; `message()` is the same text without it,
+/// for a caller that puts the message inside one of its own.
+///
 /// Thread safety: immutable once thrown.
 class error : public std::runtime_error {
 public:
     explicit error(std::string const& what, std::string code = {})
         : std::runtime_error(what), code_(std::move(code)) {}
+
+    /// `what()` without its leading "sqlock: " (all of it when there is none).
+    /// Valid as long as the exception object lives.
+    [[nodiscard]] std::string_view message() const noexcept {
+        std::string_view m = what();
+        constexpr std::string_view prefix = "sqlock: ";
+        if (m.starts_with(prefix)) m.remove_prefix(prefix.size());
+        return m;
+    }
 
     /// The engine's native error code, or an empty string.
     [[nodiscard]] std::string const& code() const noexcept { return code_; }
