@@ -34,8 +34,8 @@ fi
 
 # abort_on_error: a report kills the process with SIGABRT even where a test only checks an exit code.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
-# Majority mode's background member calls may still be connecting when a test process exits:
-# tests/sanitizers/lsan.supp says why only those allocations are suppressed.
+# tests/sanitizers/lsan.supp lists the leak suppressions, each with its reason (majority mode's
+# member calls need none: the locker joins them).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-14/bin/llvm-symbolizer}
@@ -44,8 +44,8 @@ if (($# > 0)); then
   exec bash scripts/with-servers.sh ctest --test-dir build/asan --output-on-failure "$@"
 fi
 # Two passes. The majority suite runs with full malloc stacks (fast_unwind_on_malloc=0): libpq has
-# no frame pointers, and only a full stack shows that a leak report belongs to a member call still
-# running when the test process exited (tests/sanitizers/lsan.supp). Majority.ProcessContentionIsExclusive
+# no frame pointers, and only a full stack shows which member call a leak report comes from (until
+# issue 19 they ran on detached threads that a test process could exit under). Majority.ProcessContentionIsExclusive
 # (four processes over three databases) is liveness-bound: under ASan's slowdown split votes make it run
 # out of its 120 s for grants; its safety checks run in the main test run.
 # The majority battery scenarios (BatteryMajorityF.*) bound how soon late grants are given back and

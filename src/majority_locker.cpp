@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -30,19 +31,178 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using clock = std::chrono::steady_clock;
 
-/// Runs one call per member, each on a thread of its own, and lets the caller
-/// wait for them no longer than a deadline. A call that answers after the
-/// caller settled is handed to `late` (which cleans up after it): a member that
-/// is down or slow costs its timeout, never more, and the sum never.
+/// A thread that ended its pool's life from inside: a worker whose task dropped
+/// the last reference to the locker that owns the pool (a late answer's lease,
+/// say). It cannot join itself, so it is handed here, and joined by the next
+/// hand-off or pool shutdown; by then it has left its loop (it has nothing to
+/// do but return). Never detached. Process-wide and never destroyed, so that a
+/// thread still running at exit finds it; a forked child leaves its parent's
+/// entries alone (those threads do not exist there).
+class orphan_threads {
+public:
+    static orphan_threads& instance() {
+        static auto* const all = new orphan_threads;  // reachable for ever: no leak, no exit-time destructor
+        return *all;
+    }
+
+    /// Keep `t` (a thread about to return) until another thread joins it.
+    void hand_off(std::thread t) {
+        auto ready = take();
+        {
+            std::lock_guard lock(mutex_);
+            threads_.emplace_back(process_id(), std::move(t));
+        }
+        for (auto& r : ready) r.join();
+    }
+
+    /// Join what was handed off in this process (called from a thread that is not one of them).
+    void join() {
+        for (auto& r : take()) r.join();
+    }
+
+private:
+    std::vector<std::thread> take() {
+        std::vector<std::thread> ready;
+        std::lock_guard lock(mutex_);
+        auto const me = std::this_thread::get_id();
+        for (auto it = threads_.begin(); it != threads_.end();) {
+            if (it->first == process_id() && it->second.get_id() != me) {
+                ready.push_back(std::move(it->second));
+                it = threads_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return ready;
+    }
+
+    std::mutex mutex_;
+    std::vector<std::pair<pid_t, std::thread>> threads_;
+};
+
+/// The threads that ask the members, owned by one majority locker. A call
+/// never waits behind another: when no worker is idle a new one starts, so a
+/// member that hangs holds one worker (up to its connect_timeout/io_timeout)
+/// and delays no other call. A worker that stays idle for `idle_period` ends.
+/// The destructor joins every worker, so it waits for the calls in flight.
+class member_pool {
+public:
+    static constexpr std::chrono::seconds idle_period{5};
+
+    member_pool() = default;
+    member_pool(member_pool const&) = delete;
+    member_pool& operator=(member_pool const&) = delete;
+
+    /// Stops and joins every worker, after the task each is running (bounded
+    /// by a member's connect_timeout/io_timeout). On one of its own workers
+    /// (its task dropped the last reference to the owner), that worker is
+    /// handed to orphan_threads instead of joining itself. Never runs in a
+    /// forked child (make_fork_safe leaks the owner whole there).
+    ~member_pool() {
+        std::map<std::thread::id, std::thread> threads;
+        {
+            std::lock_guard lock(state_->mutex);
+            state_->stopping = true;
+            threads.swap(threads_);
+        }
+        state_->cv.notify_all();
+        auto const me = std::this_thread::get_id();
+        std::thread self;
+        for (auto& [id, t] : threads) {
+            if (id == me)
+                self = std::move(t);
+            else
+                t.join();
+        }
+        if (self.joinable())
+            orphan_threads::instance().hand_off(std::move(self));
+        else
+            orphan_threads::instance().join();
+    }
+
+    /// Run `task` on an idle worker, or on a new one when none is idle. `task`
+    /// must not throw.
+    void run(std::function<void()> task) {
+        std::vector<std::thread> ended;
+        {
+            std::lock_guard lock(state_->mutex);
+            for (auto id : state_->ended) {
+                auto it = threads_.find(id);
+                if (it == threads_.end()) continue;
+                ended.push_back(std::move(it->second));
+                threads_.erase(it);
+            }
+            state_->ended.clear();
+            state_->tasks.push_back(std::move(task));
+            if (state_->tasks.size() > state_->idle) {
+                ++state_->idle;  // the new worker counts as idle until it takes a task
+                std::thread t(work, state_);
+                auto const id = t.get_id();
+                threads_.emplace(id, std::move(t));
+            }
+        }
+        state_->cv.notify_one();
+        for (auto& t : ended) t.join();  // they have left their loop
+    }
+
+private:
+    struct state {
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::deque<std::function<void()>> tasks;
+        // Workers free to take a queued task (waiting, or started and not yet
+        // waiting); never fewer than the tasks queued.
+        std::size_t idle = 0;
+        bool stopping = false;
+        std::vector<std::thread::id> ended;  // workers that left after an idle period, to be joined
+    };
+
+    // Uses only `s`: a task may drop the last reference to the locker, and with it the pool.
+    static void work(std::shared_ptr<state> s) noexcept {
+        std::unique_lock lock(s->mutex);
+        for (;;) {
+            bool const woken = s->cv.wait_for(lock, idle_period, [&] { return s->stopping || !s->tasks.empty(); });
+            if (!woken || s->tasks.empty()) {
+                --s->idle;
+                s->ended.push_back(std::this_thread::get_id());
+                return;
+            }
+            auto task = std::move(s->tasks.front());
+            s->tasks.pop_front();
+            --s->idle;
+            lock.unlock();
+            try {
+                task();
+            } catch (...) {
+            }
+            // Its captures are destroyed here, unlocked: that may drop the last reference to the
+            // locker (a late grant's lease), whose destructor then hands this thread off.
+            task = nullptr;
+            lock.lock();
+            ++s->idle;
+        }
+    }
+
+    std::shared_ptr<state> state_ = std::make_shared<state>();
+    std::map<std::thread::id, std::thread> threads_;  // guarded by state_->mutex
+};
+
+/// Runs one call per member, each on a worker of the locker's member_pool, and
+/// lets the caller wait for them no longer than a deadline. A call that answers
+/// after the caller settled is handed to `late` (which cleans up after it): a
+/// member that is down or slow costs its timeout, never more, and the sum never.
+/// The calls hold no reference to the locker (its destructor joins the pool
+/// first, so what they use lives while they run).
 template <class R>
 class fanout : public std::enable_shared_from_this<fanout<R>> {
 public:
     using late_handler = std::function<void(std::size_t, R&&)>;
 
-    static std::shared_ptr<fanout> start(std::size_t n, std::function<R(std::size_t)> call, late_handler late = {}) {
+    static std::shared_ptr<fanout> start(member_pool& pool, std::size_t n, std::function<R(std::size_t)> call,
+                                         late_handler late = {}) {
         auto f = std::shared_ptr<fanout>(new fanout(n, std::move(late)));
         for (std::size_t i = 0; i < n; ++i) {
-            std::thread([f, i, call] {
+            pool.run([f, i, call]() noexcept {
                 R r = call(i);
                 std::unique_lock lock(f->mutex_);
                 if (f->settled_) {
@@ -55,7 +215,7 @@ public:
                 ++f->answered_;
                 lock.unlock();
                 f->cv_.notify_all();
-            }).detach();
+            });
         }
         return f;
     }
@@ -183,6 +343,7 @@ public:
     milliseconds member_timeout() const noexcept { return member_timeout_; }
     member const& at(std::size_t i) const { return members_[i]; }
     std::vector<member> const& members() const noexcept { return members_; }
+    member_pool& pool() noexcept { return pool_; }
 
     clock::time_point validity_end(clock::time_point sent, milliseconds ttl) const noexcept override {
         return sent + ttl - drift_;
@@ -204,11 +365,11 @@ public:
             std::lock_guard lock(in_flight_mutex_);
             if (!in_flight_.insert(key).second) return nullptr;
         }
-        auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
-        // Non-null (the locker itself) so that the claim tests true; the deleter only ends it.
-        return std::shared_ptr<void>(self.get(), [self, key](void*) {
-            std::lock_guard lock(self->in_flight_mutex_);
-            self->in_flight_.erase(key);
+        // Non-null (the locker itself) so that the claim tests true; the deleter only ends it. No
+        // claim outlives this locker: the calls that hold one are joined before the set goes.
+        return std::shared_ptr<void>(this, [this, key](void*) {
+            std::lock_guard lock(in_flight_mutex_);
+            in_flight_.erase(key);
         });
     }
 
@@ -258,6 +419,9 @@ private:
     std::uint64_t generation_ = 0;
     std::mutex in_flight_mutex_;
     std::set<std::tuple<std::size_t, std::string, std::string>> in_flight_;  // claim_member
+    // Last, so destroyed first: its destructor joins the member calls still running, which use
+    // the members and the claims above (they hold no reference to this locker).
+    member_pool pool_;
 };
 
 std::string summary(std::vector<std::optional<answer>> const& answers, std::vector<member> const& members) {
@@ -298,8 +462,8 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                                                                bool& contended) {
     contended = false;
     // The calls may outlive this function (a member that answers late): they
-    // hold what they use.
-    auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
+    // hold what they use, but the locker only by pointer (its destructor joins them).
+    auto* self = this;
     auto read_call = [self, granted, name](std::size_t k) -> answer {
         auto* store = self->members_[granted[k]].locker->member_store();
         try {
@@ -320,7 +484,7 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
     };
     bool joined_some = false;
     for (int round = 0; round < 3 && clock::now() < valid_until; ++round) {
-        auto reads = fanout<answer>::start(granted.size(), read_call)
+        auto reads = fanout<answer>::start(pool_, granted.size(), read_call)
                          ->settle(std::min(valid_until, deadline_after(member_timeout_)),
                                   [&](auto const& r) { return count_ok(r) == granted.size(); });
         // Only members whose counters were seeded under their present identity count.
@@ -373,7 +537,7 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                 return failure_of(std::current_exception());
             }
         };
-        auto writes = fanout<answer>::start(counted.size(), write_call)
+        auto writes = fanout<answer>::start(pool_, counted.size(), write_call)
                           ->settle(std::min(valid_until, deadline_after(member_timeout_)),
                                    [&](auto const& r) { return count_ok(r) == counted.size(); });
         if (count_ok(writes) >= quorum_) return token;
@@ -392,13 +556,13 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
 bool majority_locker_impl::join_members(clock::time_point valid_until, std::string& why) {
     // Every member, not only those that granted: the counters are read from as
     // many as answer, and the group is formed only when all N answer.
-    auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
+    auto* self = this;
     struct view {
         member_identity identity;
         std::vector<std::pair<std::string, std::int64_t>> counters;
     };
     using result = std::variant<view, std::string>;
-    auto reads = fanout<result>::start(members_.size(), [self](std::size_t i) -> result {
+    auto reads = fanout<result>::start(pool_, members_.size(), [self](std::size_t i) -> result {
         auto* store = self->members_[i].locker->member_store();
         try {
             return store->run("reading the majority counters", [&](soci::session& s) -> result {
@@ -460,7 +624,7 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
     auto seeded = std::make_shared<std::vector<std::pair<std::string, std::int64_t>>>(highest.begin(), highest.end());
     std::vector<std::string> ids;
     for (auto i : seed) ids.push_back(std::get<view>(*reads[i]).identity.id);
-    auto writes = fanout<answer>::start(seed.size(), [self, seed, ids, seeded](std::size_t k) -> answer {
+    auto writes = fanout<answer>::start(pool_, seed.size(), [self, seed, ids, seeded](std::size_t k) -> answer {
         auto* store = self->members_[seed[k]].locker->member_store();
         try {
             bool done = store->run("seeding the majority counters", [&](soci::session& s) {
@@ -495,16 +659,19 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
             lease = outcome->lease.lock();
         }
         if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
+        // The claim ends while `lease` still holds the locker: dropping `lease` may destroy it.
+        a.in_flight.reset();
     };
+    auto* me = this;
     auto acquires = fanout<answer>::start(
-        members_.size(),
-        [self, name, owner](std::size_t i) -> answer {
+        pool_, members_.size(),
+        [me, name, owner](std::size_t i) -> answer {
             // Still on this owner's previous attempt: busy, as the member itself would say once
             // that attempt's grant lands (this attempt is another), and the wait goes on.
-            auto claim = self->claim_member(i, name, owner);
+            auto claim = me->claim_member(i, name, owner);
             if (!claim) return {answer::kind::busy, nullptr, 0, {}};
             try {
-                auto row = self->try_member(i, name);
+                auto row = me->try_member(i, name);
                 if (!row) return {answer::kind::busy, nullptr, 0, {}};
                 // Claimed until the row is kept by a lease or given back (a late answer's handler).
                 return {answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
@@ -534,7 +701,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
         }
     auto give_all_back = [&] {
         // Members that did not answer in time are released by `late` when they do.
-        auto releases = fanout<answer>::start(granted.size(), [rows, granted](std::size_t k) -> answer {
+        auto releases = fanout<answer>::start(pool_, granted.size(), [rows, granted](std::size_t k) -> answer {
             give_back(rows[granted[k]]);
             return {answer::kind::ok, nullptr, 0, {}};
         });
@@ -588,7 +755,7 @@ bool majority_row::db_delete() {
         rows = rows_;
     }
     auto const n = rows.size();
-    auto releases = fanout<answer>::start(n, [rows](std::size_t i) -> answer {
+    auto releases = fanout<answer>::start(majority_->pool(), n, [rows](std::size_t i) -> answer {
         if (!rows[i]) return {answer::kind::busy, nullptr, 0, "not held there"};
         try {
             rows[i]->release_hold();
@@ -644,13 +811,14 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
     }
     auto rows = rows_snapshot();
     auto const n = rows.size();
-    auto self = std::static_pointer_cast<majority_row>(shared_from_this());
-    auto majority = majority_;
+    // The late handler holds the lease weakly: a lease dropped meanwhile gives the grant back.
+    auto self = std::weak_ptr<majority_row>(std::static_pointer_cast<majority_row>(shared_from_this()));
+    auto* majority = majority_.get();  // lives while the calls run (its destructor joins them)
     std::string const lock_name = name();
     // Members that hold the lease renew it; the others are tried again, so a
     // member that failed at the grant (or since) can rejoin while the lease lives.
     auto renewals = fanout<answer>::start(
-        n,
+        majority_->pool(), n,
         [rows, ttl, majority, lock_name](std::size_t i) -> answer {
             try {
                 if (rows[i]) {
@@ -665,7 +833,9 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             }
         },
         [self](std::size_t i, answer&& a) {
-            if (a.what == answer::kind::ok && a.row && !self->adopt(i, a.row)) give_back(a.row);
+            if (a.what != answer::kind::ok || !a.row) return;
+            auto lease = self.lock();
+            if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
         });
     auto answers = renewals->settle(std::min(valid_until(), deadline_after(majority_->member_timeout())), {});
     std::size_t renewed = 0, lost = 0;

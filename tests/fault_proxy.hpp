@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -92,8 +93,15 @@ public:
             ::close(listen_fd_);
             throw std::runtime_error("fault_proxy: eventfd(): " + std::string(std::strerror(errno)));
         }
-        acceptor_ = std::thread([this] { accept_loop(); });
+        acceptor_ = std::thread([this] {
+            ::pthread_setname_np(::pthread_self(), thread_name);
+            accept_loop();
+        });
     }
+
+    /// The name of the proxy's threads (/proc/self/task/*/comm), so that a test counting the
+    /// library's threads can leave them out.
+    static constexpr char const* thread_name = "fault-proxy";
 
     /// A proxy to the host and port of a server URL (scheme://user:pass@host:port/db).
     static std::unique_ptr<fault_proxy> for_url(std::string const& url) {
@@ -349,7 +357,10 @@ private:
         l->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         link* raw = l.get();
         links_.push_back(std::move(l));
-        raw->thread = std::thread([this, raw] { relay(*raw); });
+        raw->thread = std::thread([this, raw] {
+            ::pthread_setname_np(::pthread_self(), thread_name);
+            relay(*raw);
+        });
     }
 
     static bool send_all(int fd, char const* data, std::size_t n) {

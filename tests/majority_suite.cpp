@@ -30,7 +30,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -288,6 +290,117 @@ TEST_F(Majority, StalledMemberCostsOnlyItsTimeout) {
     EXPECT_TRUE(eventually([&] { return holders_of(name) == "none"; }, 10s))
         << "rows left after the release on: " << holders_of(name) << "; mariadb's events:\n"
         << at(2).events.all();
+}
+
+/// How many threads this process has now (/proc/self/task), but the fault
+/// proxies' (one per connection, which the members' stores may open meanwhile).
+std::size_t thread_count() {
+    std::size_t n = 0;
+    for (auto const& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(e.path() / "comm");
+        std::string name;
+        std::getline(comm, name);
+        if (name != fault_proxy::thread_name) ++n;
+    }
+    return n;
+}
+
+// Issue 19: the members are asked on a pool of workers that the majority locker
+// owns and joins, so once the locker is destroyed no thread it started runs on,
+// even when a member's call was still hanging: the destructor waits for that
+// call (bounded by the member's connect_timeout/io_timeout; here the member is
+// resumed 3 s after the destruction began). mariadb is stalled through an
+// acquire and a release, so its insert hangs in a worker. (Before: each call
+// ran on a detached thread; the destructor returned at once and the stalled
+// call's thread ran on until the resume, one thread more than allowed here.)
+TEST_F(Majority, DestroyedLockerLeavesNoThreadRunning) {
+    std::string const name = n("threads");
+    auto const before = thread_count();
+    std::optional<locker> M = majority(10s, {.member_timeout = 200ms, .auto_renew = false});
+    at(2).proxy->stall();
+    {
+        auto l = M->try_acquire(name);
+        ASSERT_TRUE(l.has_value()) << "not granted with one of three members stalled";
+        EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    }
+    std::jthread resumer([this] {
+        std::this_thread::sleep_for(3s);
+        at(2).proxy->resume();
+    });
+    auto const start = steady_clock::now();
+    M.reset();
+    auto const took = steady_clock::now() - start;
+    // The resumer may still be running: one thread more at most. A second more
+    // for anything else of the locker's to finish (the stalled call, if it were
+    // still running, would run until the resume, later than that).
+    auto now = thread_count();
+    bool const gone = eventually([&] { return (now = thread_count()) <= before + 1; }, 1s);
+    EXPECT_TRUE(gone) << now << " threads after the majority locker was destroyed (" << ms_of(took)
+                      << " ms), " << before << " before it was made, plus the resumer";
+    resumer.join();
+    RecordProperty("destroy_ms", static_cast<int>(ms_of(took)));
+    // Coarse: the wait is for the stalled call, which answers once resumed, never the io_timeout (20 s).
+    EXPECT_LT(took, 15s) << "the destructor waited for more than the stalled member's call";
+    // mariadb's late grant (its insert landed at the resume) was given back.
+    EXPECT_TRUE(eventually([&] { return !row_on(2, name).has_value(); }, 10s)) << "a row is left on mariadb";
+}
+
+// The last reference to a majority locker can be dropped on one of its own
+// workers (a late answer's handler briefly holds the lease, which holds the
+// locker): that worker cannot join itself. mariadb is stalled through an
+// acquire and a release; resumed, its late grant finds the released lease and
+// is given back, and mariadb's member locker reports that release from inside
+// the handler: its hook holds the worker there while the test drops the lease
+// and the locker, so the worker's reference is the last. The locker and its
+// pool are then destroyed on that worker, which must not join itself (that
+// throws, and std::terminate ends the process) and must end, like every other
+// thread of the locker.
+TEST_F(Majority, LockerDestroyedOnItsOwnWorker) {
+    std::string const name = n("own-worker");
+    struct gate {
+        std::mutex mutex;
+        std::condition_variable cv;
+        bool entered = false;
+        bool go = false;
+        std::thread::id where;
+    };
+    auto g = std::make_shared<gate>();
+    std::vector<locker> ms;
+    for (std::size_t i = 0; i < 2; ++i) ms.push_back(member_locker(i, 10s));
+    ms.push_back(sqlock::table_locker(
+        *at(2).store, {.ttl = 10s, .auto_renew = false, .on_event = [g, name](sqlock::lease_event const& e) {
+                           if (e.what != event_kind::released || e.name != name) return;
+                           std::unique_lock lock(g->mutex);
+                           if (g->entered) return;
+                           g->entered = true;
+                           g->where = std::this_thread::get_id();
+                           g->cv.notify_all();
+                           g->cv.wait_for(lock, 20s, [&] { return g->go; });
+                       }}));
+    auto const before = thread_count();
+    std::optional<locker> M = sqlock::majority_locker(std::move(ms), {.member_timeout = 200ms, .auto_renew = false});
+    at(2).proxy->stall();
+    std::optional<lease> l = M->try_acquire(name);
+    ASSERT_TRUE(l.has_value()) << "not granted with one of three members stalled";
+    EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    at(2).proxy->resume();
+    {
+        std::unique_lock lock(g->mutex);
+        ASSERT_TRUE(g->cv.wait_for(lock, 15s, [&] { return g->entered; }))
+            << "mariadb's late grant was not given back (its member locker reported no release)";
+        EXPECT_NE(g->where, std::this_thread::get_id());
+    }
+    l.reset();  // neither is the last reference: the held worker's is
+    M.reset();
+    {
+        std::lock_guard lock(g->mutex);
+        g->go = true;
+    }
+    g->cv.notify_all();
+    auto now = thread_count();
+    EXPECT_TRUE(eventually([&] { return (now = thread_count()) <= before; }, 10s))
+        << now << " threads after the majority locker was destroyed on its worker, " << before << " before it was made";
+    EXPECT_FALSE(row_on(2, name).has_value()) << "mariadb's late grant was left";
 }
 
 // ============================================================ 3. partial grants are cleaned up

@@ -92,6 +92,12 @@ struct majority_options {
 /// majority from the stores that opened (a quorum of the configured N). N ≥ 3 is recommended; N = 1 or 2 work but tolerate no
 /// failure (N = 2 needs both).
 ///
+/// The members are asked on worker threads that the locker owns (a pool that
+/// grows whenever no worker is idle, so one member's hung call never delays
+/// another's); destroying the locker (its last copy and last lease) joins them.
+/// @warning The locker's destructor may wait for member calls still in flight,
+///          each bounded by its member's `connect_timeout` and `io_timeout`.
+///
 /// @throws usage_error when `members` is empty, holds the same database twice
 ///         (same URL and table prefix), a majority locker or an SQLite
 ///         row_locker, or an option is out of range. No I/O is done.
