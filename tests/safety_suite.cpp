@@ -310,6 +310,19 @@ private:
     pid_t pid_;
 };
 
+/// Starts sqlock_safety_worker with `args`, its stdout and stderr in `dir`/out
+/// and `dir`/err, and SQLOCK_FAILPOINTS=`failpoint` in place of the caller's.
+child_process start_safety_worker(std::string const& failpoint, std::vector<std::string> args, fs::path const& dir) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
+    env.emplace_back("SQLOCK_FAILPOINTS=" + failpoint);
+    spawn_file_actions actions;
+    actions.capture_to_files(dir / "out", dir / "err");
+    args.insert(args.begin(), SQLOCK_SAFETY_WORKER);
+    return child_process(spawn_process(std::move(args), env, actions.get()));
+}
+
 // A client that stops inside an acquire (a GC pause, SIGSTOP, a debugger) must
 // not hold the name's token row, or every other acquire of the name would wait
 // on it. MariaDB's acquire used to be several statements in one transaction, so
@@ -326,13 +339,7 @@ TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
     std::string const lock_wait_ms = "2000";
     fs::path const dir = fs::temp_directory_path() / ("sqlt-safety-" + random_hex(8));
     fs::create_directories(dir);
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e)
-        if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
-    env.emplace_back("SQLOCK_FAILPOINTS=mysql.acquire.after_call=stop");
-    spawn_file_actions actions;
-    actions.capture_to_files(dir / "out", dir / "err");
-    child_process worker(spawn_process({SQLOCK_SAFETY_WORKER, url_, name, lock_wait_ms}, env, actions.get()));
+    child_process worker = start_safety_worker("mysql.acquire.after_call=stop", {url_, name, lock_wait_ms}, dir);
 
     bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
     ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"
@@ -379,15 +386,9 @@ TEST_P(SafetyEveryEngine, WaitingAcquireNeverReturnsALeaseThatRanOut) {
     std::string const name = n("ran-out-before-return");
     fs::path const dir = fs::temp_directory_path() / ("sqlt-safety-" + random_hex(8));
     fs::create_directories(dir);
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e)
-        if (std::string_view(*e).rfind("SQLOCK_FAILPOINTS=", 0) != 0) env.emplace_back(*e);
-    env.emplace_back("SQLOCK_FAILPOINTS=acquire.after_commit_before_return=stop");
-    spawn_file_actions actions;
-    actions.capture_to_files(dir / "out", dir / "err");
     // ttl 1 s, a waiting acquire of up to 5 s.
-    child_process worker(
-        spawn_process({SQLOCK_SAFETY_WORKER, url_, name, "2000", "1000", "5000"}, env, actions.get()));
+    child_process worker =
+        start_safety_worker("acquire.after_commit_before_return=stop", {url_, name, "2000", "1000", "5000"}, dir);
 
     bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
     ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"
