@@ -771,7 +771,8 @@ class Page:
         cmds = [(r["name"], r.get("command", "")) for r in d.runs if r.get("command")]
         if cmds:
             self.add("<details><summary>Every command that was run</summary>", "", "```")
-            self.add(*(f"{n}: {c.strip()}" for n, c in cmds))
+            # Paths inside the checkout are written relative to it: the page is read in other checkouts.
+            self.add(*(f"{n}: {c.strip().replace(ROOT + os.sep, '')}" for n, c in cmds))
             self.add("```", "", "</details>", "")
 
     def render(self):
