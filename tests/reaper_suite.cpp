@@ -1047,8 +1047,10 @@ TEST_P(ReaperCli, SameExitCodesAsTheSqlockCommand) {
 // A database that refuses the statement (here a read-only session; a missing
 // privilege is reported the same way, as sqlock::backend_error): 69, the code
 // the sqlock command gives for it (the reaper exited 70 before issue 19).
-TEST_P(ReaperCli, RefusedStatementIs69) {
-    if (e_ != engine::postgresql) GTEST_SKIP() << "the read-only session is asked for in the PostgreSQL URL";
+/// ReaperCli on PostgreSQL only: the read-only session is asked for in its URL.
+class ReaperCliPostgres : public ReaperCli {};
+
+TEST_P(ReaperCliPostgres, RefusedStatementIs69) {
     insert_expired("old/", 2);
     auto const read_only = url_ + (url_.find('?') == std::string::npos ? "?" : "&") +
                            "options=-c%20default_transaction_read_only%3Don";
@@ -1124,6 +1126,7 @@ TEST_P(ReaperCli, SigintStopsTheDaemonBetweenPasses) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, ReaperCli,
                          ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, ReaperCliPostgres, ::testing::Values(engine::postgresql), engine_param_name{});
 
 // ---------------------------------------------------------- several databases: the members of a majority
 
