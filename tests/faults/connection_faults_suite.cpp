@@ -27,7 +27,7 @@
 //
 // Sessions are ended only when they are this test's own: a PostgreSQL
 // application_name, or a MariaDB user of their own made over
-// SQLOCK_TEST_MYSQL_SOCKET (tests/marked_sessions.hpp, shared with tests/safety_suite.cpp).
+// SQLOCK_TEST_MYSQL_SOCKET (tests/marked_sessions.hpp, shared with tests/faults/safety_suite.cpp).
 //
 // What happened is recorded (lease events in order, states sampled next to the
 // database's own view of the row) and checked afterwards. Waits are bounded

@@ -1,4 +1,4 @@
-// sqlock tests — the process that forks for tests/fork_suite.cpp (issue 18, items 1 and 2).
+// sqlock tests — the process that forks for tests/faults/fork_suite.cpp (issue 18, items 1 and 2).
 //
 //   sqlock_fork_worker grant <url> <name> <try|wait> <own|shared-owner>
 //       Takes and releases a "startup" lock, then forks. The child opens a store

@@ -8,11 +8,11 @@
 // carry the same owner. And a child whose copies of the parent's store,
 // lockers and leases are destroyed (it returns through main, or calls exit())
 // exits normally and leaves the parent's table and row locks held and renewable.
-// The forking happens in tests/fork_worker.cpp, never in this test process.
+// The forking happens in tests/faults/fork_worker.cpp, never in this test process.
 // The rule itself is checked on the dialect's acquire statement: a live row
 // that carries the caller's attempt id is not a grant (only a retry after a
 // broken connection takes it, and only for the same owner).
-#include "../src/detail/store_impl.hpp"
+#include "detail/store_impl.hpp"
 #include "run_command.hpp"
 #include "test_env.hpp"
 
