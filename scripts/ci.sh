@@ -2,6 +2,7 @@
 # Everything CI checks (.ci/run calls it after installing the packages), runnable by developers:
 #   bash scripts/ci.sh [STEP...]        (default: every step, in this order)
 # Steps:
+#   lint        scripts/lint.sh: clang-format on every C/C++ file, clang-tidy on the library (zero findings)
 #   test        scripts/test.sh: build/ (RelWithDebInfo, static libsqlock.a, warnings as errors
 #               under CI), the battery's two CI tiers (conformance, fault-smoke) on PostgreSQL,
 #               MariaDB and SQLite, restart, crash and server-nemesis tests included
@@ -20,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -v CI ]]; then export CI; fi
 
-all=(test demo install release sanitize docs)
+all=(lint test demo install release sanitize docs)
 (($#)) || set -- "${all[@]}"
 for s in "$@"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "ci.sh: unknown step '$s' (steps: ${all[*]})" >&2; exit 64; }
@@ -64,6 +65,7 @@ for s in "$@"; do
   echo "=== ci.sh: step '$s' ==="
   t0=$SECONDS rc=0
   case $s in
+    lint) bash scripts/lint.sh || rc=$? ;;
     test) bash scripts/test.sh || rc=$? ;;
     demo) bash scripts/demo.sh || rc=$? ;;
     install) bash scripts/check-install.sh build || rc=$? ;;

@@ -6,7 +6,8 @@
 #              (libfaketime, nftables, iproute2, stress-ng for battery.sh --under-load): everything the
 #              full test run needs
 #   --spin     also spin, for scripts/model-check.sh (the majority token model check)
-#   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI
+#   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI, and
+#              clang-format-14 and clang-tidy-14 for scripts/lint.sh
 #   --docs     also Doxygen: the API reference (scripts/docs.sh, cmake --build build --target docs)
 #   --bench    also the peers and tools of bench/run.sh: Redis server and hiredis (sqlock-peer-redis),
 #              tooz with its PostgreSQL and MySQL drivers (bench/peers/tooz_bench.py), matplotlib
@@ -24,7 +25,7 @@ for arg in "$@"; do
     --spin) pkgs+=(spin) ;;
     # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
     # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.
-    --clang) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
+    --clang) pkgs+=(clang libclang-rt-14-dev llvm-14 clang-format-14 clang-tidy-14) ;;
     --docs) pkgs+=(doxygen) ;;
     # redis-server brings redis-cli (redis-tools), which bench/run.sh uses to wait for it and stop it.
     --bench) pkgs+=(redis-server libhiredis-dev python3-tooz python3-psycopg2 python3-pymysql python3-matplotlib) ;;
