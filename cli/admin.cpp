@@ -94,19 +94,11 @@ int list_members(list_args const& args) {
     auto members = open_members(args.dbs, false);
     std::size_t const n = members.size();
     std::vector<std::vector<sqlock::lock_info>> locks(n);
-    std::vector<std::optional<member_failure>> failures(n);
-    for_each_in_parallel(n, [&](std::size_t i) {
-        if (!members[i].store) {
-            failures[i] = members[i].failure;
-            return;
-        }
-        try {
-            locks[i] = sqlock::list_locks(*members[i].store);
-            // Expired rows nobody took over or reaped yet are free: not held, not listed.
-            std::erase_if(locks[i], [](sqlock::lock_info const& l) { return l.remaining.count() <= 0; });
-        } catch (...) {
-            failures[i] = failure_of_current_exception(members[i].url);
-        }
+    auto const failures = ask_members(members, locks, [](sqlock::store const& db) {
+        auto held = sqlock::list_locks(db);
+        // Expired rows nobody took over or reaped yet are free: not held, not listed.
+        std::erase_if(held, [](sqlock::lock_info const& l) { return l.remaining.count() <= 0; });
+        return held;
     });
 
     // By name, then in --db order: a majority lock's rows come together.
@@ -155,18 +147,8 @@ int release_members(release_args const& args) {
     auto members = open_members(args.dbs, false);
     std::size_t const n = members.size();
     std::vector<std::optional<sqlock::lock_info>> released(n);
-    std::vector<std::optional<member_failure>> failures(n);
-    for_each_in_parallel(n, [&](std::size_t i) {
-        if (!members[i].store) {
-            failures[i] = members[i].failure;
-            return;
-        }
-        try {
-            released[i] = sqlock::force_release(*members[i].store, args.name);
-        } catch (...) {
-            failures[i] = failure_of_current_exception(members[i].url);
-        }
-    });
+    auto const failures =
+        ask_members(members, released, [&](sqlock::store const& db) { return sqlock::force_release(db, args.name); });
     std::string out;
     std::size_t count = 0;
     int code = exit_code::ok;

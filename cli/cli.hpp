@@ -147,4 +147,25 @@ void reject_duplicate_databases(std::vector<std::string> const& urls);
 /// The failure the exception being handled stands for (call inside a catch).
 [[nodiscard]] member_failure failure_of_current_exception(std::string const& url);
 
+/// Asks every member at once: `results[i] = ask(*members[i].store)`. A member
+/// that could not be opened, or whose call threw, gets a failure instead (its
+/// result is left as it was); the failures come back by member.
+template <class Result, class Ask>
+[[nodiscard]] std::vector<std::optional<member_failure>> ask_members(std::vector<member>& members,
+                                                                     std::vector<Result>& results, Ask const& ask) {
+    std::vector<std::optional<member_failure>> failures(members.size());
+    for_each_in_parallel(members.size(), [&](std::size_t i) {
+        if (!members[i].store) {
+            failures[i] = members[i].failure;
+            return;
+        }
+        try {
+            results[i] = ask(*members[i].store);
+        } catch (...) {
+            failures[i] = failure_of_current_exception(members[i].url);
+        }
+    });
+    return failures;
+}
+
 }  // namespace sqlock::cli

@@ -129,11 +129,7 @@ int dispatch(int argc, char** argv) {
     std::vector<std::string> reversed(before.rbegin(), before.rend());  // CLI11 parses a reversed vector
     try {
         app.parse(reversed);
-    } catch (CLI::CallForHelp const& e) {
-        return app.exit(e);
-    } catch (CLI::CallForAllHelp const& e) {
-        return app.exit(e);
-    } catch (CLI::CallForVersion const& e) {
+    } catch (CLI::Success const& e) {  // --help, --help-all, --version
         return app.exit(e);
     } catch (CLI::ParseError const& e) {
         std::string where = app.get_subcommands().empty() ? std::string("sqlock --help")

@@ -341,11 +341,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         ->type_name("NAME");
     try {
         app.parse(argc, argv);
-    } catch (CLI::CallForHelp const& e) {
-        return app.exit(e);
-    } catch (CLI::CallForAllHelp const& e) {
-        return app.exit(e);
-    } catch (CLI::CallForVersion const& e) {
+    } catch (CLI::Success const& e) {  // --help, --help-all, --version
         return app.exit(e);
     } catch (CLI::ParseError const& e) {
         out.usage(e.what());
