@@ -723,7 +723,8 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     g.created_us = duration_cast<microseconds>(rows[granted.front()]->created_at().time_since_epoch()).count();
     g.expires_us = std::numeric_limits<std::int64_t>::max();
     for (auto i : granted)
-        g.expires_us = std::min(g.expires_us, duration_cast<microseconds>(rows[i]->expires_at().time_since_epoch()).count());
+        g.expires_us =
+            std::min(g.expires_us, duration_cast<microseconds>(rows[i]->expires_at().time_since_epoch()).count());
     auto lease = std::make_shared<majority_row>(shared_from_this(), self, name, owner, g, ttl, valid_until, rows);
     {
         std::lock_guard lock(outcome->mutex);

@@ -262,7 +262,8 @@ TEST_P(Lifecycle, ALockerStartsTheThreadsItsOptionsNeed) {
             started = started_between(before, thread_ids());
             l.release();
         }
-        EXPECT_EQ(started_between(before, thread_ids()), 0u) << "threads of a destroyed locker still run (" << name << ")";
+        EXPECT_EQ(started_between(before, thread_ids()), 0u)
+            << "threads of a destroyed locker still run (" << name << ")";
         return started;
     };
     EXPECT_EQ(count_for({.auto_renew = false}, n("threads-no-renew")), 1u)

@@ -760,9 +760,7 @@ TEST_F(Majority, ExpiryIsTheEarliestOfTheMembersDatabases) {
             if (auto r = row_on(i, name)) earliest = std::min(earliest.value_or(r->expires_us), r->expires_us);
         return earliest;
     };
-    auto us = [](sqlock::db_time t) {
-        return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
-    };
+    auto us = [](sqlock::db_time t) { return static_cast<long long>(t.time_since_epoch().count()); };
     auto const at_grant = earliest_on_members();
     ASSERT_TRUE(at_grant.has_value()) << "no member has a row of " << name;
     EXPECT_EQ(us(l->expires_at()), *at_grant) << "at the grant; rows on " << holders_of(name);
