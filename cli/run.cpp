@@ -695,15 +695,8 @@ run_times check_run_args(run_args const& args) {
     }
     if (majority) {
         reject_duplicate_databases(args.dbs);
-        // An SQLite row lock is a write transaction on the whole file: while it is
-        // held, the majority's token counter in that file cannot be written, so the
-        // member would cost a --member-timeout on every acquire and never count.
-        for (auto const& url : args.dbs)
-            if (args.strategy == "row" && engine_of_url(url) == sqlock::engine::sqlite)
-                fail(exit_code::usage, "--strategy row cannot have an SQLite member in majority mode (" +
-                                           redacted_url(url) +
-                                           "): its row lock locks the whole file, the majority's token counter "
-                                           "with it; use --strategy table, or server databases only");
+        // Which lockers can be members (not an SQLite row lock, say) is the library's rule:
+        // sqlock::majority_locker refuses the others with a usage_error, reported as exit 64.
     }
     return t;
 }

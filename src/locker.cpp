@@ -292,10 +292,11 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
     }
     if (wake) watch_->cv.notify_all();
     std::lock_guard lock(watchdog_mutex_);
-    if (!watchdog_.joinable()) {
+    // Without auto_renew nothing is ever queued for the renewal threads: they are not started.
+    if (options_.auto_renew && !renewers_.front().joinable())
         for (auto& t : renewers_) t = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
+    if (!watchdog_.joinable())
         watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_deadlines(state, stop); });
-    }
 }
 
 void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {

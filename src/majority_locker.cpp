@@ -5,7 +5,6 @@
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/process.hpp"
-#include "detail/store_impl.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/majority.hpp>
@@ -15,6 +14,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -250,10 +250,6 @@ struct answer {
     member_identity identity;         // token read: the member's identity and whether it has joined
 };
 
-std::string no_identity(dialect const& d) {
-    return "no identity row in " + d.identity_table() + ": apply the schema again (sqlock schema --apply --db URL)";
-}
-
 answer failure_of(std::exception_ptr e) {
     try {
         std::rethrow_exception(e);
@@ -465,15 +461,11 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
     // hold what they use, but the locker only by pointer (its destructor joins them).
     auto* self = this;
     auto read_call = [self, granted, name](std::size_t k) -> answer {
-        auto* store = self->members_[granted[k]].locker->member_store();
         try {
-            return store->run("reading majority token of lock '" + name + "'", [&](soci::session& s) -> answer {
-                auto identity = store->dialect().majority_identity(s);
-                if (!identity) return {answer::kind::failed, nullptr, 0, no_identity(store->dialect())};
-                answer a{answer::kind::ok, nullptr, store->dialect().majority_read(s, name), {}};
-                a.identity = std::move(*identity);
-                return a;
-            }, {.io_deadline = deadline_after(self->member_timeout_)});
+            auto read = self->members_[granted[k]].locker->read_token(name, clock::now() + self->member_timeout_);
+            answer a{answer::kind::ok, nullptr, read.value, {}};
+            a.identity = std::move(read.identity);
+            return a;
         } catch (...) {
             return failure_of(std::current_exception());
         }
@@ -485,7 +477,7 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
     bool joined_some = false;
     for (int round = 0; round < 3 && clock::now() < valid_until; ++round) {
         auto reads = fanout<answer>::start(pool_, granted.size(), read_call)
-                         ->settle(std::min(valid_until, deadline_after(member_timeout_)),
+                         ->settle(std::min(valid_until, clock::now() + member_timeout_),
                                   [&](auto const& r) { return count_ok(r) == granted.size(); });
         // Only members whose counters were seeded under their present identity count.
         std::vector<std::size_t> counted;  // indexes into granted
@@ -527,18 +519,16 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
         }
         std::int64_t const token = highest + 1;
         auto write_call = [self, granted, counted, ids, name, token](std::size_t j) -> answer {
-            auto* store = self->members_[granted[counted[j]]].locker->member_store();
             try {
-                bool won = store->run("settling majority token of lock '" + name + "'", [&](soci::session& s) {
-                    return store->dialect().majority_write(s, name, token, ids[j]);
-                }, {.io_deadline = deadline_after(self->member_timeout_)});
+                bool const won = self->members_[granted[counted[j]]].locker->write_token(
+                    name, token, ids[j], clock::now() + self->member_timeout_);
                 return {won ? answer::kind::ok : answer::kind::busy, nullptr, won ? 1 : 0, {}};
             } catch (...) {
                 return failure_of(std::current_exception());
             }
         };
         auto writes = fanout<answer>::start(pool_, counted.size(), write_call)
-                          ->settle(std::min(valid_until, deadline_after(member_timeout_)),
+                          ->settle(std::min(valid_until, clock::now() + member_timeout_),
                                    [&](auto const& r) { return count_ok(r) == counted.size(); });
         if (count_ok(writes) >= quorum_) return token;
         // Another client settled this token (or a higher one) meanwhile, or a
@@ -563,17 +553,13 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
     };
     using result = std::variant<view, std::string>;
     auto reads = fanout<result>::start(pool_, members_.size(), [self](std::size_t i) -> result {
-        auto* store = self->members_[i].locker->member_store();
         try {
-            return store->run("reading the majority counters", [&](soci::session& s) -> result {
-                auto identity = store->dialect().majority_identity(s);
-                if (!identity) return no_identity(store->dialect());
-                return view{std::move(*identity), store->dialect().majority_read_all(s)};
-            }, {.io_deadline = deadline_after(self->member_timeout_)});
+            auto read = self->members_[i].locker->read_counters(clock::now() + self->member_timeout_);
+            return view{std::move(read.identity), std::move(read.counters)};
         } catch (std::exception const& e) {
             return std::string(e.what());
         }
-    })->settle(std::min(valid_until, deadline_after(member_timeout_)), {});
+    })->settle(std::min(valid_until, clock::now() + member_timeout_), {});
     std::size_t answered = 0, joined = 0;
     std::string unanswered;
     for (std::size_t i = 0; i < reads.size(); ++i) {
@@ -625,16 +611,14 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
     std::vector<std::string> ids;
     for (auto i : seed) ids.push_back(std::get<view>(*reads[i]).identity.id);
     auto writes = fanout<answer>::start(pool_, seed.size(), [self, seed, ids, seeded](std::size_t k) -> answer {
-        auto* store = self->members_[seed[k]].locker->member_store();
         try {
-            bool done = store->run("seeding the majority counters", [&](soci::session& s) {
-                return store->dialect().majority_join(s, ids[k], *seeded);
-            }, {.io_deadline = deadline_after(self->member_timeout_)});
+            bool const done =
+                self->members_[seed[k]].locker->join(ids[k], *seeded, clock::now() + self->member_timeout_);
             return {done ? answer::kind::ok : answer::kind::busy, nullptr, 0, {}};
         } catch (...) {
             return failure_of(std::current_exception());
         }
-    })->settle(deadline_after(member_timeout_), {});
+    })->settle(clock::now() + member_timeout_, {});
     return std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::ok; });
 }
 
@@ -688,7 +672,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     // refused that no majority is possible. A majority granted early still waits
     // (up to the member timeout) for the rest, so the lease starts on as many
     // members as answer in time.
-    auto answers = acquires->settle(std::min(valid_until, deadline_after(member_timeout_)), [&](auto const& r) {
+    auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
         return refused_count(r) > members_.size() - quorum_;
     });
 
@@ -705,7 +689,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
             give_back(rows[granted[k]]);
             return {answer::kind::ok, nullptr, 0, {}};
         });
-        (void)releases->settle(deadline_after(member_timeout_), {});
+        (void)releases->settle(clock::now() + member_timeout_, {});
     };
     if (granted.size() < quorum_) {
         give_all_back();
@@ -734,9 +718,13 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
         return nullptr;
     }
     grant g{true, *token, 0, 0};
-    // The database times of the first granting member stand for the lease's.
+    // The lease's database times: the first granting member's creation, the earliest expiry among
+    // the granting members (each on its own database's clock; as on renewal).
     g.created_us = duration_cast<microseconds>(rows[granted.front()]->created_at().time_since_epoch()).count();
-    g.expires_us = duration_cast<microseconds>(rows[granted.front()]->expires_at().time_since_epoch()).count();
+    g.expires_us = std::numeric_limits<std::int64_t>::max();
+    for (auto i : granted)
+        g.expires_us =
+            std::min(g.expires_us, duration_cast<microseconds>(rows[i]->expires_at().time_since_epoch()).count());
     auto lease = std::make_shared<majority_row>(shared_from_this(), self, name, owner, g, ttl, valid_until, rows);
     {
         std::lock_guard lock(outcome->mutex);
@@ -764,7 +752,7 @@ bool majority_row::db_delete() {
             return failure_of(std::current_exception());
         }
     });
-    auto answers = releases->settle(deadline_after(majority_->member_timeout()), {});
+    auto answers = releases->settle(clock::now() + majority_->member_timeout(), {});
     std::size_t confirmed = 0, lost = 0;
     bool unanswered = false;
     {
@@ -837,13 +825,20 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             auto lease = self.lock();
             if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
         });
-    auto answers = renewals->settle(std::min(valid_until(), deadline_after(majority_->member_timeout())), {});
+    auto answers = renewals->settle(std::min(valid_until(), clock::now() + majority_->member_timeout()), {});
     std::size_t renewed = 0, lost = 0;
+    // The lease's expiry is the earliest its members' databases gave (each on its own clock): the
+    // moment a majority still holds it, or earlier; never the client's clock.
+    std::optional<renewal> earliest;
     for (std::size_t i = 0; i < n; ++i) {
         if (!answers[i]) continue;
         auto& a = *answers[i];
         if (a.what == answer::kind::ok) {
             ++renewed;
+            auto const& row = a.row ? a.row : rows[i];
+            auto const expires_us = duration_cast<microseconds>(row->expires_at().time_since_epoch()).count();
+            if (!earliest || expires_us < earliest->expires_us)
+                earliest = renewal{expires_us, expires_us - duration_cast<microseconds>(row->ttl()).count()};
             if (a.row && !adopt(i, a.row)) give_back(a.row);
         } else if (a.what == answer::kind::lost) {
             ++lost;
@@ -852,10 +847,7 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
         }
     }
     auto const quorum = majority_->quorum();
-    if (renewed >= quorum) {
-        auto now_us = duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-        return renewal{now_us + duration_cast<microseconds>(ttl).count(), now_us};
-    }
+    if (renewed >= quorum) return earliest;
     if (lost > n - quorum) return std::nullopt;  // a majority is someone else's: lost
     throw backend_unavailable("sqlock: majority lock '" + name() + "' was renewed on only " + std::to_string(renewed) +
                               " of " + std::to_string(n) + " members (needs " + std::to_string(quorum) + ")");
@@ -868,24 +860,18 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
     using namespace std::chrono;
     if (members.empty()) throw usage_error("sqlock: majority_locker needs at least one member locker (3 or more recommended)");
     std::vector<detail::member> list;
-    std::set<std::pair<std::string, std::string>> seen;
+    std::set<std::string> seen;
     milliseconds ttl = milliseconds::max();
     for (auto const& m : members) {
         auto const& impl = m.impl();
-        auto* store = impl ? impl->member_store() : nullptr;
-        if (store == nullptr)
-            throw usage_error("sqlock: a member of a majority locker must be a table_locker or row_locker "
-                              "(a majority of majorities is not supported)");
-        if (impl->locks_whole_database())
-            throw usage_error("sqlock: a row_locker on SQLite (" + store->url() +
-                              ") cannot be a majority member: its lease locks the whole file, so the member's token "
-                              "counter could not be written; use a table_locker for SQLite members");
-        auto key = std::make_pair(store->url(), store->options().table_prefix);
-        if (!seen.insert(key).second)
-            throw usage_error("sqlock: majority_locker got the database " + store->url() + " (table prefix '" +
-                              key.second + "') twice: each member must be a different database");
+        if (!impl) throw usage_error("sqlock: a member of a majority locker is an empty (moved-from) locker");
+        if (auto why = impl->member_refusal()) throw usage_error("sqlock: " + *why);
+        auto label = impl->member_label();
+        if (!seen.insert(impl->member_key()).second)
+            throw usage_error("sqlock: majority_locker got the database " + label + " (same URL and table prefix) "
+                              "twice: each member must be a different database");
         ttl = std::min(ttl, impl->options().ttl);
-        list.push_back({impl, store->url()});
+        list.push_back({impl, std::move(label)});
     }
     auto member_timeout = options.member_timeout.value_or(ttl / 10);
     auto drift = options.drift.value_or(ttl / 100 + milliseconds(2));

@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stop_token>
 #include <string>
@@ -226,6 +228,48 @@ TEST_P(Lifecycle, WithoutAutoRenewTheLockIsLostToAWaiter) {
     EXPECT_EQ(r->token, w.token());
     EXPECT_TRUE(w.held());
     EXPECT_NO_THROW(w.release());
+}
+
+/// The ids of this process's threads.
+std::set<std::string> thread_ids() {
+    std::set<std::string> ids;
+    for (auto const& task : fs::directory_iterator("/proc/self/task")) ids.insert(task.path().filename().string());
+    return ids;
+}
+
+/// How many of `after` are not in `before`.
+std::size_t started_between(std::set<std::string> const& before, std::set<std::string> const& after) {
+    return static_cast<std::size_t>(
+        std::count_if(after.begin(), after.end(), [&](auto const& id) { return !before.contains(id); }));
+}
+
+// The threads a locker starts with its first lease (docs/architecture.md,
+// "Threads"): the deadline thread alone without auto_renew (nothing is ever
+// renewed for it, but its leases' loss is still reported), the deadline thread
+// and two renewal threads with it; all of them joined when the locker goes. The
+// store's own threads are started first by a lease of another locker.
+TEST_P(Lifecycle, ALockerStartsTheThreadsItsOptionsNeed) {
+    {
+        locker warm = make_locker({.auto_renew = false});
+        warm.acquire(n("threads-warm"), 0ms).release();
+    }
+    auto count_for = [&](locker_options o, std::string const& name) {
+        auto const before = thread_ids();
+        std::size_t started = 0;
+        {
+            locker L = make_locker(std::move(o));
+            lease l = L.acquire(name, 0ms);
+            started = started_between(before, thread_ids());
+            l.release();
+        }
+        EXPECT_EQ(started_between(before, thread_ids()), 0u)
+            << "threads of a destroyed locker still run (" << name << ")";
+        return started;
+    };
+    EXPECT_EQ(count_for({.auto_renew = false}, n("threads-no-renew")), 1u)
+        << "a locker without auto_renew needs its deadline thread only";
+    EXPECT_EQ(count_for({.auto_renew = true}, n("threads-renew")), 3u)
+        << "a locker with auto_renew: its deadline thread and two renewal threads";
 }
 
 // ============================================================ 2. in doubt

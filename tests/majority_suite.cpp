@@ -742,6 +742,37 @@ TEST_F(Majority, RenewalAddsAMissingMemberAndKeepsTheLeaseWithOneDown) {
     EXPECT_FALSE(row_on(2, name).has_value()) << "mariadb's row is left after the release";
 }
 
+// ============================================================ 7a. the lease's database times
+
+// lease::expires_at() is a database time (include/sqlock/lease.hpp): for a
+// majority lease, the earliest expiry its members' databases hold, at the grant
+// and after each renewal, never the client's clock plus the ttl. Each member's
+// expiry is read from its lock table (raw SQL), so a client-clock value differs
+// from it (at microsecond resolution) and fails the equality.
+TEST_F(Majority, ExpiryIsTheEarliestOfTheMembersDatabases) {
+    locker M = majority(10s, {.auto_renew = false});
+    std::string const name = n("db-expiry");
+    auto l = M.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    auto earliest_on_members = [&] {
+        std::optional<long long> earliest;
+        for (std::size_t i = 0; i < members_.size(); ++i)
+            if (auto r = row_on(i, name)) earliest = std::min(earliest.value_or(r->expires_us), r->expires_us);
+        return earliest;
+    };
+    auto us = [](sqlock::db_time t) { return static_cast<long long>(t.time_since_epoch().count()); };
+    auto const at_grant = earliest_on_members();
+    ASSERT_TRUE(at_grant.has_value()) << "no member has a row of " << name;
+    EXPECT_EQ(us(l->expires_at()), *at_grant) << "at the grant; rows on " << holders_of(name);
+
+    l->renew();
+    auto const at_renewal = earliest_on_members();
+    ASSERT_TRUE(at_renewal.has_value());
+    EXPECT_GT(*at_renewal, *at_grant) << "the renewal did not move the members' expiries";
+    EXPECT_EQ(us(l->expires_at()), *at_renewal) << "after a renewal; rows on " << holders_of(name);
+    l->release();
+}
+
 // ============================================================ 7b. a member that lost its data
 
 /// "N" (the token of a grant, released at once), "busy", or the error.

@@ -78,9 +78,13 @@ struct locker_options {
     std::chrono::milliseconds backoff_min = 5ms;
     std::chrono::milliseconds backoff_max = 500ms;
 
-    /// The watchdog: a background thread (one per locker, shared by all its
-    /// leases) renews every held lease at about ttl/3. A renewal that cannot
-    /// reach the database is retried until the lease's local validity runs out.
+    /// The watchdog renews every held lease at about ttl/3. It is one deadline
+    /// thread per locker (shared by all its leases; it schedules renewals and
+    /// reports a lease lost when its validity runs out) and two renewal threads
+    /// that run the renewals (started with the first lease when this is true;
+    /// never when false: the deadline thread alone then watches for loss).
+    /// A renewal that cannot reach the database is retried until the lease's
+    /// local validity runs out. docs/architecture.md lists every thread.
     bool auto_renew = true;
 
     /// The longest the watchdog keeps a lease, from its grant. Once the next

@@ -1,6 +1,6 @@
 // Internal: what every locker strategy shares — validation, owner ids, the
-// waiting loop, the renewer (a deadline thread and a renewal thread), counters
-// and hooks.
+// waiting loop, the renewer (a deadline thread and, with auto_renew, two
+// renewal threads), the majority member interface, counters and hooks.
 #pragma once
 
 #include "detail/lease_row.hpp"
@@ -54,17 +54,58 @@ public:
     [[nodiscard]] locker_options const& options() const noexcept { return options_; }
     [[nodiscard]] locker_stats stats() const noexcept;
 
+    // ---- As a majority member (docs/majority.md, "The member interface"): all
+    // that a majority locker asks of the lockers it is made of. It grants with
+    // acquire_unwatched(), renews and releases through the granted row's own
+    // renew() and release_hold(), and settles fencing tokens with the counter
+    // operations below. Table and row lockers provide them on their database
+    // (src/majority_member.cpp, through member_store()); a locker without one
+    // says why in member_refusal() and is refused as a member.
+
     /// One attempt of the strategy's acquire whose row nobody renews but its
     /// caller (a majority locker renews its members' rows itself). Null when busy.
     [[nodiscard]] std::shared_ptr<lease_row> acquire_unwatched(std::string const& name, attempt const& bounds) {
         return acquire_row(name, owner_for_this_thread(), bounds);
     }
 
-    /// The store a table or row locker works on; null for composite lockers.
-    [[nodiscard]] virtual class store_impl* member_store() noexcept { return nullptr; }
+    /// A member's identity and its counter of one lock.
+    struct member_token {
+        member_identity identity;
+        std::int64_t value = 0;  ///< 0 when the lock has no counter there yet
+    };
+    /// A member's identity and every counter it holds.
+    struct member_counters {
+        member_identity identity;
+        std::vector<std::pair<std::string, std::int64_t>> counters;
+    };
 
-    /// True when a held lease locks its whole database for writing (SQLite's row lock).
-    [[nodiscard]] virtual bool locks_whole_database() const noexcept { return false; }
+    /// Why this locker cannot be a majority member (a sentence for a usage_error); empty when it can.
+    [[nodiscard]] virtual std::optional<std::string> member_refusal();
+    /// The member's database, for messages.
+    [[nodiscard]] virtual std::string member_label();
+    /// Equal for two lockers on the same database and tables (a majority needs different ones).
+    [[nodiscard]] virtual std::string member_key();
+
+    // The counter operations wait for the member no later than `deadline`.
+    // They throw sqlock's errors: schema_missing when the member has no
+    // identity row (its tables were not applied), backend_unavailable,
+    // timeout or in_doubt when it could not answer.
+
+    /// The member's identity and its counter of `name`.
+    [[nodiscard]] virtual member_token read_token(std::string const& name, clock::time_point deadline);
+    /// Raise the counter of `name` to `token`, on the member whose identity is
+    /// `member_id` only; true when this call raised it (false when it was
+    /// already there or higher, or the identity changed).
+    [[nodiscard]] virtual bool write_token(std::string const& name, std::int64_t token, std::string const& member_id,
+                                           clock::time_point deadline);
+    /// Every counter of the member, with its identity.
+    [[nodiscard]] virtual member_counters read_counters(clock::time_point deadline);
+    /// Seed the member whose identity is `member_id` with the counters `seed` (each
+    /// raised, never lowered) and record it as joined; false when it was not
+    /// (the identity changed, or it had joined meanwhile).
+    [[nodiscard]] virtual bool join(std::string const& member_id,
+                                    std::vector<std::pair<std::string, std::int64_t>> const& seed,
+                                    clock::time_point deadline);
 
     /// The end of the local validity of a renewal sent at `sent` with `ttl`.
     [[nodiscard]] virtual clock::time_point validity_end(clock::time_point sent, std::chrono::milliseconds ttl) const noexcept {
@@ -107,10 +148,17 @@ protected:
     /// A random id for one acquire attempt (stored in the row it may write).
     [[nodiscard]] static std::int64_t new_attempt_id();
 
+    /// The database of a table or row locker, which serves the member
+    /// interface above; null for composite lockers.
+    [[nodiscard]] virtual class store_impl* member_store() noexcept { return nullptr; }
+    /// True when a held lease locks its whole database for writing (SQLite's
+    /// row lock): the member's token counter could then not be written.
+    [[nodiscard]] virtual bool locks_whole_database() const noexcept { return false; }
+
     locker_options options_;
 
 private:
-    // The renewer is two threads sharing this state (so they can outlive a
+    // The renewer is threads sharing this state (so they can outlive a
     // locker whose last reference they dropped themselves): the deadline thread
     // schedules renewals and reports a lease lost the moment its safe deadline
     // passes, and never does I/O; the renewal thread performs the renewals, so
