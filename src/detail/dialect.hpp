@@ -2,6 +2,7 @@
 // this interface (src/dialect/*.cpp); lockers never branch on the engine.
 #pragma once
 
+#include "detail/grant.hpp"
 #include "detail/url.hpp"
 
 #include <sqlock/options.hpp>
@@ -24,20 +25,6 @@ class soci_error;
 }  // namespace soci
 
 namespace sqlock::detail {
-
-/// What the database answered to an acquire.
-struct grant {
-    bool acquired = false;
-    std::int64_t token = 0;
-    std::int64_t created_us = 0;  // database clock, microseconds since the Unix epoch
-    std::int64_t expires_us = 0;
-};
-
-/// What the database answered to a renewal.
-struct renewal {
-    std::int64_t expires_us = 0;
-    std::int64_t now_us = 0;
-};
 
 /// One row of the lock table, as an operator sees it.
 struct lock_listing {
