@@ -148,6 +148,30 @@ protected:
     /// Counters the purge may delete: not the floor, token below now - `:horizon` µs.
     [[nodiscard]] std::string purgeable_tokens_sql() const;
 
+    /// Runs `body` in a write transaction (begin_write_sql()): COMMIT when it
+    /// returns true, ROLLBACK when it returns false or throws. What it returned.
+    bool write_transaction(soci::session& s, std::function<bool()> const& body) const;
+
+    /// The token purge of engines whose DELETE cannot feed an INSERT in one
+    /// statement: in one write transaction, `measure` counts the batch and gives
+    /// its highest token (binds :horizon and :lim), `raise_floor` raises the
+    /// floor row to :highest, `remove` deletes the batch's counters whose token
+    /// (read again under the DELETE's lock) is still at most :highest. A counter
+    /// drawn from in between is kept for a later pass.
+    struct purge_steps {
+        std::string measure, raise_floor, remove;
+    };
+    [[nodiscard]] token_purge_batch purge_tokens_stepwise(soci::session& s, std::int64_t horizon_us, int batch,
+                                                          bool dry_run, purge_steps const& sql) const;
+
+    /// The parts of a reaper batch: `cond` (expired by :grace, or, `max_age`,
+    /// created before :age), `live` (1 for a row not yet expired) and `pick` (a
+    /// subquery of at most :lim names).
+    struct reap_conditions {
+        std::string cond, live, pick;
+    };
+    [[nodiscard]] reap_conditions reap_sql(bool max_age) const;
+
     store_options options_;
     std::string prefix_;
     std::string locks_;

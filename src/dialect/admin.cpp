@@ -10,13 +10,8 @@ reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<
     // Baseline (PostgreSQL, SQLite): a bounded set chosen by a subquery, the
     // condition repeated on the DELETE so a row renewed meanwhile is kept.
     long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
-    std::string const now = now_sql();
-    std::string cond = "expires_at < " + minus_sql(now, "grace");
-    if (max_age_us) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
-    std::string const live = "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END";
-    std::string pick = "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" +
-                       skip_locked_sql();
-    std::string sql =
+    auto const [cond, live, pick] = reap_sql(max_age_us.has_value());
+    std::string const sql =
         dry_run ? "SELECT COUNT(*), MIN(" + epoch_us_sql("expires_at") + "), COALESCE(SUM(" + live + "), 0) FROM " +
                       locks_ + " WHERE name IN (" + pick + ")"
                 : "WITH d AS (DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
@@ -108,6 +103,33 @@ std::optional<lock_listing> dialect::find_lock(soci::session& s, std::string con
     auto rows = read_locks(s, &name);
     if (rows.empty()) return std::nullopt;
     return rows.front();
+}
+
+token_purge_batch dialect::purge_tokens_stepwise(soci::session& s, std::int64_t horizon_us, int batch, bool dry_run,
+                                                 purge_steps const& sql) const {
+    long long horizon = horizon_us, limit = batch, picked = 0, highest = 0, deleted = 0;
+    soci::indicator highest_ind = soci::i_null;
+    write_transaction(s, [&] {
+        s << sql.measure, soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(picked),
+            soci::into(highest, highest_ind);
+        if (dry_run || picked == 0 || highest_ind != soci::i_ok) return false;
+        s << sql.raise_floor, soci::use(highest, "highest");
+        soci::statement st = (s.prepare << sql.remove, soci::use(horizon, "horizon"), soci::use(limit, "lim"),
+                              soci::use(highest, "highest"));
+        st.execute(true);
+        deleted = st.get_affected_rows();
+        return true;
+    });
+    return {dry_run ? picked : deleted, picked};
+}
+
+dialect::reap_conditions dialect::reap_sql(bool max_age) const {
+    std::string const now = now_sql();
+    std::string cond = "expires_at < " + minus_sql(now, "grace");
+    if (max_age) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
+    std::string pick = "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" +
+                       skip_locked_sql();
+    return {cond, "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END", pick};
 }
 
 }  // namespace sqlock::detail

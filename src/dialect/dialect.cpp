@@ -3,6 +3,8 @@
 
 #include <sqlock/errors.hpp>
 
+#include <soci/soci.h>
+
 #include <algorithm>
 
 namespace sqlock::detail {
@@ -111,6 +113,21 @@ std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table
         case engine::sqlite: return make_sqlite_dialect(table_prefix, options);
     }
     throw usage_error("sqlock: unknown engine");
+}
+
+bool dialect::write_transaction(soci::session& s, std::function<bool()> const& body) const {
+    s << begin_write_sql();
+    try {
+        bool const commit = body();
+        s << (commit ? "COMMIT" : "ROLLBACK");
+        return commit;
+    } catch (...) {
+        try {
+            s << "ROLLBACK";
+        } catch (...) {  // no transaction left to roll back
+        }
+        throw;
+    }
 }
 
 }  // namespace sqlock::detail

@@ -63,14 +63,10 @@ std::string dialect::majority_add_member_sql() const {
 
 bool dialect::majority_join(soci::session& s, std::string const& member_id,
                             std::vector<std::pair<std::string, std::int64_t>> const& counters) const {
-    s << begin_write_sql();
-    try {
+    return write_transaction(s, [&] {
         std::string id;
         s << "SELECT id FROM " + identity_table(), soci::into(id);
-        if (!s.got_data() || id != member_id) {
-            s << "ROLLBACK";
-            return false;
-        }
+        if (!s.got_data() || id != member_id) return false;
         std::string name;
         long long token = 0;
         soci::statement raise = (s.prepare << majority_raise_sql(), soci::use(name, "name"), soci::use(token, "token"));
@@ -80,15 +76,8 @@ bool dialect::majority_join(soci::session& s, std::string const& member_id,
             raise.execute(true);
         }
         s << majority_add_member_sql(), soci::use(member_id, "id");
-        s << "COMMIT";
         return true;
-    } catch (...) {
-        try {
-            s << "ROLLBACK";
-        } catch (...) {  // no transaction left to roll back
-        }
-        throw;
-    }
+    });
 }
 
 }  // namespace sqlock::detail

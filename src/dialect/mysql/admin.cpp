@@ -1,9 +1,10 @@
+// MariaDB / MySQL: the reaper and the operator's calls.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
-reap_batch mysql_dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
-                               bool dry_run) const {
+reap_batch mysql_dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us,
+                               int batch, bool dry_run) const {
     long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
     std::string cond = "expires_at < " + minus_sql("NOW(6)", "grace");
     if (max_age_us) cond = "(" + cond + " OR created_at < " + minus_sql("NOW(6)", "age") + ")";
@@ -38,28 +39,14 @@ reap_batch mysql_dialect::reap(soci::session& s, std::int64_t grace_us, std::opt
 
 token_purge_batch mysql_dialect::purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                               bool dry_run) const {
-    long long horizon = horizon_us, limit = batch, picked = 0, highest = 0;
-    soci::indicator highest_ind = soci::i_null;
     std::string const cond = purgeable_tokens_sql();
-    soci::transaction tx(s);
-    s << "SELECT COUNT(*), MAX(token) FROM (SELECT token FROM " + tokens_ + " WHERE " + cond +
-             " ORDER BY token LIMIT :lim) AS picked",
-        soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(picked),
-        soci::into(highest, highest_ind);
-    long long deleted = 0;
-    if (!dry_run && picked > 0 && highest_ind == soci::i_ok) {
-        s << "INSERT INTO " + tokens_ + " (name, token) VALUES ('', :highest)"
-             " ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))",
-            soci::use(highest, "highest");
-        soci::statement st = (s.prepare << "DELETE FROM " + tokens_ + " WHERE " + cond +
-                                               " AND token <= :highest ORDER BY token LIMIT :lim",
-                              soci::use(horizon, "horizon"), soci::use(highest, "highest"),
-                              soci::use(limit, "lim"));
-        st.execute(true);
-        deleted = st.get_affected_rows();
-    }
-    tx.commit();
-    return {dry_run ? picked : deleted, picked};
+    return purge_tokens_stepwise(
+        s, horizon_us, batch, dry_run,
+        {.measure = "SELECT COUNT(*), MAX(token) FROM (SELECT token FROM " + tokens_ + " WHERE " + cond +
+                    " ORDER BY token LIMIT :lim) AS picked",
+         .raise_floor = "INSERT INTO " + tokens_ + " (name, token) VALUES ('', :highest)"
+                        " ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))",
+         .remove = "DELETE FROM " + tokens_ + " WHERE " + cond + " AND token <= :highest ORDER BY token LIMIT :lim"});
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

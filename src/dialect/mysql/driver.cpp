@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 std::string mysql_dialect::connect_string(url_parts const& url) const {
     auto seconds = std::max<long long>(1, (options_.connect_timeout.count() + 999) / 1000);
@@ -112,4 +113,4 @@ std::string mysql_dialect::native_code(soci::soci_error const& e) const {
     return {};
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the fence.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 std::optional<std::int64_t> mysql_dialect::fence(soci::session& s, std::string const& resource,
                                                  std::int64_t token) const {
@@ -11,4 +12,4 @@ std::optional<std::int64_t> mysql_dialect::fence(soci::session& s, std::string c
     return stored;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

@@ -1,8 +1,10 @@
+// MariaDB / MySQL: the text of the statements, built once per dialect.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
-mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options)
+    : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
     release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
@@ -44,8 +46,12 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     keep_sql_ += " FROM " + rows + " WHERE name = ?";
 }
 
+}  // namespace sqlock::detail::mysql_engine
+
+namespace sqlock::detail {
+
 std::unique_ptr<dialect> make_mysql_dialect(std::string const& prefix, store_options const& options) {
-    return std::make_unique<mysql_dialect>(prefix, options);
+    return std::make_unique<mysql_engine::mysql_dialect>(prefix, options);
 }
 
 }  // namespace sqlock::detail

@@ -39,7 +39,7 @@
 #include <string>
 #include <utility>
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 // A statement prepared on the server with libmariadb's API. Errors, a broken
 // connection included, are thrown as SOCI's MySQL error with the server's (or
@@ -227,10 +227,8 @@ public:
     // condition, so a row renewed in between is kept.
     reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
                     bool dry_run) const override;
-    // No DELETE ... RETURNING: measure the batch, raise the floor to its highest
-    // token, then delete the batch's counters whose token (read again under the
-    // DELETE's row lock) is still at most that, in one READ COMMITTED
-    // transaction. A counter drawn from in between is kept for a later pass.
+    // No DELETE ... RETURNING: the purge in steps (purge_tokens_stepwise), in one
+    // READ COMMITTED transaction.
     token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                    bool dry_run) const override;
     std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
@@ -303,4 +301,4 @@ private:
     static long long idle_seconds(std::chrono::milliseconds ttl) { return std::max<long long>(1, (ttl.count() + 999) / 1000); }
 };
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the row lock.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 std::optional<grant> mysql_dialect::lock_row(pooled_session ps, std::string const& name, std::string const& owner,
                                              std::chrono::milliseconds ttl, std::chrono::milliseconds wait,
@@ -103,4 +104,4 @@ void mysql_dialect::set_bounds(mysql_cache& c, pooled_session ps, long long idle
     c.idle_seconds = idle;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the schema.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 std::optional<std::string> mysql_dialect::relaxed_durability(soci::session& s) const {
     long long flush = 1;
@@ -22,4 +23,4 @@ std::string mysql_dialect::table_exists_sql() const {
            "DATABASE() AND routine_type = 'PROCEDURE' AND routine_name = :t)";
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

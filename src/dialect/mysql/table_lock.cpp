@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the table lock.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                              std::int64_t ttl_us, bool /*waiting*/, bool retry) const {
@@ -49,4 +50,4 @@ std::optional<renewal> mysql_dialect::renew(pooled_session ps, std::string const
     return renewal{row[1], row[2]};
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

@@ -1,6 +1,7 @@
+// MariaDB / MySQL: the token counters.
 #include "dialect/mysql/mysql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::mysql_engine {
 
 std::int64_t mysql_dialect::draw_token(pooled_session ps, std::string const& name) const {
     // Autocommit: the counter is on disk (innodb_flush_log_at_trx_commit = 1,
@@ -21,4 +22,4 @@ std::string mysql_dialect::majority_raise_sql() const {
            " (name, token) VALUES (:name, :token) ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))";
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::mysql_engine

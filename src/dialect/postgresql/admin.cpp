@@ -1,8 +1,10 @@
+// PostgreSQL: the reaper and the operator's calls.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
-std::vector<long_row_lock> postgresql_dialect::long_row_locks(soci::session& s, std::chrono::milliseconds threshold) const {
+std::vector<long_row_lock> postgresql_dialect::long_row_locks(soci::session& s,
+                                                              std::chrono::milliseconds threshold) const {
     long long ms = threshold.count();
     std::string const table = prefix_ + "_rows";
     soci::rowset<soci::row> rows =
@@ -17,4 +19,4 @@ std::vector<long_row_lock> postgresql_dialect::long_row_locks(soci::session& s, 
     return out;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

@@ -1,6 +1,7 @@
+// PostgreSQL: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 namespace {
 
 // SOCI has no API for LISTEN/NOTIFY, so the listener owns a raw libpq
@@ -193,4 +194,4 @@ std::string postgresql_dialect::native_code(soci::soci_error const& e) const {
     return {};
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

@@ -1,8 +1,10 @@
+// PostgreSQL: the text of the statements, built once per dialect.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
-postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options const& options)
+    : dialect(prefix, options) {
     // One statement: the CTE draws the name's next token, the upsert takes
     // the row if it is free or expired. `waiting` adds a mark on a live row
     // (its release will NOTIFY) and answers with the row as it stands, ours
@@ -79,8 +81,12 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     keep_sql_ += " FROM set_config('idle_in_transaction_session_timeout', :idle, true)";
 }
 
+}  // namespace sqlock::detail::postgresql_engine
+
+namespace sqlock::detail {
+
 std::unique_ptr<dialect> make_postgresql_dialect(std::string const& prefix, store_options const& options) {
-    return std::make_unique<postgresql_dialect>(prefix, options);
+    return std::make_unique<postgresql_engine::postgresql_dialect>(prefix, options);
 }
 
 }  // namespace sqlock::detail

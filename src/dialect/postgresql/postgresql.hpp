@@ -22,7 +22,7 @@
 #include <string_view>
 #include <thread>
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
 /// The table lock's statements (statement_cache) and the row lock's, with the
 /// buffers they are bound to.
@@ -108,4 +108,4 @@ private:
     std::string keep_sql_;
 };
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

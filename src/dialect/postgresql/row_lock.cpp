@@ -1,6 +1,7 @@
+// PostgreSQL: the row lock.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
 std::optional<grant> postgresql_dialect::lock_row(pooled_session ps, std::string const& name, std::string const& owner,
                                                   std::chrono::milliseconds ttl, std::chrono::milliseconds wait,
@@ -52,7 +53,8 @@ std::optional<grant> postgresql_dialect::lock_row(pooled_session ps, std::string
     return grant{true, c.token, at, 0};
 }
 
-std::int64_t postgresql_dialect::keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds ttl) const {
+std::int64_t postgresql_dialect::keep_row_lock(pooled_session ps, std::string const&,
+                                               std::chrono::milliseconds ttl) const {
     auto& c = cache(ps);
     c.idle = std::to_string(std::max<long long>(1000, ttl.count()));
     if (!c.row_keep)
@@ -69,4 +71,4 @@ void postgresql_dialect::end_row_lock(pooled_session ps, bool commit) const {
         run(c.row_rollback, ps.session, "ROLLBACK");
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

@@ -1,6 +1,7 @@
+// PostgreSQL: the schema.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
 std::vector<std::pair<std::string, std::string>> postgresql_dialect::added_columns() const {
     auto columns = dialect::added_columns();
@@ -30,4 +31,4 @@ void postgresql_dialect::create_schema(soci::session& s) const {
     s << "SELECT 1 FROM pg_advisory_unlock(hashtext(:k))", soci::use(key, "k");
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

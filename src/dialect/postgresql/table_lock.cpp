@@ -1,9 +1,10 @@
+// PostgreSQL: the table lock.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
-grant postgresql_dialect::acquire(pooled_session s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                                  std::int64_t ttl_us, bool waiting, bool retry) const {
+grant postgresql_dialect::acquire(pooled_session s, std::string const& name, std::string const& owner,
+                                  std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool retry) const {
     auto& c = cache(s);
     auto& st = waiting ? c.acquire_waiting : c.acquire;
     if (!st)
@@ -33,4 +34,4 @@ bool postgresql_dialect::release(pooled_session s, std::string const& name, std:
     return c.release->execute(true);
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

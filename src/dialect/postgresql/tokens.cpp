@@ -1,6 +1,7 @@
+// PostgreSQL: the token counters.
 #include "dialect/postgresql/postgresql.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::postgresql_engine {
 
 std::int64_t postgresql_dialect::draw_token(pooled_session s, std::string const& name) const {
     auto& c = cache(s);
@@ -11,4 +12,4 @@ std::int64_t postgresql_dialect::draw_token(pooled_session s, std::string const&
     return c.got_token;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::postgresql_engine

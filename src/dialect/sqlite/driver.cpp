@@ -1,6 +1,7 @@
+// SQLite: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/sqlite/sqlite.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
 std::string sqlite_dialect::connect_string(url_parts const& url) const {
     auto sync = url.params.find("synchronous");
@@ -68,4 +69,4 @@ std::string sqlite_dialect::native_code(soci::soci_error const& e) const {
     return {};
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::sqlite_engine

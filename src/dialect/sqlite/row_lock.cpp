@@ -1,6 +1,7 @@
+// SQLite: the row lock.
 #include "dialect/sqlite/sqlite.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
 std::optional<grant> sqlite_dialect::lock_row(pooled_session ps, std::string const& name, std::string const& owner,
                                               std::chrono::milliseconds, std::chrono::milliseconds wait,
@@ -55,4 +56,4 @@ void sqlite_dialect::end_row_lock(pooled_session ps, bool commit) const {
     set_engine_wait(ps.session, options_.lock_wait_timeout);
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::sqlite_engine

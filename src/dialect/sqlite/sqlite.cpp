@@ -1,8 +1,10 @@
+// SQLite: the text of the statements, built once per dialect.
 #include "dialect/sqlite/sqlite.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
-sqlite_dialect::sqlite_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
+sqlite_dialect::sqlite_dialect(std::string const& prefix, store_options const& options)
+    : dialect(prefix, options) {
     auto const now = std::string(now_us);
     token_sql_ = "INSERT INTO " + tokens_ + " (name, token) VALUES (:name, " + first_token_sql() + ")"
                  " ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token";
@@ -27,8 +29,12 @@ sqlite_dialect::sqlite_dialect(std::string const& prefix, store_options const& o
                     " owner = excluded.owner, locked_at = excluded.locked_at RETURNING locked_at";
 }
 
+}  // namespace sqlock::detail::sqlite_engine
+
+namespace sqlock::detail {
+
 std::unique_ptr<dialect> make_sqlite_dialect(std::string const& prefix, store_options const& options) {
-    return std::make_unique<sqlite_dialect>(prefix, options);
+    return std::make_unique<sqlite_engine::sqlite_dialect>(prefix, options);
 }
 
 }  // namespace sqlock::detail

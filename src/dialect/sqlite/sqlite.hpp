@@ -22,7 +22,7 @@
 #include <exception>
 #include <thread>
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
 // julianday('now') is fixed for the duration of one sqlite3_step().
 inline constexpr std::string_view now_us = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
@@ -125,8 +125,8 @@ public:
     // RETURNING and are summed here. One statement, one write transaction.
     reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
                     bool dry_run) const override;
-    // No DELETE inside a WITH: measure the batch, raise the floor to its highest
-    // token, delete it, all in one write transaction (nobody writes in between).
+    // No DELETE inside a WITH: the purge in steps (purge_tokens_stepwise), in one
+    // write transaction (nobody writes in between).
     token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                    bool dry_run) const override;
     // The triggers that keep the token counter are as necessary as the tables:
@@ -182,4 +182,4 @@ private:
     mutable std::string path_;
 };
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::sqlite_engine

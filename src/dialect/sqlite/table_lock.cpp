@@ -1,9 +1,10 @@
+// SQLite: the table lock.
 #include "dialect/sqlite/sqlite.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
-grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                              std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const {
+grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner,
+                              std::int64_t attempt, std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const {
     auto& c = static_cast<lite_cache&>(cache(ps));
     grant g;
     g.acquired = c.lock.start(handle_of(ps), lock_sql_)
@@ -58,4 +59,4 @@ std::optional<renewal> sqlite_dialect::renew(pooled_session ps, std::string cons
     return r;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::sqlite_engine

@@ -1,6 +1,7 @@
+// SQLite: the token counters.
 #include "dialect/sqlite/sqlite.hpp"
 
-namespace sqlock::detail {
+namespace sqlock::detail::sqlite_engine {
 
 std::int64_t sqlite_dialect::draw_token(pooled_session ps, std::string const& name) const {
     auto& c = static_cast<lite_cache&>(cache(ps));
@@ -11,4 +12,4 @@ std::int64_t sqlite_dialect::draw_token(pooled_session ps, std::string const& na
     return token;
 }
 
-}  // namespace sqlock::detail
+}  // namespace sqlock::detail::sqlite_engine
