@@ -187,52 +187,34 @@ inline thread_local engine_wait_note engine_wait_of_call;
 class mysql_dialect final : public dialect {
 public:
     mysql_dialect(std::string const& prefix, store_options const& options);
+
+    // ---- the engine driver (driver.cpp) ----
     sqlock::engine engine() const noexcept override { return engine::mysql; }
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override {
+        engine_wait_of_call = {&s, wait};
+    }
+    int socket_of(soci::session& s) const override;
+    idle_news read_idle(soci::session& s, bool hung_up) const override;
+    failure classify(soci::soci_error const& e, soci::session&) const override;
+    std::string native_code(soci::soci_error const& e) const override;
+
+    // ---- the schema (schema.cpp) ----
+    std::optional<std::string> relaxed_durability(soci::session& s) const override;
+    // The procedures are part of the schema: a store on tables without them
+    // says to apply schema/mysql.sql (or, with create_schema, creates them).
+    std::vector<std::string> required_tables() const override;
+
+    // ---- the table lock (table_lock.cpp) ----
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool /*waiting*/, bool retry) const override;
-    std::int64_t draw_token(pooled_session ps, std::string const& name) const override;
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
-    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override {
-        engine_wait_of_call = {&s, wait};
-    }
-    // No RETURNING with ON DUPLICATE KEY: make sure the row exists, then raise
-    // it in one conditional UPDATE; it changed a row only for the call that won.
-    bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
-                        std::string const& member_id) const override {
-        long long tok = token;
-        s << "INSERT IGNORE INTO " + majority_table() + " (name, token) VALUES (:name, 0)", soci::use(name, "name");
-        soci::statement st =
-            (s.prepare << "UPDATE " + majority_table() +
-                              " SET token = :token WHERE name = :name AND token < :below AND EXISTS (SELECT 1 FROM " +
-                              identity_table() + " i JOIN " + majority_members_table() +
-                              " g ON g.id = i.id WHERE i.id = :mid)",
-             soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"), soci::use(member_id, "mid"));
-        st.execute(true);
-        return st.get_affected_rows() > 0;
-    }
-    std::string majority_raise_sql() const override;
-    std::string majority_add_member_sql() const override {
-        return "INSERT IGNORE INTO " + majority_members_table() + " (id) VALUES (:id)";
-    }
-    std::optional<std::string> relaxed_durability(soci::session& s) const override;
-    int socket_of(soci::session& s) const override;
-    idle_news read_idle(soci::session& s, bool hung_up) const override;
-    // MySQL has no DELETE ... RETURNING: measure first, then delete the same
-    // bounded set, in one READ COMMITTED transaction. The DELETE repeats the
-    // condition, so a row renewed in between is kept.
-    reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
-                    bool dry_run) const override;
-    // No DELETE ... RETURNING: the purge in steps (purge_tokens_stepwise), in one
-    // READ COMMITTED transaction.
-    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
-                                   bool dry_run) const override;
-    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
-                                      std::int64_t token) const override;
+
+    // ---- the row lock (row_lock.cpp) ----
     void ensure_row(soci::session& s, std::string const& name) const override {
         s << ensure_row_sql_, soci::use(name, "name");
     }
@@ -242,11 +224,33 @@ public:
     std::int64_t keep_row_lock(pooled_session ps, std::string const& name,
                                std::chrono::milliseconds ttl) const override;
     void end_row_lock(pooled_session ps, bool commit) const override;
-    failure classify(soci::soci_error const& e, soci::session&) const override;
-    std::string native_code(soci::soci_error const& e) const override;
-    // The procedures are part of the schema: a store on tables without them
-    // says to apply schema/mysql.sql (or, with create_schema, creates them).
-    std::vector<std::string> required_tables() const override;
+
+    // ---- the token counters (tokens.cpp) ----
+    std::int64_t draw_token(pooled_session ps, std::string const& name) const override;
+    // No RETURNING with ON DUPLICATE KEY: make sure the row exists, then raise
+    // it in one conditional UPDATE; it changed a row only for the call that won.
+    bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
+                        std::string const& member_id) const override;
+    std::string majority_raise_sql() const override;
+    std::string majority_add_member_sql() const override {
+        return "INSERT IGNORE INTO " + majority_members_table() + " (id) VALUES (:id)";
+    }
+
+    // ---- the fence (fence.cpp) ----
+    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
+                                      std::int64_t token) const override;
+
+    // ---- the reaper and the operator's calls (admin.cpp) ----
+    // MySQL has no DELETE ... RETURNING: measure first, then delete the same
+    // bounded set, in one READ COMMITTED transaction. The DELETE repeats the
+    // condition, so a row renewed in between is kept.
+    reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
+                    bool dry_run) const override;
+    // No DELETE ... RETURNING: the purge in steps (purge_tokens_stepwise), in one
+    // READ COMMITTED transaction.
+    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
+                                   bool dry_run) const override;
+
 protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<mysql_cache>(); }
     // A table or a stored procedure of that name.

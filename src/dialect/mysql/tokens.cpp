@@ -22,4 +22,18 @@ std::string mysql_dialect::majority_raise_sql() const {
            " (name, token) VALUES (:name, :token) ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))";
 }
 
+bool mysql_dialect::majority_write(soci::session& s, std::string const& name, std::int64_t token,
+                                   std::string const& member_id) const {
+    long long tok = token;
+    s << "INSERT IGNORE INTO " + majority_table() + " (name, token) VALUES (:name, 0)", soci::use(name, "name");
+    soci::statement st =
+        (s.prepare << "UPDATE " + majority_table() +
+                          " SET token = :token WHERE name = :name AND token < :below AND EXISTS (SELECT 1 FROM " +
+                          identity_table() + " i JOIN " + majority_members_table() +
+                          " g ON g.id = i.id WHERE i.id = :mid)",
+         soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"), soci::use(member_id, "mid"));
+    st.execute(true);
+    return st.get_affected_rows() > 0;
+}
+
 }  // namespace sqlock::detail::mysql_engine

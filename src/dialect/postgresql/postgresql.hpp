@@ -37,29 +37,35 @@ struct pg_cache final : statement_cache {
 class postgresql_dialect final : public dialect {
 public:
     postgresql_dialect(std::string const& prefix, store_options const& options);
+
+    // ---- the engine driver (driver.cpp) ----
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
-    std::vector<std::pair<std::string, std::string>> added_columns() const override;
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
-    grant acquire(pooled_session s, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool waiting, bool retry) const override;
-    std::int64_t draw_token(pooled_session s, std::string const& name) const override;
-    std::optional<std::string> relaxed_durability(soci::session& s) const override;
     int socket_of(soci::session& s) const override;
     idle_news read_idle(soci::session& s, bool hung_up) const override;
-    bool release(pooled_session s, std::string const& name, std::string const& owner,
-                 std::int64_t token) const override;
-    // pg_stat_activity shows the sessions of our own role; a row-lock holder is
-    // idle in a transaction that holds a lock on the rows table.
-    std::vector<long_row_lock> long_row_locks(soci::session& s, std::chrono::milliseconds threshold) const override;
-    void notify_release(soci::session& s, std::string const& name) const override {
-        s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");
-    }
     std::unique_ptr<release_listener> listen(std::string const& connect_string,
                                              std::function<void(std::string_view)> on_notify) const override;
+    failure classify(soci::soci_error const& e, soci::session& s) const override;
+    std::string native_code(soci::soci_error const& e) const override;
+
+    // ---- the schema (schema.cpp) ----
+    std::vector<std::pair<std::string, std::string>> added_columns() const override;
+    std::optional<std::string> relaxed_durability(soci::session& s) const override;
     // Services starting together would race on CREATE ... IF NOT EXISTS and log
     // unique violations from the catalog: one at a time, under an advisory lock.
     void create_schema(soci::session& s) const override;
+
+    // ---- the table lock (table_lock.cpp) ----
+    grant acquire(pooled_session s, std::string const& name, std::string const& owner, std::int64_t attempt,
+                  std::int64_t ttl_us, bool waiting, bool retry) const override;
+    bool release(pooled_session s, std::string const& name, std::string const& owner,
+                 std::int64_t token) const override;
+    void notify_release(soci::session& s, std::string const& name) const override {
+        s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");
+    }
+
+    // ---- the row lock (row_lock.cpp) ----
     void ensure_row(soci::session& s, std::string const& name) const override {
         s << ensure_row_sql_, soci::use(name, "name");
     }
@@ -68,8 +74,15 @@ public:
                                   std::function<std::int64_t()> const& draw, bool& missing) const override;
     std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds ttl) const override;
     void end_row_lock(pooled_session ps, bool commit) const override;
-    failure classify(soci::soci_error const& e, soci::session& s) const override;
-    std::string native_code(soci::soci_error const& e) const override;
+
+    // ---- the token counters (tokens.cpp) ----
+    std::int64_t draw_token(pooled_session s, std::string const& name) const override;
+
+    // ---- the reaper and the operator's calls (admin.cpp) ----
+    // pg_stat_activity shows the sessions of our own role; a row-lock holder is
+    // idle in a transaction that holds a lock on the rows table.
+    std::vector<long_row_lock> long_row_locks(soci::session& s, std::chrono::milliseconds threshold) const override;
+
 protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<pg_cache>(); }
     std::string table_exists_sql() const override {

@@ -105,11 +105,26 @@ struct lite_cache final : statement_cache {
 class sqlite_dialect final : public dialect {
 public:
     sqlite_dialect(std::string const& prefix, store_options const& options);
+
+    // ---- the engine driver (driver.cpp) ----
     sqlock::engine engine() const noexcept override { return engine::sqlite; }
     // Only the path goes to SOCI: it would run a synchronous= pragma before any
     // busy timeout is set, and fail at once while another process checkpoints.
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override;
+    // BUSY after the whole busy_timeout: another connection holds the write lock
+    // (a row lock's BEGIN IMMEDIATE, or a long writer) — the lock is busy.
+    bool busy_is_lock_wait() const noexcept override { return true; }
+    failure classify(soci::soci_error const& e, soci::session&) const override;
+    std::string native_code(soci::soci_error const& e) const override;
+
+    // ---- the schema (schema.cpp) ----
+    // The triggers that keep the token counter are as necessary as the tables:
+    // without them the acquire would hand the same token out again.
+    std::vector<std::string> required_tables() const override;
+
+    // ---- the table lock (table_lock.cpp) ----
     // Granted only when RETURNING answers: this very statement inserted the row
     // or took it over, with the token it computed, never a row another wrote.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
@@ -121,6 +136,25 @@ public:
                  std::int64_t token) const override;
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
+
+    // ---- the row lock (row_lock.cpp) ----
+    void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
+    // The token is drawn and committed here, before the holding transaction (a
+    // second connection could not commit while this one holds the file).
+    std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
+                                  std::chrono::milliseconds, std::chrono::milliseconds wait,
+                                  std::function<std::int64_t()> const&, bool& missing) const override;
+    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds) const override;
+    void end_row_lock(pooled_session ps, bool commit) const override;
+
+    // ---- the token counters (tokens.cpp) ----
+    // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every
+    // name at once. A token drawn inside the holding transaction would be rolled
+    // back by a crash and handed out again, so it is drawn and committed first;
+    // the holding transaction then checks that nobody drew after us (else: busy).
+    std::int64_t draw_token(pooled_session ps, std::string const& name) const override;
+
+    // ---- the reaper and the operator's calls (admin.cpp) ----
     // SQLite has no DELETE inside a WITH: the deleted rows come back through
     // RETURNING and are summed here. One statement, one write transaction.
     reap_batch reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
@@ -129,28 +163,7 @@ public:
     // write transaction (nobody writes in between).
     token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                    bool dry_run) const override;
-    // The triggers that keep the token counter are as necessary as the tables:
-    // without them the acquire would hand the same token out again.
-    std::vector<std::string> required_tables() const override;
-    void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
-    // No row locks: BEGIN IMMEDIATE takes the database's write lock, for every
-    // name at once. A token drawn inside the holding transaction would be rolled
-    // back by a crash and handed out again, so it is drawn and committed first;
-    // the holding transaction then checks that nobody drew after us (else: busy).
-    std::int64_t draw_token(pooled_session ps, std::string const& name) const override;
-    void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override;
-    // BUSY after the whole busy_timeout: another connection holds the write lock
-    // (a row lock's BEGIN IMMEDIATE, or a long writer) — the lock is busy.
-    bool busy_is_lock_wait() const noexcept override { return true; }
-    // The token is drawn and committed here, before the holding transaction (a
-    // second connection could not commit while this one holds the file).
-    std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
-                                  std::chrono::milliseconds, std::chrono::milliseconds wait,
-                                  std::function<std::int64_t()> const&, bool& missing) const override;
-    std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds) const override;
-    void end_row_lock(pooled_session ps, bool commit) const override;
-    failure classify(soci::soci_error const& e, soci::session&) const override;
-    std::string native_code(soci::soci_error const& e) const override;
+
 protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<lite_cache>(); }
     std::string table_exists_sql() const override {
