@@ -2,7 +2,7 @@
 // watched by its locker's renewer through a weak reference.
 #pragma once
 
-#include "detail/dialect.hpp"
+#include "detail/grant.hpp"
 
 #include <sqlock/lease.hpp>
 

@@ -1,27 +1,27 @@
-// The baseline dialect: SQL that is the same on every engine, and the schema.
+// The baseline dialect: the table names, the table prefix and the embedded schema.
 #include "detail/dialect.hpp"
 
 #include <sqlock/errors.hpp>
 
 #include <soci/soci.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 namespace sqlock::detail {
 
 std::unique_ptr<dialect> make_postgresql_dialect(std::string const& prefix, store_options const& options);
+
 std::unique_ptr<dialect> make_mysql_dialect(std::string const& prefix, store_options const& options);
+
 std::unique_ptr<dialect> make_sqlite_dialect(std::string const& prefix, store_options const& options);
 
 namespace {
 constexpr std::string_view default_prefix = "sqlock";
+
 // PostgreSQL silently truncates longer names (NAMEDATALEN - 1), so two could
 // collide; MariaDB allows 64, SQLite any length.
 constexpr std::size_t max_identifier = 63;
+
 // Names made in code rather than in schema/*.sql: the NOTIFY channel (dialect::channel()).
 constexpr std::string_view code_names[] = {"sqlock_released"};
 
@@ -53,6 +53,7 @@ std::string_view longest_name() noexcept {
     }
     return longest;
 }
+
 }  // namespace
 
 void validate_table_prefix(std::string_view prefix) {
@@ -104,373 +105,6 @@ dialect::dialect(std::string const& table_prefix, store_options const& options)
       tokens_(table_prefix + "_tokens"),
       fences_(table_prefix + "_fences") {}
 
-std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
-
-std::vector<std::string> dialect::required_tables() const {
-    return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table(), identity_table(), majority_members_table()};
-}
-
-std::string dialect::missing_table(soci::session& s) const {
-    for (auto const& table : required_tables()) {
-        int found = 0;
-        s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
-        if (found == 0) return table;
-    }
-    // Columns added since the first release (a statement naming a missing
-    // column fails, and changes nothing).
-    for (auto const& [column, type] : added_columns()) {
-        try {
-            s << "SELECT COUNT(" + column + ") FROM " + locks_ + " WHERE 1 = 0";
-        } catch (soci::soci_error const&) {
-            return locks_ + "." + column + " " + type;
-        }
-    }
-    return {};
-}
-
-std::vector<std::pair<std::string, std::string>> dialect::added_columns() const {
-    return {{"attempt", "BIGINT NOT NULL DEFAULT 0"}};
-}
-
-void dialect::create_schema(soci::session& s) const {
-    // The schema files are plain statements separated by ';' with '--' comment
-    // lines. MySQL's stored procedures end with another delimiter, set by a
-    // `DELIMITER $$` line as in the mariadb and mysql clients; SQLite's triggers
-    // end at a line "END;", as its shell knows. Each statement end becomes
-    // '\x01' here.
-    std::string sql, delimiter = ";";
-    bool in_trigger = false;
-    for (auto text = schema_sql(); !text.empty();) {
-        auto eol = text.find('\n');
-        auto line = text.substr(0, eol);
-        text = eol == std::string::npos ? std::string{} : text.substr(eol + 1);
-        auto first = line.find_first_not_of(" \t");
-        if (first == std::string::npos || line.compare(first, 2, "--") == 0) continue;
-        if (line.compare(first, 10, "DELIMITER ") == 0) {
-            delimiter = line.substr(first + 10, line.find_first_of(" \t\r", first + 10) - first - 10);
-            continue;
-        }
-        if (line.compare(first, 14, "CREATE TRIGGER") == 0) in_trigger = true;
-        if (in_trigger && line.compare(first, 4, "END;") != 0) {
-            sql += line + "\n";  // a statement of the trigger's body
-            continue;
-        }
-        in_trigger = false;
-        // Appended piece by piece (GCC 12 warns falsely about string::replace here, bug 105329).
-        for (std::size_t at = 0;;) {
-            auto const hit = line.find(delimiter, at);
-            sql.append(line, at, hit == std::string::npos ? std::string::npos : hit - at);
-            if (hit == std::string::npos) break;
-            sql += '\x01';
-            at = hit + delimiter.size();
-        }
-        sql += '\n';
-    }
-    for (std::size_t start = 0; start < sql.size();) {
-        auto end = sql.find('\x01', start);
-        auto statement = sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
-        if (statement.find_first_not_of(" \t\n") != std::string::npos) s << statement;
-        if (end == std::string::npos) break;
-        start = end + 1;
-    }
-}
-
-bool dialect::release(pooled_session s, std::string const& name, std::string const& owner, std::int64_t token) const {
-    auto& c = cache(s);
-    if (!c.release)
-        c.release.emplace((s.session.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
-                           soci::use(c.name, "name"), soci::use(c.owner, "owner"), soci::use(c.token, "token")));
-    c.name = name;
-    c.owner = owner;
-    c.token = token;
-    c.release->execute(true);
-    return c.release->get_affected_rows() > 0;
-}
-
-std::optional<renewal> dialect::renew(pooled_session s, std::string const& name, std::string const& owner,
-                                      std::int64_t token, std::int64_t ttl_us) const {
-    auto& c = cache(s);
-    if (!c.renew)
-        c.renew.emplace((s.session.prepare << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
-                                                  " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " +
-                                                  now_sql() + " RETURNING " + epoch_us_sql("expires_at") + ", " +
-                                                  epoch_us_sql(now_sql()),
-                         soci::use(c.ttl, "ttl"), soci::use(c.name, "name"), soci::use(c.owner, "owner"),
-                         soci::use(c.token, "token"), soci::into(c.expires), soci::into(c.now)));
-    c.name = name;
-    c.owner = owner;
-    c.token = token;
-    c.ttl = ttl_us;
-    bool const got = c.renew->execute(true);
-    finish(*c.renew);
-    if (!got) return std::nullopt;
-    return renewal{c.expires, c.now};
-}
-
-bool dialect::add_hold(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
-    long long tok = token;
-    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds + 1 WHERE name = :name AND owner = "
-                                       ":owner AND token = :token AND expires_at >= " + now_sql(),
-                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
-    st.execute(true);
-    return st.get_affected_rows() > 0;
-}
-
-bool dialect::drop_hold(soci::session& s, std::string const& name, std::string const& owner,
-                        std::int64_t token) const {
-    long long tok = token;
-    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds - 1 WHERE name = :name AND owner = "
-                                       ":owner AND token = :token AND holds > 1",
-                          soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
-    st.execute(true);
-    return st.get_affected_rows() > 0;
-}
-
-reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
-                        bool dry_run) const {
-    // Baseline (PostgreSQL, SQLite): a bounded set chosen by a subquery, the
-    // condition repeated on the DELETE so a row renewed meanwhile is kept.
-    long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
-    std::string const now = now_sql();
-    std::string cond = "expires_at < " + minus_sql(now, "grace");
-    if (max_age_us) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
-    std::string const live = "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END";
-    std::string pick = "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" +
-                       skip_locked_sql();
-    std::string sql =
-        dry_run ? "SELECT COUNT(*), MIN(" + epoch_us_sql("expires_at") + "), COALESCE(SUM(" + live + "), 0) FROM " +
-                      locks_ + " WHERE name IN (" + pick + ")"
-                : "WITH d AS (DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
-                      " RETURNING expires_at, " + live + " AS live) SELECT COUNT(*), MIN(" +
-                      epoch_us_sql("expires_at") + "), COALESCE(SUM(live), 0) FROM d";
-    long long rows = 0, oldest = 0, live_rows = 0;
-    soci::indicator oldest_ind = soci::i_null;
-    if (max_age_us)
-        s << sql, soci::use(grace, "grace"), soci::use(age, "age"), soci::use(limit, "lim"), soci::into(rows),
-            soci::into(oldest, oldest_ind), soci::into(live_rows);
-    else
-        s << sql, soci::use(grace, "grace"), soci::use(limit, "lim"), soci::into(rows),
-            soci::into(oldest, oldest_ind), soci::into(live_rows);
-    reap_batch r;
-    r.rows = rows;
-    r.live_purged = live_rows;
-    if (oldest_ind == soci::i_ok && rows > 0) r.oldest_expiry_us = oldest;
-    return r;
-}
-
-std::string dialect::first_token_sql() const {
-    return greatest_sql("COALESCE((SELECT f.token FROM " + tokens_ + " f WHERE f.name = ''), 0) + 1",
-                        epoch_us_sql(now_sql()));
-}
-
-std::string dialect::purgeable_tokens_sql() const {
-    return "name <> '' AND token < " + epoch_us_sql(now_sql()) + " - :horizon";
-}
-
-token_purge_batch dialect::purge_tokens(soci::session& s, std::int64_t horizon_us, int batch, bool dry_run) const {
-    // Baseline (PostgreSQL): one statement. The floor is raised to the highest
-    // token actually deleted (RETURNING gives the rows as deleted), in the same
-    // transaction as the DELETE, so nobody sees a counter gone and the floor low.
-    long long horizon = horizon_us, limit = batch, picked = 0, deleted = 0;
-    std::string const cond = purgeable_tokens_sql();
-    std::string const pick = "SELECT name FROM " + tokens_ + " WHERE " + cond + " ORDER BY token LIMIT :lim" +
-                             skip_locked_sql();
-    if (dry_run) {
-        s << "SELECT COUNT(*) FROM " + tokens_ + " WHERE name IN (" + pick + ")", soci::use(horizon, "horizon"),
-            soci::use(limit, "lim"), soci::into(picked);
-        return {picked, picked};
-    }
-    s << "WITH d AS (DELETE FROM " + tokens_ + " WHERE name IN (" + pick + ") AND " + cond + " RETURNING token),"
-         " f AS (INSERT INTO " + tokens_ + " AS t (name, token) SELECT '', MAX(token) FROM d HAVING COUNT(*) > 0"
-         " ON CONFLICT (name) DO UPDATE SET token = GREATEST(t.token, excluded.token))"
-         " SELECT COUNT(*) FROM d",
-        soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(deleted);
-    return {deleted, deleted};
-}
-
-std::optional<std::int64_t> dialect::fence(soci::session& s, std::string const& resource, std::int64_t token) const {
-    // Equal tokens pass: one holder may write several times. The upsert locks
-    // the resource's row until the caller's transaction ends.
-    long long tok = token, stored = 0;
-    s << "INSERT INTO " + fences_ + " AS f (resource, token) VALUES (:resource, :token)"
-         " ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token"
-         " RETURNING token",
-        soci::use(resource, "resource"), soci::use(tok, "token"), soci::into(stored);
-    if (s.got_data()) return std::nullopt;
-    s << "SELECT token FROM " + fences_ + " WHERE resource = :resource", soci::use(resource, "resource"),
-        soci::into(stored);
-    return stored;
-}
-
-std::vector<lock_listing> dialect::list_locks(soci::session& s) const { return read_locks(s, nullptr); }
-
-std::vector<lock_listing> dialect::read_locks(soci::session& s, std::string const* name) const {
-    std::vector<lock_listing> out;
-    std::string const sql = "SELECT name, owner, " + epoch_us_sql("created_at") + ", " + epoch_us_sql("expires_at") +
-                            ", " + epoch_us_sql(now_sql()) + ", token, holds FROM " + locks_ +
-                            (name != nullptr ? " WHERE name = :name" : " ORDER BY name");
-    soci::rowset<soci::row> rows = name != nullptr ? (s.prepare << sql, soci::use(*name, "name")) : (s.prepare << sql);
-    for (auto const& r : rows) {
-        // Integer columns come back as int or long long depending on the engine.
-        auto integer = [&](std::size_t i) -> std::int64_t {
-            switch (r.get_properties(i).get_data_type()) {
-                case soci::dt_integer: return r.get<int>(i);
-                case soci::dt_long_long: return r.get<long long>(i);
-                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
-                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
-                case soci::dt_string: return std::stoll(r.get<std::string>(i));
-                default: return 0;
-            }
-        };
-        out.push_back({r.get<std::string>(0), r.get<std::string>(1), integer(5), static_cast<int>(integer(6)),
-                       integer(2), integer(3), integer(4)});
-    }
-    return out;
-}
-
-std::optional<lock_listing> dialect::force_release(soci::session& s, std::string const& name) const {
-    // An operator's tool: read the row, then delete exactly that grant (its token).
-    for (auto const& r : read_locks(s, &name)) {
-        long long tok = r.token;
-        soci::statement st = (s.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND token = :token",
-                              soci::use(name, "name"), soci::use(tok, "token"));
-        st.execute(true);
-        if (st.get_affected_rows() == 0) return std::nullopt;
-        notify_release(s, name);
-        return r;
-    }
-    return std::nullopt;
-}
-
-std::vector<long_row_lock> dialect::long_row_locks(soci::session&, std::chrono::milliseconds) const { return {}; }
-
-void dialect::notify_release(soci::session&, std::string const&) const {}
-
-std::unique_ptr<release_listener> dialect::listen(std::string const&,
-                                                  std::function<void(std::string_view)>) const {
-    return nullptr;
-}
-
-void dialect::delete_attempt(soci::session& s, std::string const& name, std::string const& owner,
-                             std::int64_t attempt) const {
-    long long id = attempt;
-    s << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND attempt = :attempt",
-        soci::use(name, "name"), soci::use(owner, "owner"), soci::use(id, "attempt");
-}
-
-std::optional<lock_listing> dialect::find_lock(soci::session& s, std::string const& name) const {
-    auto rows = read_locks(s, &name);
-    if (rows.empty()) return std::nullopt;
-    return rows.front();
-}
-
-std::optional<std::string> dialect::relaxed_durability(soci::session&) const { return std::nullopt; }
-
-std::int64_t dialect::majority_read(soci::session& s, std::string const& name) const {
-    long long token = 0;
-    s << "SELECT token FROM " + majority_table() + " WHERE name = :name", soci::use(name, "name"), soci::into(token);
-    return s.got_data() ? token : 0;
-}
-
-bool dialect::majority_write(soci::session& s, std::string const& name, std::int64_t token,
-                             std::string const& member_id) const {
-    // A max-register: only ever raised, and "won" only by the call that raised
-    // it to this value, so two clients settling the same token cannot both win
-    // on one member. Only on the database the caller read as a joined member: a
-    // member recreated since (another identity) or not seeded yet wins nothing.
-    long long tok = token, stored = 0;
-    s << "INSERT INTO " + majority_table() + " AS m (name, token) SELECT CAST(:name AS TEXT), CAST(:token AS BIGINT)"
-         " WHERE EXISTS (SELECT 1 FROM " + identity_table() + " i JOIN " + majority_members_table() +
-             " g ON g.id = i.id WHERE i.id = :mid)"
-         " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token RETURNING token",
-        soci::use(name, "name"), soci::use(tok, "token"), soci::use(member_id, "mid"), soci::into(stored);
-    return s.got_data();
-}
-
-std::optional<member_identity> dialect::majority_identity(soci::session& s) const {
-    std::string id;
-    long long age = 0, joined = 0;
-    s << "SELECT i.id, " + epoch_us_sql(now_sql()) + " - " + epoch_us_sql("i.created_at") +
-             ", (SELECT COUNT(*) FROM " + majority_members_table() + " g WHERE g.id = i.id) FROM " + identity_table() +
-             " i",
-        soci::into(id), soci::into(age), soci::into(joined);
-    if (!s.got_data()) return std::nullopt;
-    return member_identity{id, age, joined > 0};
-}
-
-std::vector<std::pair<std::string, std::int64_t>> dialect::majority_read_all(soci::session& s) const {
-    std::vector<std::pair<std::string, std::int64_t>> out;
-    std::string name;
-    long long token = 0;
-    soci::statement st = (s.prepare << "SELECT name, token FROM " + majority_table(), soci::into(name), soci::into(token));
-    st.execute();
-    while (st.fetch()) out.emplace_back(name, token);
-    return out;
-}
-
-std::string dialect::majority_raise_sql() const {
-    return "INSERT INTO " + majority_table() + " AS m (name, token) VALUES (:name, :token)"
-           " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token";
-}
-
-std::string dialect::majority_add_member_sql() const {
-    return "INSERT INTO " + majority_members_table() + " (id) VALUES (:id) ON CONFLICT (id) DO NOTHING";
-}
-
-bool dialect::majority_join(soci::session& s, std::string const& member_id,
-                            std::vector<std::pair<std::string, std::int64_t>> const& counters) const {
-    s << begin_write_sql();
-    try {
-        std::string id;
-        s << "SELECT id FROM " + identity_table(), soci::into(id);
-        if (!s.got_data() || id != member_id) {
-            s << "ROLLBACK";
-            return false;
-        }
-        std::string name;
-        long long token = 0;
-        soci::statement raise = (s.prepare << majority_raise_sql(), soci::use(name, "name"), soci::use(token, "token"));
-        for (auto const& [n, t] : counters) {
-            name = n;
-            token = t;
-            raise.execute(true);
-        }
-        s << majority_add_member_sql(), soci::use(member_id, "id");
-        s << "COMMIT";
-        return true;
-    } catch (...) {
-        try {
-            s << "ROLLBACK";
-        } catch (...) {  // no transaction left to roll back
-        }
-        throw;
-    }
-}
-
-int dialect::socket_of(soci::session&) const { return -1; }
-
-dialect::idle_news dialect::read_idle(soci::session& s, bool hung_up) const {
-    int const fd = socket_of(s);
-    if (fd < 0) return {true, false, "its connection was already closed"};
-    char byte = 0;
-    auto const n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    int const err = errno;
-    if (n == 0) return {true, false, "the server closed the connection"};
-    if (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
-        return {true, false, std::string("the connection failed: ") + std::strerror(err)};
-    if (hung_up) {
-        int so_error = 0;
-        socklen_t len = sizeof so_error;
-        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 && so_error != 0)
-            return {true, false, std::string("the connection failed: ") + std::strerror(so_error)};
-        return {true, false, "the server closed the connection"};
-    }
-    // Data this layer cannot parse stays readable until a statement reads it.
-    return {false, n < 0, {}};
-}
-
-void dialect::set_engine_wait(soci::session&, std::chrono::milliseconds) const {}
-
 std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table_prefix, store_options const& options) {
     validate_table_prefix(table_prefix);
     switch (e) {
@@ -479,6 +113,21 @@ std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table
         case engine::sqlite: return make_sqlite_dialect(table_prefix, options);
     }
     throw usage_error("sqlock: unknown engine");
+}
+
+bool dialect::write_transaction(soci::session& s, std::function<bool()> const& body) const {
+    s << begin_write_sql();
+    try {
+        bool const commit = body();
+        s << (commit ? "COMMIT" : "ROLLBACK");
+        return commit;
+    } catch (...) {
+        try {
+            s << "ROLLBACK";
+        } catch (...) {  // no transaction left to roll back
+        }
+        throw;
+    }
 }
 
 }  // namespace sqlock::detail

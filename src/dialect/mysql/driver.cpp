@@ -1,0 +1,116 @@
+// MariaDB / MySQL: the engine driver: session set-up, error classification, the idle-socket read.
+#include "dialect/mysql/mysql.hpp"
+
+namespace sqlock::detail::mysql_engine {
+
+std::string mysql_dialect::connect_string(url_parts const& url) const {
+    auto seconds = std::max<long long>(1, (options_.connect_timeout.count() + 999) / 1000);
+    // A read must outlast the longest server-side wait of one statement.
+    auto read_seconds = seconds + (options_.lock_wait_timeout.count() + 999) / 1000 + 30;
+    std::string c = "host=" + quote_connect_value(url.host) + " dbname=" + quote_connect_value(url.database) +
+                    " connect_timeout=" + std::to_string(seconds) + " read_timeout=" +
+                    std::to_string(read_seconds) + " write_timeout=" + std::to_string(read_seconds);
+    if (url.port != 0) c += " port=" + std::to_string(url.port);
+    if (!url.user.empty()) c += " user=" + quote_connect_value(url.user);
+    if (!url.password.empty()) c += " password=" + quote_connect_value(url.password);
+    auto charset = url.params.find("charset");
+    c += " charset=" + quote_connect_value(charset == url.params.end() ? "utf8mb4" : charset->second);
+    for (auto const& [key, value] : url.params) {
+        validate_param_name(key);
+        if (key != "charset") c += " " + key + "=" + quote_connect_value(value);
+    }
+    return c;
+}
+
+void mysql_dialect::open(soci::session& s, std::string const& connect_string) const {
+    // Never auto-reconnect (the default): a silent reconnect would drop a
+    // transaction without telling us.
+    s.open(*soci::factory_mysql(), connect_string);
+    // Connector/C opens its socket without close-on-exec (libpq sets it): a
+    // program the process starts (system, popen, posix_spawn) would keep the
+    // connection open after this process dies, and a row lock held on it
+    // would stay held until that program ends or the server's idle limit
+    // (the TTL) runs out, not free at the holder's death.
+    if (int fd = socket_of(s); fd >= 0) {
+        int const flags = ::fcntl(fd, F_GETFD);
+        if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+    auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
+    s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+    // idle_transaction_timeout: a client that stops inside a transaction of
+    // several round trips (the reaper's, the row lock's between its
+    // statements, a pause, a crash the server has not noticed) may hold row
+    // locks other clients wait for; the server ends such a session instead of
+    // letting it block them for wait_timeout (hours). The row lock raises it
+    // to its TTL while it holds its transaction.
+    s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " +
+             std::to_string(wait_seconds) + ", SESSION idle_transaction_timeout = " +
+             std::to_string(wait_seconds) +
+             ", SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+             "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
+}
+
+int mysql_dialect::socket_of(soci::session& s) const {
+    auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+    return backend == nullptr || backend->conn_ == nullptr ? -1 : static_cast<int>(mysql_get_socket(backend->conn_));
+}
+
+dialect::idle_news mysql_dialect::read_idle(soci::session& s, bool hung_up) const {
+    // Nothing is due on an idle connection: what comes is the server's
+    // error packet before it closes the session (a KILL, a shutdown, the
+    // idle limit). Read in place, it stays for the connection's next reader.
+    auto* backend = static_cast<soci::mysql_session_backend*>(s.get_backend());
+    int const fd = socket_of(s);
+    if (fd >= 0 && mysql_get_ssl_cipher(backend->conn_) == nullptr) {
+        std::array<unsigned char, 512> packet{};
+        auto const n = ::recv(fd, packet.data(), packet.size(), MSG_PEEK | MSG_DONTWAIT);
+        if (n >= 7 && packet[4] == 0xFF) {
+            auto const length = std::min<std::size_t>(static_cast<std::size_t>(n),
+                                                      4 + (packet[0] | packet[1] << 8 | packet[2] << 16));
+            std::string why = "ERROR " + std::to_string(packet[5] | packet[6] << 8);
+            std::size_t at = 7;
+            if (length >= 13 && packet[7] == '#') {
+                why += " (" + std::string(packet.begin() + 8, packet.begin() + 13) + ")";
+                at = 13;
+            }
+            if (length > at) why += ": " + std::string(packet.begin() + static_cast<std::ptrdiff_t>(at),
+                                                       packet.begin() + static_cast<std::ptrdiff_t>(length));
+            return {true, false, why};
+        }
+    }
+    return dialect::read_idle(s, hung_up);
+}
+
+failure mysql_dialect::classify(soci::soci_error const& e, soci::session&) const {
+    auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
+    if (my == nullptr) return failure::other;
+    switch (my->err_num_) {
+        case 1213: return failure::transient;   // ER_LOCK_DEADLOCK: the transaction was rolled back
+        case 1205: return failure::lock_wait;   // ER_LOCK_WAIT_TIMEOUT
+        case 1146:                              // ER_NO_SUCH_TABLE
+        case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire_v2 or _renew
+            return failure::schema;
+        case 1044:                              // ER_DBACCESS_DENIED_ERROR
+        case 1142:                              // ER_TABLEACCESS_DENIED_ERROR
+        case 1143:                              // ER_COLUMNACCESS_DENIED_ERROR
+        case 1370:                              // ER_PROCACCESS_DENIED_ERROR: EXECUTE on a procedure
+            return failure::permission;
+        case 1290:                              // ER_OPTION_PREVENTS_STATEMENT: --read-only
+        case 1792:                              // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+            return failure::read_only;
+        case 1053:                              // ER_SERVER_SHUTDOWN
+        case 1927:                              // ER_CONNECTION_KILLED
+        case 2002: case 2003: case 2006: case 2013: case 2055:
+        case 4031:                              // ER_CLIENT_INTERACTION_TIMEOUT
+            return failure::connection;
+        default: return my->get_error_category() == soci::soci_error::connection_error ? failure::connection
+                                                                                        : failure::other;
+    }
+}
+
+std::string mysql_dialect::native_code(soci::soci_error const& e) const {
+    if (auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e)) return std::to_string(my->err_num_);
+    return {};
+}
+
+}  // namespace sqlock::detail::mysql_engine

@@ -1,0 +1,197 @@
+// PostgreSQL: the engine driver: session set-up, error classification, the idle-socket read.
+#include "dialect/postgresql/postgresql.hpp"
+
+namespace sqlock::detail::postgresql_engine {
+namespace {
+
+// SOCI has no API for LISTEN/NOTIFY, so the listener owns a raw libpq
+// connection. An eventfd wakes its poll() for a prompt shutdown.
+class pg_listener final : public release_listener {
+public:
+    pg_listener(std::string conninfo, std::string channel, std::chrono::milliseconds io_timeout,
+                std::function<void(std::string_view)> on_notify)
+        : conninfo_(std::move(conninfo)),
+          listen_sql_("LISTEN \"" + channel + "\""),
+          io_timeout_(io_timeout),
+          on_notify_(std::move(on_notify)),
+          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+          thread_([this](std::stop_token stop) { run(stop); }) {}
+
+    ~pg_listener() override {
+        thread_.request_stop();
+        std::uint64_t one = 1;
+        (void)!::write(wake_, &one, sizeof one);
+        thread_.join();
+        ::close(wake_);
+    }
+
+private:
+    void run(std::stop_token const& stop) {
+        auto retry = std::chrono::milliseconds(100);
+        while (!stop.stop_requested()) {
+            PGconn* conn = PQconnectdb(conninfo_.c_str());
+            if (PQstatus(conn) == CONNECTION_OK) {
+                if (subscribe(conn, stop)) {
+                    retry = std::chrono::milliseconds(100);
+                    on_notify_("");  // anything released while we were away is unknown
+                    pump(conn, stop);
+                }
+            }
+            PQfinish(conn);
+            if (stop.stop_requested()) break;
+            sleep_unless_woken(retry);
+            retry = std::min(retry * 2, std::chrono::milliseconds(5000));
+        }
+    }
+
+    // LISTEN, waiting for its answer at most io_timeout and never past a stop: a
+    // blocking PQexec on a silent server would keep the store from closing.
+    bool subscribe(PGconn* conn, std::stop_token const& stop) {
+        if (PQsendQuery(conn, listen_sql_.c_str()) == 0) return false;
+        auto const deadline = std::chrono::steady_clock::now() + io_timeout_;
+        while (PQisBusy(conn) != 0) {
+            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            if (stop.stop_requested() || left <= std::chrono::milliseconds::zero()) return false;
+            pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_, POLLIN, 0}};
+
+            if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1000))) < 0 && errno != EINTR) return false;
+            if (fds[1].revents != 0) return false;
+            if (fds[0].revents != 0 && PQconsumeInput(conn) == 0) return false;
+        }
+        bool listening = true;
+        while (PGresult* r = PQgetResult(conn)) {
+            listening = listening && PQresultStatus(r) == PGRES_COMMAND_OK;
+            PQclear(r);
+        }
+        return listening;
+    }
+
+    // Deliver notifications until the connection drops or we are stopped.
+    void pump(PGconn* conn, std::stop_token const& stop) {
+        while (!stop.stop_requested()) {
+            pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_, POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+            if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+                if (PQconsumeInput(conn) == 0) return;
+                while (PGnotify* n = PQnotifies(conn)) {
+                    std::string name = n->extra;
+                    PQfreemem(n);
+                    if (!name.empty()) on_notify_(name);
+                }
+            }
+        }
+    }
+
+    void sleep_unless_woken(std::chrono::milliseconds d) {
+        pollfd fd{wake_, POLLIN, 0};
+        ::poll(&fd, 1, static_cast<int>(d.count()));
+    }
+
+    std::string conninfo_;
+    std::string listen_sql_;
+    std::chrono::milliseconds io_timeout_;
+    std::function<void(std::string_view)> on_notify_;
+    int wake_;
+    std::jthread thread_;
+};
+
+}  // namespace
+
+std::string postgresql_dialect::connect_string(url_parts const& url) const {
+    auto seconds = std::max<long long>(2, (options_.connect_timeout.count() + 999) / 1000);
+    // Client-side keepalives: a holder learns within about a minute that the
+    // server vanished, instead of waiting on a dead socket for hours.
+    std::string c = "host=" + quote_connect_value(url.host) + " dbname=" + quote_connect_value(url.database) +
+                    " connect_timeout=" + std::to_string(seconds) + " application_name='sqlock'" +
+                    " keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3";
+    if (url.port != 0) c += " port=" + std::to_string(url.port);
+    if (!url.user.empty()) c += " user=" + quote_connect_value(url.user);
+    if (!url.password.empty()) c += " password=" + quote_connect_value(url.password);
+    for (auto const& [key, value] : url.params) {
+        validate_param_name(key);
+        c += " " + key + "=" + quote_connect_value(value);
+    }
+    return c;
+}
+
+void postgresql_dialect::open(soci::session& s, std::string const& connect_string) const {
+    s.open(*soci::factory_postgresql(), connect_string);
+    s << "SET lock_timeout = " + std::to_string(options_.lock_wait_timeout.count());
+    // A grant or renewal acknowledged before it is on disk can be lost by a
+    // crash and its token handed out again: never let a role's or URL's
+    // synchronous_commit = off apply to sqlock's own connections.
+    s << "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'";
+    // sqlock's statements are written for READ COMMITTED (single conditional
+    // statements; the row lock waits for the holder's row and then locks it).
+    // A SERIALIZABLE or REPEATABLE READ default (server, database, role or the
+    // URL's options) would make them fail with serialization errors (40001)
+    // and the row lock's COMMIT report a held lock as lost: never inherit it.
+    s << "SET default_transaction_isolation = 'read committed'";
+    s << "SET TIME ZONE 'UTC'";
+    s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
+}
+
+int postgresql_dialect::socket_of(soci::session& s) const {
+    auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+    return backend == nullptr || backend->conn_ == nullptr ? -1 : PQsocket(backend->conn_);
+}
+
+dialect::idle_news postgresql_dialect::read_idle(soci::session& s, bool hung_up) const {
+    auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+    PGconn* conn = backend == nullptr ? nullptr : backend->conn_;
+    if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD)
+        return {true, false, "its connection was already closed"};
+    // Parse what came, in libpq (notices, parameter changes, the server's
+    // FATAL before it closes): a message received outside a query goes to
+    // the notice receiver, which keeps it here instead of on stderr.
+    struct heard {
+        std::string said;
+        bool fatal = false;
+    } h;
+    auto const keep = [](void* arg, PGresult const* r) {
+        auto& into = *static_cast<heard*>(arg);
+        char const* m = PQresultErrorMessage(r);
+        char const* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+        bool const fatal = severity != nullptr && (std::string_view(severity) == "FATAL" || std::string_view(severity) == "PANIC");
+        if (m != nullptr && (fatal || !into.fatal)) into.said = m;
+        into.fatal = into.fatal || fatal;
+    };
+    auto const previous = PQsetNoticeReceiver(conn, keep, &h);
+    bool const read = PQconsumeInput(conn) == 1;
+    (void)PQisBusy(conn);
+    PQsetNoticeReceiver(conn, previous, nullptr);  // sqlock's sessions keep libpq's default (argument null)
+    if (!read || PQstatus(conn) == CONNECTION_BAD || hung_up || h.fatal) {
+        if (!h.fatal) h.said = PQerrorMessage(conn);
+        while (!h.said.empty() && (h.said.back() == '\n' || h.said.back() == ' ')) h.said.pop_back();
+        if (h.said.empty()) h.said = "the server closed the connection";
+        return {true, false, h.said};
+    }
+    return {};
+}
+
+std::unique_ptr<release_listener> postgresql_dialect::listen(std::string const& connect_string,
+                                                             std::function<void(std::string_view)> on_notify) const {
+    return std::make_unique<pg_listener>(connect_string, channel(), options_.io_timeout, std::move(on_notify));
+}
+
+failure postgresql_dialect::classify(soci::soci_error const& e, soci::session& s) const {
+    // Every session of this dialect was opened with the PostgreSQL backend.
+    auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
+    if (backend == nullptr || backend->conn_ == nullptr || PQstatus(backend->conn_) == CONNECTION_BAD)
+        return failure::connection;
+    auto code = native_code(e);
+    if (code == "40001" || code == "40P01") return failure::transient;
+    if (code == "55P03") return failure::lock_wait;
+    if (code == "42P01") return failure::schema;
+    if (code == "42501") return failure::permission;  // insufficient_privilege
+    if (code == "25006") return failure::read_only;   // read_only_sql_transaction (also a hot standby)
+    if (code.starts_with("08") || code.starts_with("57P")) return failure::connection;
+    return failure::other;
+}
+
+std::string postgresql_dialect::native_code(soci::soci_error const& e) const {
+    if (auto* pg = dynamic_cast<soci::postgresql_soci_error const*>(&e)) return pg->sqlstate();
+    return {};
+}
+
+}  // namespace sqlock::detail::postgresql_engine

@@ -1,0 +1,62 @@
+// SQLite: the table lock.
+#include "dialect/sqlite/sqlite.hpp"
+
+namespace sqlock::detail::sqlite_engine {
+
+grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner,
+                              std::int64_t attempt, std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const {
+    auto& c = static_cast<lite_cache&>(cache(ps));
+    grant g;
+    g.acquired = c.lock.start(handle_of(ps), lock_sql_)
+                     .bind(":name", name)
+                     .bind(":owner", owner)
+                     .bind(":attempt", static_cast<long long>(attempt))
+                     .bind(":ttl", static_cast<long long>(ttl_us))
+                     .run([&](sqlite3_stmt* st) {
+                         g.token = sqlite3_column_int64(st, 0);
+                         g.created_us = sqlite3_column_int64(st, 1);
+                         g.expires_us = sqlite3_column_int64(st, 2);
+                     });
+    return g.acquired ? g : grant{};
+}
+
+bool sqlite_dialect::release(pooled_session ps, std::string const& name, std::string const& owner,
+                             std::int64_t token) const {
+    auto& c = static_cast<lite_cache&>(cache(ps));
+    auto* db = handle_of(ps);
+    if (relax_release_) c.relaxed.start(db, relaxed_sql_).run();
+    bool deleted = false;
+    std::exception_ptr failed;
+    try {
+        c.release.start(db, release_sql_)
+            .bind(":name", name)
+            .bind(":owner", owner)
+            .bind(":token", static_cast<long long>(token))
+            .run();
+        deleted = sqlite3_changes(db) > 0;
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (relax_release_) c.durable.start(db, durable_sql_).run();  // back to the URL's setting, whatever happened
+    if (failed) std::rethrow_exception(failed);
+    return deleted;
+}
+
+std::optional<renewal> sqlite_dialect::renew(pooled_session ps, std::string const& name, std::string const& owner,
+                                             std::int64_t token, std::int64_t ttl_us) const {
+    auto& c = static_cast<lite_cache&>(cache(ps));
+    renewal r;
+    bool got = c.renew.start(handle_of(ps), renew_sql_)
+                   .bind(":ttl", static_cast<long long>(ttl_us))
+                   .bind(":name", name)
+                   .bind(":owner", owner)
+                   .bind(":token", static_cast<long long>(token))
+                   .run([&](sqlite3_stmt* st) {
+                       r.expires_us = sqlite3_column_int64(st, 0);
+                       r.now_us = sqlite3_column_int64(st, 1);
+                   });
+    if (!got) return std::nullopt;
+    return r;
+}
+
+}  // namespace sqlock::detail::sqlite_engine
