@@ -1,9 +1,10 @@
-// Internal: what the database answers to an acquire and to a renewal, as the
-// lockers keep it. Plain values, free of any SQL or client library, so that a
+// Internal: what the database answers to an acquire and to a renewal, and a
+// majority member's identity, as the lockers keep them. Plain values, free of any SQL or client library, so that a
 // locker's headers need nothing of the engine layer (src/dialect/).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace sqlock::detail {
 
@@ -19,6 +20,13 @@ struct grant {
 struct renewal {
     std::int64_t expires_us = 0;
     std::int64_t now_us = 0;
+};
+
+/// A database as a majority member (token_statements::majority_identity).
+struct member_identity {
+    std::string id;
+    std::int64_t age_us = 0;  // since the identity was created, on the database's clock
+    bool joined = false;      // its counters were seeded under this identity
 };
 
 }  // namespace sqlock::detail

@@ -2,6 +2,7 @@
 // majority mode's durable counters and member identity.
 #pragma once
 
+#include "detail/grant.hpp"
 #include "dialect/statements.hpp"
 
 #include <cstdint>
@@ -11,13 +12,6 @@
 #include <vector>
 
 namespace sqlock::detail {
-
-/// A database as a majority member (token_statements::majority_identity).
-struct member_identity {
-    std::string id;
-    std::int64_t age_us = 0;  // since the identity was created, on the database's clock
-    bool joined = false;      // its counters were seeded under this identity
-};
 
 class token_statements {
 public:
