@@ -664,6 +664,26 @@ TEST_P(ConnFaults, KilledRowLockHolderIsLostAndItsFencedWriteRefused) {
     EXPECT_NO_THROW(b->release());
 }
 
+// The fence runs on the caller's session, through the executor's one mapping of
+// engine errors: a session the server ended is backend_unavailable ("retry
+// later"), typed as the store's own statements are, not a generic backend_error.
+TEST_P(ConnFaults, FenceOnAnEndedSessionIsBackendUnavailable) {
+    std::string const marker = new_marker();
+    sqlock::fence const fence(*db_);
+    std::string const resource = n("resource");
+    auto s = raw_session(e_, tagged_url(marker));
+    ASSERT_NO_THROW(fence.check_and_set(*s, resource, 1));
+    ASSERT_FALSE(end_sessions(marker).empty());
+    try {
+        fence.check_and_set(*s, resource, 2);
+        ADD_FAILURE() << "a fence on an ended session passed";
+    } catch (sqlock::backend_unavailable const& e) {
+        EXPECT_NE(std::string(e.what()).find("retry later"), std::string::npos) << e.what();
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "a fence on an ended session threw " << describe(e) << ", not backend_unavailable";
+    }
+}
+
 // ============================================================ 3. fence atomicity
 
 // Two holders' fenced writes in two open transactions, driven step by step on
