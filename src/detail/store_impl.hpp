@@ -163,15 +163,8 @@ public:
 
     /// Run `op(session)` through the executor (`executor::run`); returns what `op` returns.
     template <class Op>
-    auto run(std::string_view what, Op&& op, run_options const& how)
+    auto run(std::string_view what, Op&& op, run_options const& how = {})
         -> decltype(op(std::declval<pooled_session&>()));
-    /// `run` with the default `run_options`. An overload rather than `= {}`: Clang rejects a
-    /// default argument that needs a nested class's default member initializers inside the
-    /// enclosing class.
-    template <class Op>
-    auto run(std::string_view what, Op&& op) -> decltype(op(std::declval<pooled_session&>())) {
-        return run(what, std::forward<Op>(op), run_options{});
-    }
 
     /// The one path to the engine: retries, reconnects and sqlock's errors.
     [[nodiscard]] executor const& exec() const noexcept { return executor_; }
