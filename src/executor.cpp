@@ -161,10 +161,10 @@ void executor::run(std::string_view what, function_ref<void(pooled_session&)> op
             auto f = classify(e, c.session(), overran);
             // SQLite reports a lock held longer than its busy handler waited as
             // SQLITE_BUSY, like the rare spurious one: only the first is "busy".
-            if (f == failure::transient && how.lock_wait_is_busy && how.engine_wait &&
+            if (f == failure::transient && how.engine_wait &&
                 clock::now() - started >= engine_wait * 9 / 10 && d.busy_is_lock_wait())
                 f = failure::lock_wait;
-            if (f == failure::lock_wait && how.lock_wait_is_busy) throw row_busy{};
+            if (f == failure::lock_wait && how.engine_wait) throw row_busy{};
             if (how.idempotent && (f == failure::other)) f = failure::transient;
             if (f == failure::lock_wait || f == failure::transient) {
                 if (retry.again()) continue;

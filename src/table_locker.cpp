@@ -115,7 +115,6 @@ protected:
                          retry = true;
                          store_->dialect().delete_attempt(s, name, owner, attempt_id);
                      },
-                 .lock_wait_is_busy = true,
                  .deadline = waiting ? bounds.deadline : clock::time_point::max(),
                  .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
                  .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});

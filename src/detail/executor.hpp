@@ -60,9 +60,6 @@ struct run_options {
     /// the retry breaks too, the outcome is unknown and `in_doubt` is thrown.
     /// Without it, `op` is simply tried again once. (Acquire, release.)
     std::function<void(soci::session&)> on_reconnect;
-    /// A bounded row-lock wait that ran out is thrown as `row_busy` (otherwise
-    /// it is retried like a deadlock). (Acquire.)
-    bool lock_wait_is_busy = false;
     /// `op` may be repeated whatever engine error stopped it (idempotent DDL that
     /// services starting together race on): an error that is not about the
     /// connection, privileges, a read-only database or the schema is retried
@@ -73,7 +70,9 @@ struct run_options {
     clock::time_point deadline = clock::time_point::max();
     /// How long the engine itself may wait inside one statement (row locks,
     /// SQLite's busy handler); default `lock_wait_timeout`. Each attempt's
-    /// client-side bound is this plus `io_timeout`. (Acquire.)
+    /// client-side bound is this plus `io_timeout`. When set, a wait that ran
+    /// out is the operation's answer, thrown as `row_busy`; otherwise a lock-wait
+    /// failure is retried like a deadlock. (Acquire.)
     std::optional<std::chrono::milliseconds> engine_wait;
     /// A tighter client-side bound for every attempt (a renewal's is its lease's
     /// safe deadline, a majority member's its member timeout).
@@ -87,7 +86,7 @@ struct run_options {
     std::function<void()> on_broken;
 };
 
-/// Thrown by the executor when a bounded row-lock wait ran out (`lock_wait_is_busy`).
+/// Thrown by the executor when a row-lock wait bounded by `run_options::engine_wait` ran out.
 struct row_busy {};
 
 /// The one mapping of engine errors to sqlock's errors. `where`: the store's
