@@ -1,4 +1,5 @@
 #include "detail/dialect.hpp"
+#include "detail/executor.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
 
@@ -7,7 +8,27 @@
 
 #include <soci/soci.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
 namespace sqlock {
+namespace {
+
+// The fence's statements and classification for one engine and table prefix,
+// built on first use and shared by every fence and thread of the process: the
+// session and its transaction are the caller's, so nothing here holds a connection.
+detail::dialect const& fence_sql(sqlock::engine e, std::string const& prefix) {
+    static std::mutex mutex;
+    static std::map<std::pair<sqlock::engine, std::string>, std::unique_ptr<detail::dialect const>> built;
+    std::lock_guard lock(mutex);
+    auto& d = built[{e, prefix}];
+    if (!d) d = detail::make_dialect(e, prefix, {});
+    return *d;
+}
+
+}  // namespace
 
 fence::fence(store const& db) : engine_(db.engine()), prefix_(db.impl()->options().table_prefix) {}
 
@@ -22,22 +43,11 @@ void fence::check_and_set(soci::session& session, std::string_view resource, std
     if (session.get_backend_name() != backend_names[static_cast<int>(engine_)])
         throw usage_error("sqlock: fence for " + std::string(to_string(engine_)) + " used on a " +
                           session.get_backend_name() + " session: build the fence for that engine");
-    // The dialect only builds SQL here: the session and its transaction are the caller's.
-    static thread_local std::unique_ptr<detail::dialect> cached;
-    if (!cached || cached->engine() != engine_ || cached->fences_table() != prefix_ + "_fences")
-        cached = detail::make_dialect(engine_, prefix_, {});
+    auto const& sql = fence_sql(engine_, prefix_);
     std::string res(resource);
     std::optional<std::int64_t> seen;
-    try {
-        seen = cached->fence(session, res, token);
-    } catch (soci::soci_error const& e) {
-        auto message = e.get_error_message();
-        if (cached->classify(e, session) == detail::failure::schema)
-            throw schema_missing("sqlock: the fence table " + cached->fences_table() + " is missing (" + message +
-                                     "): apply schema/" + std::string(to_string(engine_)) + ".sql",
-                                 cached->native_code(e));
-        throw backend_error("sqlock: fencing '" + res + "' failed: " + message, cached->native_code(e));
-    }
+    detail::run_on_callers_session(sql, "fencing '" + res + "' in " + sql.fences_table(), session,
+                                   [&](soci::session& s) { seen = sql.fence(s, res, token); });
     if (seen)
         throw stale_token("sqlock: stale fencing token " + std::to_string(token) + " for '" + res +
                               "': token " + std::to_string(*seen) +

@@ -5,6 +5,7 @@
 #include "detail/locker_impl.hpp"
 #include "detail/process.hpp"
 #include "detail/store_impl.hpp"
+#include "detail/text.hpp"
 
 #include <sqlock/errors.hpp>
 #include <sqlock/locker.hpp>
@@ -26,23 +27,6 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
-
-// An engine's message on one line (libpq's span several, indented with tabs).
-std::string one_line(std::string_view text) {
-    std::string out;
-    bool space = false;
-    for (char c : text) {
-        bool const blank = c == '\n' || c == '\t' || c == '\r' || c == ' ';
-        if (blank) {
-            space = !out.empty();
-            continue;
-        }
-        if (space) out += ' ';
-        space = false;
-        out += c;
-    }
-    return out;
-}
 
 class row_lease final : public lease_row {
 public:
@@ -113,7 +97,7 @@ private:
             return result;
         } catch (soci::soci_error const& e) {
             bool const overran = guard.disarm();
-            auto const f = overran ? failure::connection : store_->dialect().classify(e, conn_->session());
+            auto const f = store_->exec().classify(e, conn_->session(), overran);
             auto const message = one_line(e.get_error_message());
             if (overran)
                 note_gone(std::string(what) + " got no answer within its deadline, so its connection was closed, "
@@ -202,11 +186,12 @@ protected:
             SQLOCK_FAILPOINT("row.after_lock_before_token");
             return store_->run(
                 "drawing a token for row lock '" + name + "'",
-                [&](pooled_session s) { return d.draw_token(s, name); }, {.reserved = true});
+                [&](pooled_session s) { return d.draw_token(s, name); }, {.pool = connections::reserved});
         };
+        auto const& exec = store_->exec();
         bool ensured = false;
         bool reconnected = false;
-        int transient = 0;
+        executor::retries retry;
         for (;;) {
             if (bounds.cancel.stop_requested()) return nullptr;
             // With a cancel token, wait in slices of a second so cancellation is seen.
@@ -233,7 +218,7 @@ protected:
                 d.end_row_lock(c->pooled(), false);
             } catch (soci::soci_error const& e) {
                 bool const overran = guard.disarm();
-                auto f = overran ? failure::connection : d.classify(e, c->session());
+                auto const f = exec.classify(e, c->session(), overran);
                 if (f != failure::connection) {
                     try {
                         d.end_row_lock(c->pooled(), false);
@@ -241,7 +226,10 @@ protected:
                         c->mark_broken();
                     }
                 }
-                if ((f == failure::transient || f == failure::lock_wait) && ++transient < 100) continue;
+                if (f == failure::transient || f == failure::lock_wait) {
+                    if (retry.again()) continue;
+                    exec.give_up(e, what, retry);
+                }
                 if (f == failure::connection) {
                     c->mark_broken();
                     // A pooled connection the server closed while idle (restart,
@@ -253,10 +241,10 @@ protected:
                         c.emplace(store_->borrow(what, std::min(left(), opts.pool_wait)));
                         continue;
                     }
-                    if (overran) store_->raise_overrun(what);
+                    if (overran) exec.raise_overrun(what);
                 }
                 // The transaction died with the error: nothing is held.
-                store_->raise(e, f, what);
+                exec.raise(e, f, what);
             } catch (...) {
                 // The token draw failed (its own error says why): nothing is held.
                 guard.disarm();
@@ -274,9 +262,9 @@ protected:
                 try {
                     d.ensure_row(c->session(), name);
                 } catch (soci::soci_error const& e) {
-                    auto f = d.classify(e, c->session());
+                    auto const f = exec.classify(e, c->session(), false);
                     if (f == failure::connection) c->mark_broken();
-                    store_->raise(e, f, "creating row lock '" + name + "'");
+                    exec.raise(e, f, "creating row lock '" + name + "'");
                 }
                 continue;
             }

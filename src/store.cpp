@@ -76,54 +76,35 @@ store_impl::store_impl(std::string_view url, store_options const& options)
       connect_string_(dialect_->connect_string(parse_url(url))),
       main_(options.pool_size),
       reserved_(reserved_pool_size) {
-    auto c = borrow("opening the store");
-    try {
+    auto missing = run("opening the store", [&](soci::session& s) {
         if (!options_.allow_relaxed_durability) {
-            if (auto relaxed = dialect_->relaxed_durability(c.session()))
+            if (auto relaxed = dialect_->relaxed_durability(s))
                 throw backend_error("sqlock: " + url_ + " does not make commits durable (" + *relaxed +
                                     "): a crash could lose acknowledged grants and hand a fencing token out "
                                     "twice; make commits durable, or open the store with "
                                     "allow_relaxed_durability = true if you accept that");
         }
-        auto missing = dialect_->missing_table(c.session());
-        if (!missing.empty() && options_.create_schema) {
-            // Services starting together race on the DDL (PostgreSQL reports a
-            // unique violation in its catalog); the DDL is idempotent, so retry.
-            for (int attempt = 1;; ++attempt) {
-                try {
-                    dialect_->create_schema(c.session());
-                    break;
-                } catch (soci::soci_error const& e) {
-                    auto f = dialect_->classify(e, c.session());
-                    // A missing privilege or a read-only database does not pass by retrying.
-                    if (attempt == 20 || f == failure::connection || f == failure::permission ||
-                        f == failure::read_only)
-                        throw;
-                    pause_before_retry(attempt);
-                }
-            }
-            missing = dialect_->missing_table(c.session());
-        }
-        if (auto dot = missing.find('.'); dot != std::string::npos) {
-            auto const table = missing.substr(0, dot);
-            auto const space = missing.find(' ', dot);
-            auto const column = missing.substr(dot + 1, space - dot - 1);
-            throw schema_missing("sqlock: table '" + table + "' in " + url_ + " has no column '" + column +
-                                 "' (it was created by an older sqlock): run ALTER TABLE " + table +
-                                 " ADD COLUMN " + missing.substr(dot + 1) +
-                                 ", or drop the lock tables while no lock is held and apply " +
-                                 schema_file(engine()) + " again",
-                                 "");
-        }
-        if (!missing.empty())
-            throw schema_missing("sqlock: '" + missing + "' (a table, trigger or procedure of the schema) does not exist in " + url_ + ": apply " +
-                                 schema_file(engine()) + " (sqlock schema --apply), or open the store with "
-                                 "create_schema = true");
-    } catch (soci::soci_error const& e) {
-        auto f = dialect_->classify(e, c.session());
-        if (f == failure::connection) c.mark_broken();
-        raise(e, f, "opening the store");
+        return dialect_->missing_table(s);
+    });
+    if (!missing.empty() && options_.create_schema) {
+        create_schema();
+        missing = run("opening the store", [&](soci::session& s) { return dialect_->missing_table(s); });
     }
+    if (auto dot = missing.find('.'); dot != std::string::npos) {
+        auto const table = missing.substr(0, dot);
+        auto const space = missing.find(' ', dot);
+        auto const column = missing.substr(dot + 1, space - dot - 1);
+        throw schema_missing("sqlock: table '" + table + "' in " + url_ + " has no column '" + column +
+                             "' (it was created by an older sqlock): run ALTER TABLE " + table + " ADD COLUMN " +
+                             missing.substr(dot + 1) +
+                             ", or drop the lock tables while no lock is held and apply " +
+                             schema_file(engine()) + " again",
+                             "");
+    }
+    if (!missing.empty())
+        throw schema_missing("sqlock: '" + missing + "' (a table, trigger or procedure of the schema) does not exist in " +
+                             url_ + ": apply " + schema_file(engine()) +
+                             " (sqlock schema --apply), or open the store with create_schema = true");
 }
 
 store_impl::~store_impl() {
@@ -137,7 +118,9 @@ store_impl::~store_impl() {
 }
 
 void store_impl::create_schema() {
-    run("creating the schema", [&](soci::session& s) { dialect_->create_schema(s); });
+    // Services starting together race on the DDL (PostgreSQL reports a unique
+    // violation in its catalog); the DDL is idempotent, so any such failure is retried.
+    run("creating the schema", [&](soci::session& s) { dialect_->create_schema(s); }, {.idempotent = true});
 }
 
 connection store_impl::borrow(std::string_view what) { return borrow(what, options_.pool_wait); }
@@ -216,10 +199,6 @@ void store_impl::open_slot(slots& pool, std::size_t pos, std::string_view what) 
                                       ": check the URL, the credentials and that the server is up",
                                   se != nullptr ? dialect_->native_code(*se) : std::string{});
     }
-}
-
-store_impl::clock::time_point store_impl::io_deadline(run_options const& how) const noexcept {
-    return deadline_after(how.engine_wait.value_or(options_.lock_wait_timeout) + options_.io_timeout);
 }
 
 store_impl::io_guard::io_guard(store_impl& store, soci::session& s, clock::time_point deadline)
@@ -339,60 +318,6 @@ void release_hub::wait(std::string_view name, std::uint64_t generation, clock::t
 
 std::size_t release_hub::bucket(std::string_view name) noexcept {
     return std::hash<std::string_view>{}(name) % std::tuple_size_v<decltype(generations_)>;
-}
-
-void store_impl::raise(soci::soci_error const& e, failure f, std::string_view what) const {
-    auto message = e.get_error_message();
-    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-    auto code = dialect_->native_code(e);
-    switch (f) {
-        case failure::schema:
-            throw schema_missing("sqlock: a lock table is missing in " + url_ + " (" + message + "): apply " +
-                                     schema_file(engine()) + " (sqlock schema --apply), or open the store with "
-                                     "create_schema = true",
-                                 code);
-        case failure::connection:
-            throw backend_unavailable("sqlock: lost the connection to " + url_ + " during " + std::string(what) +
-                                          ": " + message + "; retry later",
-                                      code);
-        case failure::permission: {
-            // The engine's message names the refused privilege; say which ones sqlock needs.
-            std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
-            if (engine() == sqlock::engine::mysql) need += " and EXECUTE on their procedures";
-            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
-                                    " was refused for lack of privileges (" + message +
-                                    "): GRANT the database user of the URL what sqlock needs (" + need +
-                                    "; creating the schema also needs CREATE: else apply " + schema_file(engine()) +
-                                    " as its owner), or use a user that has it",
-                                code);
-        }
-        case failure::read_only:
-            throw backend_error("sqlock: " + std::string(what) + " on " + url_ +
-                                    " was refused: the database is read-only (" + message +
-                                    "); point the URL at a writable database (the primary, a file this process may "
-                                    "write), or turn its read-only mode off",
-                                code);
-        case failure::transient:
-        case failure::lock_wait:
-        case failure::other: break;
-    }
-    throw backend_error("sqlock: " + std::string(what) + " failed on " + url_ + ": " + message, code);
-}
-
-void store_impl::raise_overrun(std::string_view what) const {
-    throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
-                              " got no answer in time (its bound: the lease's safe deadline, or io_timeout " +
-                              std::to_string(options_.io_timeout.count()) +
-                              " ms beyond the engine's own wait): the connection was closed; retry later");
-}
-
-void store_impl::pause_before_retry(int attempt) {
-    // Full jitter over a window that grows with the attempts: contenders that
-    // deadlocked together do not retry in lockstep.
-    thread_local std::minstd_rand rng{std::random_device{}()};
-    auto window = std::min(50, 1 + attempt * 2);
-    auto jitter = std::chrono::microseconds(std::uniform_int_distribution<int>(0, window * 1000)(rng));
-    std::this_thread::sleep_for(jitter);
 }
 
 }  // namespace sqlock::detail

@@ -41,7 +41,7 @@ private:
             // A free main connection, else a reserved one: a pool busy with
             // acquires (a herd of waiters on this very lock) must not keep its
             // holder from letting it go.
-            {.on_reconnect = [&](soci::session&) { reconnected = true; }, .reserved_when_busy = true});
+            {.on_reconnect = [&](soci::session&) { reconnected = true; }, .pool = connections::main_or_reserved});
         return deleted;
     }
 
@@ -72,7 +72,7 @@ private:
              .io_deadline = valid_until(),
              .pool_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::max(clock::duration::zero(), valid_until() - clock::now())),
-             .reserved = true,
+             .pool = connections::reserved,
              // The attempt broke or got no answer in time: in doubt now, not only
              // once the reconnect (bounded by connect_timeout) has failed too.
              .on_broken = [this] { note_in_doubt(); }});
@@ -115,7 +115,6 @@ protected:
                          retry = true;
                          store_->dialect().delete_attempt(s, name, owner, attempt_id);
                      },
-                 .lock_wait_is_busy = true,
                  .deadline = waiting ? bounds.deadline : clock::time_point::max(),
                  .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
                  .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});

@@ -1,8 +1,9 @@
-// Internal: the shared state behind a store — the pool, the dialect, and the
-// one place where engine errors become sqlock errors.
+// Internal: the shared state behind a store — the pools, the dialect, and the
+// executor every statement goes through (detail/executor.hpp).
 #pragma once
 
 #include "detail/dialect.hpp"
+#include "detail/executor.hpp"
 #include "detail/process.hpp"
 #include "detail/session_watch.hpp"
 
@@ -158,53 +159,15 @@ public:
     /// A free main connection at once, else a reserved one (waiting up to `wait`).
     [[nodiscard]] connection borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait);
 
-    /// How `run` treats failures.
-    struct run_options {
-        /// After a broken connection is reopened, run this on the fresh
-        /// connection before trying `op` again: it must make the retry safe
-        /// (delete what the broken attempt may have written). If reopening or
-        /// this clean-up fails, or the retry breaks too, the outcome is unknown
-        /// and `in_doubt` is thrown. Without it, `op` is simply tried again once.
-        std::function<void(soci::session&)> on_reconnect;
-        /// A bounded row-lock wait that ran out is thrown as `row_busy`
-        /// (otherwise it is retried like a deadlock).
-        bool lock_wait_is_busy = false;
-        /// Stop retrying deadlocks and busy errors at this point (default: two
-        /// `lock_wait_timeout`s from the start).
-        clock::time_point deadline = clock::time_point::max();
-        /// How long the engine itself may wait inside one statement (row locks,
-        /// SQLite's busy handler); default `lock_wait_timeout`. Each attempt's
-        /// client-side bound is this plus `io_timeout`.
-        std::optional<std::chrono::milliseconds> engine_wait;
-        /// A tighter client-side bound for every attempt (a renewal's is its lease's safe deadline).
-        clock::time_point io_deadline = clock::time_point::max();
-        /// How long to wait for a pooled connection (default `pool_wait`).
-        std::optional<std::chrono::milliseconds> pool_wait;
-        /// Use the reserved pool (renewals, token draws).
-        bool reserved = false;
-        /// Use the main pool if one of its connections is free at once, else the
-        /// reserved pool (a release: a pool busy with acquires, a herd of waiters
-        /// on the very lock, must not keep its holder from letting it go).
-        bool reserved_when_busy = false;
-        /// Called when an attempt's connection broke or got no answer within its
-        /// bound, before reconnecting (a renewal's lease is in doubt from then on).
-        std::function<void()> on_broken;
-    };
+    using run_options = detail::run_options;
 
-    /// Run `op(session)` on a pooled connection under a client-side deadline.
-    /// Deadlocks, serialization failures and SQLITE_BUSY are retried with
-    /// jitter (until `deadline`, then `backend_unavailable`). A broken
-    /// connection is reopened once (see `run_options::on_reconnect`).
+    /// Run `op(session)` through the executor (`executor::run`); returns what `op` returns.
     template <class Op>
-    auto run(std::string_view what, Op&& op, run_options const& how)
+    auto run(std::string_view what, Op&& op, run_options const& how = {})
         -> decltype(op(std::declval<pooled_session&>()));
-    /// `run` with the default `run_options`. An overload rather than `= {}`: Clang rejects a
-    /// default argument that needs a nested class's default member initializers inside the
-    /// enclosing class.
-    template <class Op>
-    auto run(std::string_view what, Op&& op) -> decltype(op(std::declval<pooled_session&>())) {
-        return run(what, std::forward<Op>(op), run_options{});
-    }
+
+    /// The one path to the engine: retries, reconnects and sqlock's errors.
+    [[nodiscard]] executor const& exec() const noexcept { return executor_; }
 
     /// Arms the client-side deadline of statements on `s` for its lifetime.
     class io_guard {
@@ -220,11 +183,6 @@ public:
         io_deadlines* deadlines_;
         std::uint64_t ticket_;
     };
-
-    /// Turn an engine error into the sqlock error for `failure`.
-    [[noreturn]] void raise(soci::soci_error const& e, failure f, std::string_view what) const;
-    /// The same for a statement that ran past its client-side deadline.
-    [[noreturn]] void raise_overrun(std::string_view what) const;
 
     void create_schema();
 
@@ -245,9 +203,6 @@ public:
 
     [[nodiscard]] store_stats stats() const noexcept;
 
-    /// The client-side bound of one attempt of `how`.
-    [[nodiscard]] clock::time_point io_deadline(run_options const& how) const noexcept;
-
 private:
     friend class connection;
     void open_slot(slots& pool, std::size_t pos, std::string_view what);
@@ -256,7 +211,6 @@ private:
     /// Drop the statements prepared on a slot's session; `dead`: shut its socket
     /// down first, so that no deallocation waits on a server that stopped answering.
     void drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept;
-    static void pause_before_retry(int attempt);
 
     pid_t pid_;  // the process that opened the store (a forked child must not touch its connections)
     store_options options_;
@@ -265,6 +219,7 @@ private:
     std::string connect_string_;
     io_deadlines deadlines_;
     session_watch pinned_{*dialect_};
+    executor executor_{*this};
     slots main_;
     slots reserved_;
 
@@ -277,9 +232,6 @@ private:
     std::unique_ptr<release_listener> listener_;  // last: stopped first
 };
 
-/// Thrown by `store_impl::run` when a bounded row-lock wait ran out.
-struct row_busy {};
-
 inline connection::~connection() {
     // In a forked child the pool is the parent's copy, its mutex perhaps held by a parent's thread: leave it.
     if (owner_ != nullptr && !forked_from(owner_->pid_)) pool_->pool.give_back(pos_);
@@ -290,94 +242,13 @@ inline void connection::mark_broken() noexcept { pool_->open[pos_] = 0; }
 template <class Op>
 auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
     -> decltype(op(std::declval<pooled_session&>())) {
-    constexpr int max_transient = 100;
-    int transient = 0;
-    bool reconnected = false;
-    // Unless told otherwise, give a busy database two lock-wait bounds: on SQLite
-    // each attempt already waited one busy_timeout.
-    auto const deadline = how.deadline != clock::time_point::max() ? how.deadline
-                                                                  : clock::now() + 2 * options_.lock_wait_timeout;
-    auto const engine_wait = how.engine_wait.value_or(options_.lock_wait_timeout);
-    auto const in_doubt_error = [&](std::string const& why, std::string code) {
-        return in_doubt("sqlock: the connection to " + url_ + " broke during " + std::string(what) + " and " + why +
-                            ": the outcome is unknown; any row written expires by its TTL",
-                        std::move(code));
-    };
-    for (;;) {
-        std::optional<connection> borrowed;
-        try {
-            auto const wait = how.pool_wait.value_or(options_.pool_wait);
-            borrowed.emplace(how.reserved_when_busy ? borrow_main_or_reserved(what, wait) : borrow(what, wait, how.reserved));
-        } catch (backend_unavailable const& e) {
-            if (reconnected && how.on_reconnect) throw in_doubt_error(std::string("reconnecting failed (") + e.what() + ")", e.code());
-            throw;
-        }
-        auto& c = *borrowed;
-        io_guard guard(*this, c.session(), std::min(io_deadline(how), how.io_deadline));
-        auto const started = clock::now();
-        try {
-            if (reconnected && how.on_reconnect) {
-                try {
-                    how.on_reconnect(c.session());
-                } catch (soci::soci_error const& e) {
-                    if (guard.disarm() || dialect_->classify(e, c.session()) == failure::connection) c.mark_broken();
-                    throw in_doubt_error("the clean-up failed too (" + e.get_error_message() + ")", dialect_->native_code(e));
-                }
-            }
-            if (how.engine_wait) dialect_->set_engine_wait(c.session(), engine_wait);
-            auto restore = [&] {
-                if (how.engine_wait) dialect_->set_engine_wait(c.session(), options_.lock_wait_timeout);
-            };
-            auto pooled = c.pooled();
-            try {
-                if constexpr (std::is_void_v<decltype(op(pooled))>) {
-                    op(pooled);
-                    restore();
-                    return;
-                } else {
-                    auto result = op(pooled);
-                    restore();
-                    return result;
-                }
-            } catch (...) {
-                restore();
-                throw;
-            }
-        } catch (soci::soci_error const& e) {
-            bool const overran = guard.disarm();
-            auto f = overran ? failure::connection : dialect_->classify(e, c.session());
-            // SQLite reports a lock held longer than its busy handler waited as
-            // SQLITE_BUSY, like the rare spurious one: only the first is "busy".
-            if (f == failure::transient && how.lock_wait_is_busy && how.engine_wait &&
-                clock::now() - started >= engine_wait * 9 / 10 && dialect_->busy_is_lock_wait())
-                f = failure::lock_wait;
-            if (f == failure::lock_wait && how.lock_wait_is_busy) throw row_busy{};
-            if (f == failure::lock_wait || f == failure::transient) {
-                if (++transient < max_transient && clock::now() < deadline) {
-                    pause_before_retry(transient);
-                    continue;
-                }
-                // Typed, without the engine's text (the battery's K9 reads that as a raw error leaking);
-                // code() keeps the engine's code.
-                throw backend_unavailable("sqlock: " + std::string(what) + " on " + url_ +
-                                              " gave up: other transactions kept holding what it needed (" +
-                                              std::to_string(transient) +
-                                              " tries met a lock conflict or a busy database); retry later",
-                                          dialect_->native_code(e));
-            }
-            if (f == failure::connection) c.mark_broken();
-            if (f != failure::connection) raise(e, f, what);
-            if (how.on_broken) how.on_broken();
-            if (reconnected && how.on_reconnect)
-                throw in_doubt_error(overran ? "the retry got no answer within its deadline too"
-                                             : "broke again after reconnecting (" + e.get_error_message() + ")",
-                                     dialect_->native_code(e));
-            if (reconnected) {
-                if (overran) raise_overrun(what);
-                raise(e, f, what);
-            }
-        }
-        reconnected = true;
+    using result = decltype(op(std::declval<pooled_session&>()));
+    if constexpr (std::is_void_v<result>) {
+        executor_.run(what, [&](pooled_session& s) { op(s); }, how);
+    } else {
+        std::optional<result> out;
+        executor_.run(what, [&](pooled_session& s) { out.emplace(op(s)); }, how);
+        return std::move(*out);
     }
 }
 

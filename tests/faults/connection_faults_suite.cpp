@@ -664,6 +664,34 @@ TEST_P(ConnFaults, KilledRowLockHolderIsLostAndItsFencedWriteRefused) {
     EXPECT_NO_THROW(b->release());
 }
 
+// The fence runs on the caller's session, through the executor's one mapping of
+// engine errors: a session the server ended is backend_unavailable ("retry
+// later"), typed as the store's own statements are, not a generic backend_error.
+TEST_P(ConnFaults, FenceOnAnEndedSessionIsBackendUnavailable) {
+    sqlock::fence const fence(*db_);
+    std::string const resource = n("resource");
+    auto s = raw_session(e_, url_);
+    ASSERT_NO_THROW(fence.check_and_set(*s, resource, 1));
+    long long id = 0;
+    *s << (e_ == engine::postgresql ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()"), soci::into(id);
+    end_session(id);
+    ASSERT_TRUE(eventually([&] {
+        long long left = 0;
+        *raw_ << (e_ == engine::postgresql ? "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = :id"
+                                           : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id"),
+            soci::into(left), soci::use(id);
+        return left == 0;
+    }, 10s)) << "the server still shows the ended session " << id;
+    try {
+        fence.check_and_set(*s, resource, 2);
+        ADD_FAILURE() << "a fence on an ended session passed";
+    } catch (sqlock::backend_unavailable const& e) {
+        EXPECT_NE(std::string(e.what()).find("retry later"), std::string::npos) << e.what();
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "a fence on an ended session threw " << describe(e) << ", not backend_unavailable";
+    }
+}
+
 // ============================================================ 3. fence atomicity
 
 // Two holders' fenced writes in two open transactions, driven step by step on
