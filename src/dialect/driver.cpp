@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <cstring>
+#include <system_error>
 
 namespace sqlock::detail {
 
@@ -48,12 +48,12 @@ engine_driver::idle_news engine_driver::read_idle(soci::session& s, bool hung_up
     int const err = errno;
     if (n == 0) return {true, false, "the server closed the connection"};
     if (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
-        return {true, false, std::string("the connection failed: ") + std::strerror(err)};
+        return {true, false, "the connection failed: " + std::generic_category().message(err)};
     if (hung_up) {
         int so_error = 0;
         socklen_t len = sizeof so_error;
         if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 && so_error != 0)
-            return {true, false, std::string("the connection failed: ") + std::strerror(so_error)};
+            return {true, false, "the connection failed: " + std::generic_category().message(so_error)};
         return {true, false, "the server closed the connection"};
     }
     // Data this layer cannot parse stays readable until a statement reads it.
