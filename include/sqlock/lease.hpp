@@ -1,6 +1,8 @@
 // sqlock — a held lock.
 #pragma once
 
+#include <sqlock/export.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,7 +32,7 @@ enum class lease_state {
 };
 
 /// "held", "in_doubt", "lost" or "released".
-[[nodiscard]] std::string_view to_string(lease_state s) noexcept;
+[[nodiscard]] SQLOCK_EXPORT std::string_view to_string(lease_state s) noexcept;
 
 /// A held lock: an RAII guard that releases on destruction.
 ///
@@ -61,7 +63,7 @@ enum class lease_state {
 /// Thread safety: the accessors, `state()` and `stop_token()` may be called
 /// from any thread; `renew()` and `release()` of one lease must not race each
 /// other from two threads.
-class lease {
+class SQLOCK_EXPORT lease {
 public:
     lease(lease&& other) noexcept;
     lease& operator=(lease&& other) noexcept;

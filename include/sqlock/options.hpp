@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include <sqlock/export.hpp>
 #include <sqlock/stats.hpp>
 
 namespace sqlock {
@@ -17,7 +18,7 @@ namespace sqlock {
 using namespace std::chrono_literals;
 
 /// How a `store` opens and manages its connections.
-struct store_options {
+struct SQLOCK_EXPORT store_options {
     /// Pooled connections (1..1024). Each concurrent lock operation borrows one
     /// for the length of one statement or short transaction.
     std::size_t pool_size = 8;
@@ -61,7 +62,7 @@ struct store_options {
 };
 
 /// How a locker takes and holds locks.
-struct locker_options {
+struct SQLOCK_EXPORT locker_options {
     /// Lease length, measured by the database's clock (10 ms .. 7 days).
     std::chrono::milliseconds ttl = 30s;
 
