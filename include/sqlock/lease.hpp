@@ -13,6 +13,7 @@
 namespace sqlock {
 
 namespace detail {
+struct access;
 class lease_row;
 }
 
@@ -142,6 +143,7 @@ public:
     explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
 
 private:
+    friend struct detail::access;
     std::shared_ptr<detail::lease_row> row_;
     enum class ending { none, released, lost };
     ending ended_ = ending::none;  // what became of this hold

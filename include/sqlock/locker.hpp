@@ -17,6 +17,7 @@ namespace sqlock {
 class store;
 
 namespace detail {
+struct access;
 class locker_impl;
 }
 
@@ -70,6 +71,7 @@ public:
     [[nodiscard]] std::shared_ptr<detail::locker_impl> const& impl() const noexcept { return impl_; }
 
 private:
+    friend struct detail::access;
     std::shared_ptr<detail::locker_impl> impl_;
 };
 

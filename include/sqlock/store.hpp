@@ -12,6 +12,7 @@
 namespace sqlock {
 
 namespace detail {
+struct access;
 class store_impl;
 }
 
@@ -80,6 +81,7 @@ public:
     [[nodiscard]] std::shared_ptr<detail::store_impl> const& impl() const noexcept { return impl_; }
 
 private:
+    friend struct detail::access;
     std::shared_ptr<detail::store_impl> impl_;
 };
 
