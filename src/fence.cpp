@@ -1,3 +1,4 @@
+#include "detail/access.hpp"
 #include "detail/dialect.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
@@ -9,7 +10,7 @@
 
 namespace sqlock {
 
-fence::fence(store const& db) : engine_(db.engine()), prefix_(db.impl()->options().table_prefix) {}
+fence::fence(store const& db) : engine_(db.engine()), prefix_(detail::access::impl(db)->options().table_prefix) {}
 
 fence::fence(sqlock::engine e, std::string_view table_prefix) : engine_(e), prefix_(table_prefix) {
     detail::validate_table_prefix(prefix_);
