@@ -5,8 +5,12 @@
 // program to catch what the library throws. For a static libsqlock.a the mark is harmless.
 #pragma once
 
+// SQLOCK_NO_EXPORT keeps a member of an exported class internal (a private constructor from
+// sqlock::detail types).
 #if defined(__GNUC__) || defined(__clang__)
 #define SQLOCK_EXPORT __attribute__((visibility("default")))
+#define SQLOCK_NO_EXPORT __attribute__((visibility("hidden")))
 #else
 #define SQLOCK_EXPORT
+#define SQLOCK_NO_EXPORT
 #endif

@@ -139,11 +139,11 @@ public:
     ///                              deadline passes.
     void release();
 
-    /// Internal: lockers build leases from their rows.
-    explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
-
 private:
-    friend struct detail::access;
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
+    // Lockers build leases from their rows.
+    SQLOCK_NO_EXPORT explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
+
     std::shared_ptr<detail::lease_row> row_;
     enum class ending { none, released, lost };
     ending ended_ = ending::none;  // what became of this hold

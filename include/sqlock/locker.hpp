@@ -64,14 +64,11 @@ public:
     /// owner id is the default per-thread one).
     [[nodiscard]] locker_options const& options() const noexcept;
 
-    /// Internal: built by the factories below.
-    explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
-
-    /// Internal: the shared implementation (majority mode composes lockers).
-    [[nodiscard]] std::shared_ptr<detail::locker_impl> const& impl() const noexcept { return impl_; }
-
 private:
-    friend struct detail::access;
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
+    // Built by the factories below.
+    SQLOCK_NO_EXPORT explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
+
     std::shared_ptr<detail::locker_impl> impl_;
 };
 

@@ -77,11 +77,8 @@ public:
     /// @throws backend_unavailable, backend_error
     void create_schema();
 
-    /// Internal: the shared state lockers are built on.
-    [[nodiscard]] std::shared_ptr<detail::store_impl> const& impl() const noexcept { return impl_; }
-
 private:
-    friend struct detail::access;
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
     std::shared_ptr<detail::store_impl> impl_;
 };
 
