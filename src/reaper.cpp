@@ -17,6 +17,7 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+using namespace std::chrono_literals;
 
 constexpr std::size_t max_batch = 100000;
 
