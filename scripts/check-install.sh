@@ -2,7 +2,8 @@
 # Installs a built sqlock into a temporary prefix (cmake --install) and builds and runs the
 # consumer project tests/consumer against it, as a user would: once through
 # find_package(sqlock CONFIG) and once through pkg-config (tests/consumer/Makefile).
-# Each consumer takes a lock on an SQLite file and prints its token.
+# Each consumer takes a lock on an SQLite file and prints its token, and catches a usage_error and a
+# lease_lost thrown by the library. The exported symbols are checked: the public API, no sqlock::detail.
 #   bash scripts/check-install.sh [BUILD_DIR]      (default: build; it must be built)
 # For a static libsqlock.a the consumers link SOCI's backends, libpq, libmariadb and sqlite3
 # through the package (CMake) and Libs.private/Requires.private (pkg-config --static); for a
@@ -61,6 +62,26 @@ for f in "$libfile" "$prefix/bin/sqlock" "$prefix/bin/sqlock-reaper"; do
   fi
 done
 say "no failpoint code in $(basename "$libfile") or the installed commands"
+
+# Symbol visibility (include/sqlock/export.hpp, CXX_VISIBILITY_PRESET hidden): libsqlock exports the
+# public API, the typeinfo of the exceptions a program catches included, and nothing that names
+# sqlock::detail. In a libsqlock.a the detail symbols are hidden too (for a user who links it into a .so).
+if [[ $kind == shared ]]; then
+  nm -D --defined-only -C "$libfile" >"$work/exported.txt" || fail "nm -D $libfile"
+else
+  readelf -sW "$libfile" | awk '($5 == "GLOBAL" || $5 == "WEAK") && $6 == "DEFAULT" && $7 != "UND" { print $8 }' |
+    c++filt >"$work/exported.txt" || fail "readelf -s $libfile"
+fi
+if grep 'sqlock::detail::' "$work/exported.txt" >"$work/detail.txt"; then
+  fail "$(basename "$libfile") exports $(wc -l <"$work/detail.txt") symbols naming sqlock::detail (is the library still" \
+       "built with hidden visibility?), e.g.: $(head -3 "$work/detail.txt")"
+fi
+for sym in 'sqlock::store::store(' 'sqlock::table_locker(' 'sqlock::lease::release()' 'sqlock::version()' \
+           'typeinfo for sqlock::error' 'typeinfo for sqlock::lease_lost' 'typeinfo for sqlock::usage_error'; do
+  grep -F -- "$sym" "$work/exported.txt" >/dev/null ||
+    fail "$(basename "$libfile") does not export $sym: mark its declaration SQLOCK_EXPORT (include/sqlock/export.hpp)"
+done
+say "$(basename "$libfile") exports the public API and no sqlock::detail symbol"
 
 check_output() { # BINARY DB: runs a consumer twice (the lock is released in between)
   local out i

@@ -1,3 +1,4 @@
+#include "detail/access.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/store_impl.hpp"
 
@@ -19,7 +20,7 @@ lock_info to_info(detail::lock_listing const& r) {
 }  // namespace
 
 std::vector<lock_info> list_locks(store const& db) {
-    auto const& impl = db.impl();
+    auto const& impl = detail::access::impl(db);
     auto rows = impl->run("listing locks", [&](soci::session& s) { return impl->dialect().list_locks(s); });
     std::vector<lock_info> out;
     out.reserve(rows.size());
@@ -29,7 +30,7 @@ std::vector<lock_info> list_locks(store const& db) {
 
 std::optional<lock_info> force_release(store const& db, std::string_view name) {
     detail::validate_name(name);
-    auto const& impl = db.impl();
+    auto const& impl = detail::access::impl(db);
     std::string n(name);
     auto row = impl->run("force-releasing lock '" + n + "'",
                          [&](soci::session& s) { return impl->dialect().force_release(s, n); });

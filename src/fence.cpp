@@ -1,3 +1,4 @@
+#include "detail/access.hpp"
 #include "detail/dialect.hpp"
 #include "detail/executor.hpp"
 #include "detail/locker_impl.hpp"
@@ -30,7 +31,7 @@ detail::dialect const& fence_sql(sqlock::engine e, std::string const& prefix) {
 
 }  // namespace
 
-fence::fence(store const& db) : engine_(db.engine()), prefix_(db.impl()->options().table_prefix) {}
+fence::fence(store const& db) : engine_(db.engine()), prefix_(detail::access::impl(db)->options().table_prefix) {}
 
 fence::fence(sqlock::engine e, std::string_view table_prefix) : engine_(e), prefix_(table_prefix) {
     detail::validate_table_prefix(prefix_);

@@ -1,3 +1,4 @@
+#include "detail/access.hpp"
 #include "detail/failpoint.hpp"
 #include "detail/locker_impl.hpp"
 #include "detail/process.hpp"
@@ -155,7 +156,7 @@ std::optional<lease> locker_impl::try_acquire(std::string const& name, attempt c
     watch(row);
     counters_.acquired.fetch_add(1, std::memory_order_relaxed);
     emit(lease_event::kind::acquired, name, row->token());
-    return lease(std::move(row));
+    return detail::access::make_lease(std::move(row));
 }
 
 lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel) {

@@ -1,6 +1,7 @@
 // Majority mode: a lease on each of N independent lockers, granted when a
 // majority (N/2+1) grant it within the validity window, with a fencing token
 // settled over the granting members' durable counters.
+#include "detail/access.hpp"
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
@@ -863,7 +864,7 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
     std::set<std::string> seen;
     milliseconds ttl = milliseconds::max();
     for (auto const& m : members) {
-        auto const& impl = m.impl();
+        auto const& impl = detail::access::impl(m);
         if (!impl) throw usage_error("sqlock: a member of a majority locker is an empty (moved-from) locker");
         if (auto why = impl->member_refusal()) throw usage_error("sqlock: " + *why);
         auto label = impl->member_label();
@@ -895,7 +896,7 @@ locker majority_locker(std::vector<locker> members, majority_options options) {
         throw usage_error("sqlock: majority configured_members " + std::to_string(configured) + " must be at least the " +
                           std::to_string(list.size()) + " member lockers given, and they must be a majority of it (" +
                           std::to_string(configured / 2 + 1) + " or more)");
-    return locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), configured, std::move(base),
+    return detail::access::make_locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), configured, std::move(base),
                                                                        member_timeout, drift));
 }
 

@@ -1,4 +1,5 @@
 // The reaper: batches of one conditional DELETE each, on the database's clock.
+#include "detail/access.hpp"
 #include "detail/failpoint.hpp"
 #include "detail/store_impl.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+using namespace std::chrono_literals;
 
 constexpr std::size_t max_batch = 100000;
 
@@ -51,7 +53,7 @@ void check(reaper_options const& o) {
 void validate(reaper_options const& options) { check(options); }
 
 reaper::reaper(store const& db, reaper_options options)
-    : store_(db.impl()), options_((check(options), std::move(options))) {}
+    : store_(detail::access::impl(db)), options_((check(options), std::move(options))) {}
 
 reap_result reaper::reap_once() { return reap_once(std::stop_token{}); }
 

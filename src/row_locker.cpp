@@ -1,5 +1,6 @@
 // The SELECT ... FOR UPDATE lock: the engine's own row lock, held by a
 // transaction that stays open on a pooled connection pinned to the lease.
+#include "detail/access.hpp"
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
@@ -294,7 +295,7 @@ private:
 }  // namespace detail
 
 locker row_locker(store const& db, locker_options options) {
-    return locker(detail::make_fork_safe<detail::row_locker_impl>(db.impl(), std::move(options)));
+    return detail::access::make_locker(detail::make_fork_safe<detail::row_locker_impl>(detail::access::impl(db), std::move(options)));
 }
 
 }  // namespace sqlock

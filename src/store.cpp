@@ -46,6 +46,8 @@ store_stats store::stats() const noexcept { return impl_->stats(); }
 namespace sqlock::detail {
 namespace {
 
+using namespace std::chrono_literals;
+
 void validate(store_options const& o) {
     if (o.pool_size < 1 || o.pool_size > 1024)
         throw usage_error("sqlock: pool_size " + std::to_string(o.pool_size) + " is out of range: use 1..1024");

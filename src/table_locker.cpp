@@ -1,4 +1,5 @@
 // The unique-index INSERT lock: a row per name in <prefix>_locks.
+#include "detail/access.hpp"
 #include "detail/failpoint.hpp"
 #include "detail/lease_row.hpp"
 #include "detail/locker_impl.hpp"
@@ -161,7 +162,7 @@ private:
 }  // namespace detail
 
 locker table_locker(store const& db, locker_options options) {
-    return locker(detail::make_fork_safe<detail::table_locker_impl>(db.impl(), std::move(options)));
+    return detail::access::make_locker(detail::make_fork_safe<detail::table_locker_impl>(detail::access::impl(db), std::move(options)));
 }
 
 }  // namespace sqlock

@@ -28,6 +28,7 @@
 //       a deferred trigger of the test's own, at commit time); a lock table from
 //       before the waiters column is refused with the ALTER TABLE to run, and
 //       create_schema adds the column
+#include "../src/detail/access.hpp"
 #include "../src/detail/store_impl.hpp"
 #include "command_counter.hpp"
 #include "test_env.hpp"
@@ -45,7 +46,7 @@ namespace {
 // The SQL of the statements the engine holds prepared on the one pooled
 // connection of `db` (PostgreSQL: pg_prepared_statements; SQLite: sqlite3_next_stmt).
 std::vector<std::string> prepared_on(sqlock::store& db, engine e) {
-    return db.impl()->run("probe", [&](sqlock::detail::pooled_session s) {
+    return sqlock::detail::access::impl(db)->run("probe", [&](sqlock::detail::pooled_session s) {
         std::vector<std::string> out;
         if (e == engine::postgresql) {
             // A one-time query (unnamed): it does not list itself.
@@ -78,7 +79,7 @@ protected:
 
     // How many statements the engine holds prepared on the store's one pooled connection.
     long long prepared_on_connection() {
-        return db_->impl()->run("probe", [&](sqlock::detail::pooled_session s) -> long long {
+        return sqlock::detail::access::impl(*db_)->run("probe", [&](sqlock::detail::pooled_session s) -> long long {
             EXPECT_NE(s.prepared, nullptr) << "no statement cache on the connection";
             if (e_ == engine::postgresql) {
                 long long n = 0;
@@ -185,7 +186,7 @@ TEST_P(HotPathServer, RowLockStatementsArePreparedAgainAfterTheConnectionIsLost)
     auto locks = sqlock::row_locker(db, {.ttl = 30s, .auto_renew = false});
     auto other = sqlock::row_locker(other_db, {.ttl = 30s, .auto_renew = false});
     auto const session_id = [&] {
-        return db.impl()->run("probe", [&](sqlock::detail::pooled_session s) {
+        return sqlock::detail::access::impl(db)->run("probe", [&](sqlock::detail::pooled_session s) {
             long long id = 0;
             s.session << (e_ == engine::postgresql ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()"),
                 soci::into(id);

@@ -1,6 +1,7 @@
 // sqlock — operators' view of the lock table.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/store.hpp>
 
@@ -14,7 +15,7 @@
 namespace sqlock {
 
 /// A row of the table lock, as an operator sees it. Times are the database's.
-struct lock_info {
+struct SQLOCK_EXPORT lock_info {
     std::string name;
     std::string owner;
     std::int64_t token = 0;
@@ -31,7 +32,7 @@ struct lock_info {
 /// live in open transactions and are not listed.
 /// @throws backend_unavailable, backend_error, schema_missing
 /// Thread safety: any thread.
-[[nodiscard]] std::vector<lock_info> list_locks(store const& db);
+[[nodiscard]] SQLOCK_EXPORT std::vector<lock_info> list_locks(store const& db);
 
 /// Delete the table-lock row of `name` whoever owns it — an operator's tool for
 /// a holder that is stuck. Waiters are woken. The holder's next renewal or
@@ -40,6 +41,6 @@ struct lock_info {
 /// @throws usage_error (bad name), backend_unavailable, backend_error, schema_missing
 /// @warning The holder may still be inside its critical section: only fencing
 /// tokens protect the resource from it.
-[[nodiscard]] std::optional<lock_info> force_release(store const& db, std::string_view name);
+[[nodiscard]] SQLOCK_EXPORT std::optional<lock_info> force_release(store const& db, std::string_view name);
 
 }  // namespace sqlock

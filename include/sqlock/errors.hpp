@@ -2,6 +2,8 @@
 // Errors, grouped by what the caller should do about them.
 #pragma once
 
+#include <sqlock/export.hpp>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -20,7 +22,7 @@ namespace sqlock {
 /// for a caller that puts the message inside one of its own.
 ///
 /// Thread safety: immutable once thrown.
-class error : public std::runtime_error {
+class SQLOCK_EXPORT error : public std::runtime_error {
 public:
     explicit error(std::string const& what, std::string code = {})
         : std::runtime_error(what), code_(std::move(code)) {}
@@ -43,20 +45,20 @@ private:
 
 /// A waiting acquire did not get the lock before its deadline.
 /// What to do: retry later, or give up; nothing was acquired.
-class timeout : public error {
+class SQLOCK_EXPORT timeout : public error {
     using error::error;
 };
 
 /// A waiting acquire was cancelled through its `std::stop_token`; nothing was
 /// acquired. What to do: stop (it was your own request).
-class cancelled : public error {
+class SQLOCK_EXPORT cancelled : public error {
     using error::error;
 };
 
 /// A fenced write was refused: the resource has already seen a higher token,
 /// so the lease that carried this one was overtaken (expired and taken over).
 /// What to do: roll back the transaction; do not retry with the same lease.
-class stale_token : public error {
+class SQLOCK_EXPORT stale_token : public error {
 public:
     stale_token(std::string const& what, std::int64_t seen) : error(what), seen_(seen) {}
     /// The highest token the resource had already accepted.
@@ -68,21 +70,21 @@ private:
 
 /// The lease is no longer ours: it expired and was taken over, or it was
 /// released by someone else. What to do: restart the critical section.
-class lease_lost : public error {
+class SQLOCK_EXPORT lease_lost : public error {
     using error::error;
 };
 
 /// The lock tables are not there. What to do: apply the schema
 /// (`store::schema_sql()` or the files in schema/), or open the store with
 /// `create_schema = true`.
-class schema_missing : public error {
+class SQLOCK_EXPORT schema_missing : public error {
     using error::error;
 };
 
 /// The database could not be reached or refused the connection (wrong
 /// credentials, server down, pool exhausted by a dead server).
 /// What to do: retry later, or fix the URL.
-class backend_unavailable : public error {
+class SQLOCK_EXPORT backend_unavailable : public error {
     using error::error;
 };
 
@@ -90,7 +92,7 @@ class backend_unavailable : public error {
 /// statement was in flight and the clean-up could not run). A row we may have
 /// written expires by its TTL. What to do: never retry blindly; treat the lock
 /// as not held.
-class in_doubt : public error {
+class SQLOCK_EXPORT in_doubt : public error {
     using error::error;
 };
 
@@ -100,13 +102,13 @@ class in_doubt : public error {
 /// 1044/1142/1143/1370, SQLite 23) and a read-only database (PostgreSQL 25006,
 /// MySQL/MariaDB 1290/1792, SQLite 8) are reported as this too, with a message
 /// that says so and what to grant or change: retrying does not help.
-class backend_error : public error {
+class SQLOCK_EXPORT backend_error : public error {
     using error::error;
 };
 
 /// The call itself is wrong (empty lock name, TTL out of range, bad URL...).
 /// Reported before any I/O, so nothing was changed. What to do: fix the call.
-class usage_error : public std::logic_error {
+class SQLOCK_EXPORT usage_error : public std::logic_error {
     using std::logic_error::logic_error;
 };
 

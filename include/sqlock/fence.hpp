@@ -1,6 +1,7 @@
 // sqlock — fencing on the resource side.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/store.hpp>
 
 #include <cstdint>
@@ -36,7 +37,7 @@ namespace sqlock {
 ///
 /// Thread safety: a fence is immutable; use one from any number of threads,
 /// each with its own session.
-class fence {
+class SQLOCK_EXPORT fence {
 public:
     /// A fence for the tables of `db`'s engine and table prefix.
     explicit fence(store const& db);

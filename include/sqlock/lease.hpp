@@ -1,6 +1,8 @@
 // sqlock — a held lock.
 #pragma once
 
+#include <sqlock/export.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -11,6 +13,7 @@
 namespace sqlock {
 
 namespace detail {
+struct access;
 class lease_row;
 }
 
@@ -30,7 +33,7 @@ enum class lease_state {
 };
 
 /// "held", "in_doubt", "lost" or "released".
-[[nodiscard]] std::string_view to_string(lease_state s) noexcept;
+[[nodiscard]] SQLOCK_EXPORT std::string_view to_string(lease_state s) noexcept;
 
 /// A held lock: an RAII guard that releases on destruction.
 ///
@@ -61,7 +64,7 @@ enum class lease_state {
 /// Thread safety: the accessors, `state()` and `stop_token()` may be called
 /// from any thread; `renew()` and `release()` of one lease must not race each
 /// other from two threads.
-class lease {
+class SQLOCK_EXPORT lease {
 public:
     lease(lease&& other) noexcept;
     lease& operator=(lease&& other) noexcept;
@@ -136,10 +139,11 @@ public:
     ///                              deadline passes.
     void release();
 
-    /// Internal: lockers build leases from their rows.
-    explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
-
 private:
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
+    // Lockers build leases from their rows.
+    SQLOCK_NO_EXPORT explicit lease(std::shared_ptr<detail::lease_row> row) noexcept;
+
     std::shared_ptr<detail::lease_row> row_;
     enum class ending { none, released, lost };
     ending ended_ = ending::none;  // what became of this hold

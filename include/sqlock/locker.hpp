@@ -1,6 +1,7 @@
 // sqlock — lockers: the strategies that take and hold locks.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/options.hpp>
 #include <sqlock/stats.hpp>
@@ -16,6 +17,7 @@ namespace sqlock {
 class store;
 
 namespace detail {
+struct access;
 class locker_impl;
 }
 
@@ -27,7 +29,7 @@ class locker_impl;
 /// Thread safety: one locker may be used from any number of threads; each call
 /// borrows its own pooled connection and never touches the caller's
 /// transaction.
-class locker {
+class SQLOCK_EXPORT locker {
 public:
     /// Take the lock if it is free (or its holder's lease has expired by the
     /// database's clock); otherwise return empty at once. A lock already held
@@ -62,13 +64,11 @@ public:
     /// owner id is the default per-thread one).
     [[nodiscard]] locker_options const& options() const noexcept;
 
-    /// Internal: built by the factories below.
-    explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
-
-    /// Internal: the shared implementation (majority mode composes lockers).
-    [[nodiscard]] std::shared_ptr<detail::locker_impl> const& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
+    // Built by the factories below.
+    SQLOCK_NO_EXPORT explicit locker(std::shared_ptr<detail::locker_impl> impl) noexcept;
+
     std::shared_ptr<detail::locker_impl> impl_;
 };
 
@@ -76,7 +76,7 @@ private:
 /// on acquire, taken over only once its `expires_at` has passed by the
 /// database's clock, deleted by its owner on release.
 /// @throws usage_error when an option is out of range (no I/O is done).
-[[nodiscard]] locker table_locker(store const& db, locker_options options = {});
+[[nodiscard]] SQLOCK_EXPORT locker table_locker(store const& db, locker_options options = {});
 
 /// The SELECT ... FOR UPDATE lock: the engine's own row lock on a row of
 /// `<prefix>_rows`, held in a transaction that stays open on a dedicated pooled
@@ -89,6 +89,6 @@ private:
 /// Each held lease pins one pooled connection: size the pool for the most
 /// leases held at once plus the concurrent short operations.
 /// @throws usage_error when an option is out of range (no I/O is done).
-[[nodiscard]] locker row_locker(store const& db, locker_options options = {});
+[[nodiscard]] SQLOCK_EXPORT locker row_locker(store const& db, locker_options options = {});
 
 }  // namespace sqlock

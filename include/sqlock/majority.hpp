@@ -1,6 +1,7 @@
 // sqlock — majority mode: one lock over N independent databases.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/stats.hpp>
 
@@ -16,7 +17,7 @@ namespace sqlock {
 
 /// How a majority locker takes and holds locks. The lease length is the
 /// members' TTL (the smallest, if they differ); everything else is here.
-struct majority_options {
+struct SQLOCK_EXPORT majority_options {
     /// Bound on one member's answer in each round (acquire, token rounds,
     /// renewal, release). Empty: ttl / 10. A member that does not answer in
     /// time counts as refusing; its late answer is cleaned up (or, while the
@@ -103,6 +104,6 @@ struct majority_options {
 ///         row_locker, or an option is out of range. No I/O is done.
 ///
 /// Thread safety: as any locker.
-[[nodiscard]] locker majority_locker(std::vector<locker> members, majority_options options = {});
+[[nodiscard]] SQLOCK_EXPORT locker majority_locker(std::vector<locker> members, majority_options options = {});
 
 }  // namespace sqlock

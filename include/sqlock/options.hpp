@@ -1,7 +1,8 @@
 // sqlock — options, as aggregates with in-class defaults:
 //     sqlock::store db{url, {.pool_size = 4, .create_schema = true}};
 //     auto locks = sqlock::table_locker(db, {.ttl = 10s});
-// Every field is validated once, when the store or locker is constructed.
+// Every field is validated once, when the store or locker is constructed. (The `10s` above is the
+// caller's `using namespace std::chrono_literals;`: sqlock's headers bring no using-directive.)
 #pragma once
 
 #include <chrono>
@@ -10,14 +11,13 @@
 #include <functional>
 #include <string>
 
+#include <sqlock/export.hpp>
 #include <sqlock/stats.hpp>
 
 namespace sqlock {
 
-using namespace std::chrono_literals;
-
 /// How a `store` opens and manages its connections.
-struct store_options {
+struct SQLOCK_EXPORT store_options {
     /// Pooled connections (1..1024). Each concurrent lock operation borrows one
     /// for the length of one statement or short transaction.
     std::size_t pool_size = 8;
@@ -33,15 +33,15 @@ struct store_options {
     std::string table_prefix = "sqlock";
 
     /// Bound on establishing one connection (PostgreSQL's minimum is 2 s).
-    std::chrono::milliseconds connect_timeout = 5s;
+    std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
 
     /// Bound on waiting for a row lock inside one lock statement (another
     /// client holding the row mid-statement); past it the attempt counts as busy.
-    std::chrono::milliseconds lock_wait_timeout = 5s;
+    std::chrono::milliseconds lock_wait_timeout = std::chrono::seconds(5);
 
     /// How long an operation waits for a free pooled connection. A waiting
     /// `acquire` never waits past its own deadline for one.
-    std::chrono::milliseconds pool_wait = 30s;
+    std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
 
     /// The client-side bound on one statement, beyond any wait the engine is
     /// allowed inside it (`lock_wait_timeout`, or a row lock's wait). Past it
@@ -50,7 +50,7 @@ struct store_options {
     /// a release throws `backend_unavailable`. A hung server (a stopped backend,
     /// a silent network) therefore never blocks a call without limit.
     /// 100 ms .. 1 h.
-    std::chrono::milliseconds io_timeout = 10s;
+    std::chrono::milliseconds io_timeout = std::chrono::seconds(10);
 
     /// Open even when the server does not make commits durable (PostgreSQL
     /// `fsync = off`; MariaDB/MySQL `innodb_flush_log_at_trx_commit` other than 1).
@@ -61,9 +61,9 @@ struct store_options {
 };
 
 /// How a locker takes and holds locks.
-struct locker_options {
+struct SQLOCK_EXPORT locker_options {
     /// Lease length, measured by the database's clock (10 ms .. 7 days).
-    std::chrono::milliseconds ttl = 30s;
+    std::chrono::milliseconds ttl = std::chrono::seconds(30);
 
     /// Owner id written into each lock row, for operators (`sqlock list`) and
     /// as a guard on release and renewal. Empty (the default) means
@@ -75,8 +75,8 @@ struct locker_options {
 
     /// Backoff between attempts of a waiting `acquire`: capped exponential with
     /// full jitter, from `backoff_min` doubling up to `backoff_max`.
-    std::chrono::milliseconds backoff_min = 5ms;
-    std::chrono::milliseconds backoff_max = 500ms;
+    std::chrono::milliseconds backoff_min = std::chrono::milliseconds(5);
+    std::chrono::milliseconds backoff_max = std::chrono::milliseconds(500);
 
     /// The watchdog renews every held lease at about ttl/3. It is one deadline
     /// thread per locker (shared by all its leases; it schedules renewals and

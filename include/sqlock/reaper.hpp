@@ -1,6 +1,7 @@
 // sqlock — the reaper: purges lock rows nobody asks for again.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/lease.hpp>
 
 #include <chrono>
@@ -36,7 +37,7 @@ inline constexpr std::chrono::hours min_token_horizon{2};
 /// How a reaper purges. Validated once, when the reaper is constructed.
 ///
 ///     sqlock::reaper r(db, {.grace = 10s, .batch_size = 500});
-struct reaper_options {
+struct SQLOCK_EXPORT reaper_options {
     /// A row is purged once its `expires_at` is older than the database's now
     /// minus `grace` (0 .. 7 days). Not a safety margin: an expired lease is
     /// over whether or not its row is still there (a renewal refuses an expired
@@ -89,7 +90,7 @@ struct reaper_options {
 };
 
 /// What one pass of the reaper found and did.
-struct reap_result {
+struct SQLOCK_EXPORT reap_result {
     /// Rows deleted (in a dry run: rows that would be deleted).
     std::uint64_t purged = 0;
     /// Of `purged`, rows that had not expired: purged by `max_age` (their
@@ -124,7 +125,7 @@ struct reap_result {
 /// Checks `options` as the `reaper` constructor does, without a store: for
 /// tools that reject bad flags before connecting to anything.
 /// @throws usage_error naming the option that is out of range and its range
-void validate(reaper_options const& options);
+SQLOCK_EXPORT void validate(reaper_options const& options);
 
 /// Purges expired rows from a store's lock table (`<prefix>_locks`).
 ///
@@ -151,7 +152,7 @@ void validate(reaper_options const& options);
 /// Thread safety: `reap_once` may be called from several threads at once (each
 /// call borrows its own pooled connection for each batch); the options are
 /// immutable.
-class reaper {
+class SQLOCK_EXPORT reaper {
 public:
     /// A reaper for `db`'s lock table. Keeps the store's internals alive.
     /// @throws usage_error an option is out of range (no I/O is done)

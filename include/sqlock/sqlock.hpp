@@ -3,6 +3,7 @@
 
 #include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>
+#include <sqlock/export.hpp>
 #include <sqlock/fence.hpp>
 #include <sqlock/lease.hpp>
 #include <sqlock/locker.hpp>

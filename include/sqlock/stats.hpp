@@ -1,6 +1,8 @@
 // sqlock — what lockers and stores report about themselves.
 #pragma once
 
+#include <sqlock/export.hpp>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -12,7 +14,7 @@ namespace sqlock {
 /// to `locker_options::on_event` from the thread where it happened (the
 /// caller's, or the locker's renewer thread): keep the hook short, and never
 /// call back into the same lease from it.
-struct lease_event {
+struct SQLOCK_EXPORT lease_event {
     enum class kind {
         acquired,      ///< a new lease (or a reentrant hold) was granted
         busy,          ///< an attempt found the lock held (also each attempt inside a waiting acquire)
@@ -30,11 +32,11 @@ struct lease_event {
 };
 
 /// "acquired", "busy", ...
-[[nodiscard]] std::string_view to_string(lease_event::kind k) noexcept;
+[[nodiscard]] SQLOCK_EXPORT std::string_view to_string(lease_event::kind k) noexcept;
 
 /// Counters of one locker since it was made. A snapshot: each field is read
 /// atomically, the set is not.
-struct locker_stats {
+struct SQLOCK_EXPORT locker_stats {
     std::uint64_t acquired = 0;   ///< leases granted (including reentrant holds)
     std::uint64_t busy = 0;       ///< attempts that found the lock held (each attempt of a waiting acquire counts)
     std::uint64_t timeouts = 0;   ///< waiting acquires that ran out of time
@@ -54,7 +56,7 @@ struct locker_stats {
 };
 
 /// What a store has learned about its database.
-struct store_stats {
+struct SQLOCK_EXPORT store_stats {
     /// Estimate of (database time - this host's system time), from the
     /// database timestamps each acquire and renewal returns, taken at the
     /// midpoint of the round trip. Watch it drift to see clocks diverge.

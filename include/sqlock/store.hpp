@@ -1,6 +1,7 @@
 // sqlock — a database to keep locks in.
 #pragma once
 
+#include <sqlock/export.hpp>
 #include <sqlock/options.hpp>
 #include <sqlock/stats.hpp>
 
@@ -11,6 +12,7 @@
 namespace sqlock {
 
 namespace detail {
+struct access;
 class store_impl;
 }
 
@@ -18,16 +20,16 @@ class store_impl;
 enum class engine { postgresql, mysql, sqlite };
 
 /// "postgresql", "mysql" or "sqlite".
-[[nodiscard]] std::string_view to_string(engine e) noexcept;
+[[nodiscard]] SQLOCK_EXPORT std::string_view to_string(engine e) noexcept;
 
 /// `url` with its password replaced by "***", for logs and messages (the form
 /// `store::url()` returns). Parses nothing else: safe on malformed URLs.
-[[nodiscard]] std::string redact_url(std::string_view url);
+[[nodiscard]] SQLOCK_EXPORT std::string redact_url(std::string_view url);
 
 /// The DDL of the lock tables for an engine (the embedded schema/<engine>.sql),
 /// with its tables named by `table_prefix`.
 /// @throws usage_error when the prefix is not a valid identifier.
-[[nodiscard]] std::string schema_sql(engine e, std::string_view table_prefix = "sqlock");
+[[nodiscard]] SQLOCK_EXPORT std::string schema_sql(engine e, std::string_view table_prefix = "sqlock");
 
 /// A database that holds locks: its engine, a pool of connections and the
 /// names of the lock tables.
@@ -46,7 +48,7 @@ enum class engine { postgresql, mysql, sqlite };
 /// destroyed before them.
 ///
 /// Thread safety: a store may be used from any number of threads.
-class store {
+class SQLOCK_EXPORT store {
 public:
     /// @throws usage_error          bad URL or options (before any I/O)
     /// @throws backend_unavailable  cannot connect within `connect_timeout`
@@ -75,10 +77,8 @@ public:
     /// @throws backend_unavailable, backend_error
     void create_schema();
 
-    /// Internal: the shared state lockers are built on.
-    [[nodiscard]] std::shared_ptr<detail::store_impl> const& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;  // the library's way in: src/detail/access.hpp
     std::shared_ptr<detail::store_impl> impl_;
 };
 

@@ -8,6 +8,8 @@
 // the one place the version is written.
 #pragma once
 
+#include <sqlock/export.hpp>
+
 #include <string_view>
 
 #define SQLOCK_VERSION_MAJOR 0
@@ -23,6 +25,6 @@ namespace sqlock {
 /// The version of the library this program runs with, "MAJOR.MINOR.PATCH".
 /// With a shared libsqlock it is the one loaded at run time, which may differ
 /// from SQLOCK_VERSION_STRING of the headers the program was compiled with.
-std::string_view version() noexcept;
+SQLOCK_EXPORT std::string_view version() noexcept;
 
 }  // namespace sqlock

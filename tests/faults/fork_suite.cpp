@@ -12,6 +12,7 @@
 // The rule itself is checked on the dialect's acquire statement: a live row
 // that carries the caller's attempt id is not a grant (only a retry after a
 // broken connection takes it, and only for the same owner).
+#include "detail/access.hpp"
 #include "detail/store_impl.hpp"
 #include "run_command.hpp"
 #include "test_env.hpp"
@@ -130,8 +131,8 @@ TEST_P(Fork, ARowCarryingTheSameAttemptIdIsNoGrant) {
     *raw_ << "UPDATE sqlock_locks SET attempt = :a WHERE name = :n", soci::use(forced_attempt, "a"),
         soci::use(name, "n");
     auto acquire = [&](std::string const& owner, bool retry) {
-        return db_->impl()->run("probe", [&](sqlock::detail::pooled_session s) {
-            return db_->impl()->dialect().acquire(s, name, owner, forced_attempt, 30'000'000, true, retry);
+        return sqlock::detail::access::impl(*db_)->run("probe", [&](sqlock::detail::pooled_session s) {
+            return sqlock::detail::access::impl(*db_)->dialect().acquire(s, name, owner, forced_attempt, 30'000'000, true, retry);
         });
     };
     for (bool retry : {false, true}) {

@@ -66,7 +66,7 @@ target_link_libraries(sqlock_fork_worker PRIVATE sqlock_failpoints) # acquire.at
 sqlock_test_target(sqlock_fork_worker)
 add_executable(sqlock_fork_tests fork_suite.cpp)
 target_include_directories(sqlock_fork_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(sqlock_fork_tests PRIVATE sqlock::sqlock SOCI::soci GTest::gtest GTest::gtest_main
+target_link_libraries(sqlock_fork_tests PRIVATE sqlock_internal SOCI::soci GTest::gtest GTest::gtest_main
                                                 Threads::Threads)
 target_compile_definitions(sqlock_fork_tests PRIVATE "SQLOCK_FORK_WORKER=\"$<TARGET_FILE:sqlock_fork_worker>\"")
 add_dependencies(sqlock_fork_tests sqlock_fork_worker)
