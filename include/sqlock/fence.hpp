@@ -51,6 +51,7 @@ public:
     /// @param token    the lease's token
     /// @throws stale_token  a higher token was already recorded for `resource`
     /// @throws usage_error  bad resource name or token <= 0
+    /// @throws backend_unavailable  the session's connection broke (the transaction is gone)
     /// @throws backend_error, schema_missing
     void check_and_set(soci::session& session, std::string_view resource, std::int64_t token) const;
 
