@@ -9,4 +9,11 @@ std::vector<std::string> sqlite_dialect::required_tables() const {
             locks_ + "_tok_upd"};
 }
 
+void sqlite_dialect::create_schema(soci::session& s) const {
+    (void)write_transaction(s, [&] {
+        dialect::create_schema(s);
+        return true;
+    });
+}
+
 }  // namespace sqlock::detail::sqlite_engine

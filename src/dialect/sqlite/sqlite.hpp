@@ -123,6 +123,9 @@ public:
     // The triggers that keep the token counter are as necessary as the tables:
     // without them the acquire would hand the same token out again.
     std::vector<std::string> required_tables() const override;
+    // In one write transaction: another process opening the file meanwhile sees
+    // the whole schema or none of it, never a part it would call missing.
+    void create_schema(soci::session& s) const override;
 
     // ---- the table lock (table_lock.cpp) ----
     // Granted only when RETURNING answers: this very statement inserted the row
