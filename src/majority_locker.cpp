@@ -251,7 +251,7 @@ struct answer {
     member_identity identity;         // token read: the member's identity and whether it has joined
 };
 
-answer failure_of(std::exception_ptr e) {
+answer failure_of(std::exception_ptr const& e) {
     try {
         std::rethrow_exception(e);
     } catch (lease_lost const& x) {
@@ -585,15 +585,13 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
         if (!reads[i] || !std::holds_alternative<view>(*reads[i])) continue;
         auto const& v = std::get<view>(*reads[i]);
         if (v.identity.joined) continue;
-        if (forming) {
-            seed.push_back(i);
-        } else if (joined < quorum_) {
+        if (!forming && joined < quorum_) {
             refused += (refused.empty() ? "" : "; ") + members_[i].label +
                        " has not joined this majority (a new identity: the database was created, recreated or "
                        "restored since); it is seeded with the other members' counters once " +
                        std::to_string(quorum_) + " members that have joined answer together (" +
                        std::to_string(joined) + " did" + (unanswered.empty() ? "" : "; " + unanswered) + ")";
-        } else if (v.identity.age_us < min_age) {
+        } else if (!forming && v.identity.age_us < min_age) {
             refused += (refused.empty() ? "" : "; ") + members_[i].label +
                        " has not joined this majority (a new identity, " +
                        std::to_string(v.identity.age_us / 1000) + " ms old); it is seeded once its identity is older than the ttl plus drift (" +
@@ -857,7 +855,7 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
 }  // namespace
 }  // namespace detail
 
-locker majority_locker(std::vector<locker> members, majority_options options) {
+locker majority_locker(std::vector<locker> const& members, majority_options options) {
     using namespace std::chrono;
     if (members.empty()) throw usage_error("sqlock: majority_locker needs at least one member locker (3 or more recommended)");
     std::vector<detail::member> list;

@@ -30,7 +30,7 @@ std::string schema_sql(engine e, std::string_view table_prefix) {
     return detail::apply_prefix(detail::embedded_schema(e), table_prefix);
 }
 
-store::store(std::string_view url, store_options options)
+store::store(std::string_view url, store_options const& options)
     : impl_(detail::make_fork_safe<detail::store_impl>(url, options)) {}
 
 store::~store() = default;

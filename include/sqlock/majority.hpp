@@ -104,6 +104,6 @@ struct SQLOCK_EXPORT majority_options {
 ///         row_locker, or an option is out of range. No I/O is done.
 ///
 /// Thread safety: as any locker.
-[[nodiscard]] SQLOCK_EXPORT locker majority_locker(std::vector<locker> members, majority_options options = {});
+[[nodiscard]] SQLOCK_EXPORT locker majority_locker(std::vector<locker> const& members, majority_options options = {});
 
 }  // namespace sqlock

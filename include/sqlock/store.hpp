@@ -53,7 +53,7 @@ public:
     /// @throws usage_error          bad URL or options (before any I/O)
     /// @throws backend_unavailable  cannot connect within `connect_timeout`
     /// @throws schema_missing       tables absent and `create_schema` is false
-    explicit store(std::string_view url, store_options options = {});
+    explicit store(std::string_view url, store_options const& options = {});
 
     store(store&&) noexcept = default;
     store& operator=(store&&) noexcept = default;

@@ -29,7 +29,7 @@ class function_ref<R(Args...)> {
 public:
     template <class F>
         requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
-    function_ref(F&& f) noexcept  // NOLINT(google-explicit-constructor): converts like std::function
+    function_ref(F&& f) noexcept  // NOLINT(google-explicit-constructor,bugprone-forwarding-reference-overload): converts like std::function; the constraint keeps it off copies
         : object_(static_cast<void const*>(std::addressof(f))),
           call_([](void const* object, Args... args) -> R {
               return (*static_cast<std::remove_reference_t<F>*>(const_cast<void*>(object)))(

@@ -8,7 +8,7 @@ namespace {
 // connection. An eventfd wakes its poll() for a prompt shutdown.
 class pg_listener final : public release_listener {
 public:
-    pg_listener(std::string conninfo, std::string channel, std::chrono::milliseconds io_timeout,
+    pg_listener(std::string conninfo, std::string const& channel, std::chrono::milliseconds io_timeout,
                 std::function<void(std::string_view)> on_notify)
         : conninfo_(std::move(conninfo)),
           listen_sql_("LISTEN \"" + channel + "\""),
