@@ -44,12 +44,12 @@
 #include <functional>
 #include <iostream>
 #include <list>
-#include <string_view>
 #include <memory>
 #include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,7 +72,8 @@ std::vector<std::string> member_urls() {
         for (char const* var : {"SQLOCK_TEST_PG_URL", "SQLOCK_TEST_PG2_URL", "SQLOCK_TEST_MYSQL_URL"}) {
             char const* u = std::getenv(var);
             if (u == nullptr || *u == '\0')
-                throw std::runtime_error(std::string(var) + " is not set (and SQLOCK_BENCH_MAJORITY_URLS neither): "
+                throw std::runtime_error(std::string(var) +
+                                         " is not set (and SQLOCK_BENCH_MAJORITY_URLS neither): "
                                          "source the env.sh of scripts/test-servers.sh start");
             urls.emplace_back(u);
         }
@@ -101,8 +102,8 @@ struct config {
 /// `json` is empty (warm-up), one JSON line on stdout.
 void run(std::string const& label, sqlock::locker& locks, int cycles, std::optional<config> const& json) {
     std::string const name = name_prefix + label;
-    std::vector<double> t;    // every cycle, ms (the human line)
-    std::vector<double> ok;   // successful cycles, ms (the JSON line)
+    std::vector<double> t;   // every cycle, ms (the human line)
+    std::vector<double> ok;  // successful cycles, ms (the JSON line)
     t.reserve(static_cast<std::size_t>(cycles));
     int busy = 0, errors = 0;
     std::string last_error;
@@ -139,12 +140,13 @@ void run(std::string const& label, sqlock::locker& locks, int cycles, std::optio
                  label.c_str(), cycles, at(t, 0.5), at(t, 0.9), at(t, 0.99), t.back(), mean, busy, errors);
     if (errors > 0) std::fprintf(stderr, "%-24s last error: %s\n", "", last_error.c_str());
     if (json) {
-        std::printf("{\"suite\":\"majority\",\"engine\":\"%s\",\"impl\":\"%.*s\",\"variant\":\"%.*s\","
-                    "\"seconds\":%.3f,\"members\":%d,\"cycles\":%zu,\"cycles_per_s\":%.1f,\"p50_us\":%.1f,"
-                    "\"p99_us\":%.1f,\"errors\":%d}\n",
-                    json->engine.c_str(), static_cast<int>(json->impl.size()), json->impl.data(),
-                    static_cast<int>(json->variant.size()), json->variant.data(), seconds, json->members, ok.size(),
-                    static_cast<double>(ok.size()) / seconds, at(ok, 0.5) * 1000.0, at(ok, 0.99) * 1000.0, errors);
+        std::printf(
+            "{\"suite\":\"majority\",\"engine\":\"%s\",\"impl\":\"%.*s\",\"variant\":\"%.*s\","
+            "\"seconds\":%.3f,\"members\":%d,\"cycles\":%zu,\"cycles_per_s\":%.1f,\"p50_us\":%.1f,"
+            "\"p99_us\":%.1f,\"errors\":%d}\n",
+            json->engine.c_str(), static_cast<int>(json->impl.size()), json->impl.data(),
+            static_cast<int>(json->variant.size()), json->variant.data(), seconds, json->members, ok.size(),
+            static_cast<double>(ok.size()) / seconds, at(ok, 0.5) * 1000.0, at(ok, 0.99) * 1000.0, errors);
         std::fflush(stdout);
     }
 }
@@ -171,11 +173,8 @@ int main(int argc, char** argv) {
         std::list<sqlock::store> stores;  // through the proxies; stable addresses
         // io_timeout 1 s: a stalled member's statements give up soon after the
         // majority stopped waiting for them (it never waits past member_timeout).
-        sqlock::store_options const options{.pool_size = 8,
-                                            .create_schema = true,
-                                            .connect_timeout = 2s,
-                                            .pool_wait = 2s,
-                                            .io_timeout = 1s};
+        sqlock::store_options const options{
+            .pool_size = 8, .create_schema = true, .connect_timeout = 2s, .pool_wait = 2s, .io_timeout = 1s};
         for (auto const& url : urls) {
             proxies.push_back(sqlock_test::fault_proxy::for_url(url));
             stores.emplace_back(proxies.back()->proxied_url(url), options);
@@ -200,8 +199,7 @@ int main(int argc, char** argv) {
         }
         if (!mixed) engines = sqlock::to_string(stores.front().engine());
         std::string const first(sqlock::to_string(direct.engine()));
-        auto majority =
-            sqlock::majority_locker(members, {.member_timeout = member_timeout, .auto_renew = false});
+        auto majority = sqlock::majority_locker(members, {.member_timeout = member_timeout, .auto_renew = false});
 
         // Warm every pool (and the schema checks) before timing.
         run("warm-up", majority, std::min(cycles, 20), std::nullopt);

@@ -110,15 +110,18 @@ void insert_expired(soci::session& s, sqlock::engine e, std::string const& locks
     auto n = std::to_string(rows);
     switch (e) {
         case sqlock::engine::postgresql:
-            s << "INSERT INTO " + locks + " (name, owner, token, holds, created_at, expires_at)"
-                 " SELECT 'backlog/' || g, 'bench', g, 1, now() - interval '2 hours',"
-                 " now() - interval '1 hour' - g * interval '1 microsecond' FROM generate_series(1, " + n + ") g";
+            s << "INSERT INTO " + locks +
+                     " (name, owner, token, holds, created_at, expires_at)"
+                     " SELECT 'backlog/' || g, 'bench', g, 1, now() - interval '2 hours',"
+                     " now() - interval '1 hour' - g * interval '1 microsecond' FROM generate_series(1, " +
+                     n + ") g";
             break;
         case sqlock::engine::mysql: {
             // Numbers 1..rows from a cross join of as many digit tables as rows has digits.
-            std::string const digit = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3"
-                                      " UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7"
-                                      " UNION ALL SELECT 8 UNION ALL SELECT 9)";
+            std::string const digit =
+                "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3"
+                " UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7"
+                " UNION ALL SELECT 8 UNION ALL SELECT 9)";
             std::string number = "1", from;
             long long scale = 1;
             for (int k = 0; scale < rows; ++k, scale *= 10) {
@@ -130,18 +133,22 @@ void insert_expired(soci::session& s, sqlock::engine e, std::string const& locks
                 from += (k == 0 ? "" : " CROSS JOIN ") + digit + " " + t;
             }
             if (from.empty()) from = "(SELECT 0 d) t0";
-            s << "INSERT INTO " + locks + " (name, owner, token, holds, created_at, expires_at)"
-                 " SELECT CONCAT('backlog/', g), 'bench', g, 1, NOW(6) - INTERVAL 2 HOUR,"
-                 " NOW(6) - INTERVAL 1 HOUR - INTERVAL g MICROSECOND FROM (SELECT " + number + " AS g FROM " +
-                     from + ") AS numbers WHERE g <= " + n;
+            s << "INSERT INTO " + locks +
+                     " (name, owner, token, holds, created_at, expires_at)"
+                     " SELECT CONCAT('backlog/', g), 'bench', g, 1, NOW(6) - INTERVAL 2 HOUR,"
+                     " NOW(6) - INTERVAL 1 HOUR - INTERVAL g MICROSECOND FROM (SELECT " +
+                     number + " AS g FROM " + from + ") AS numbers WHERE g <= " + n;
             break;
         }
         case sqlock::engine::sqlite: {
             std::string now = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
-            s << "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < " + n + ")"
-                 " INSERT INTO " + locks + " (name, owner, token, holds, created_at, expires_at)"
-                 " SELECT 'backlog/' || i, 'bench', i, 1, " + now + " - 7200000000, " + now +
-                 " - 3600000000 - i FROM g";
+            s << "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < " + n +
+                     ")"
+                     " INSERT INTO " +
+                     locks +
+                     " (name, owner, token, holds, created_at, expires_at)"
+                     " SELECT 'backlog/' || i, 'bench', i, 1, " +
+                     now + " - 7200000000, " + now + " - 3600000000 - i FROM g";
             break;
         }
     }
@@ -189,8 +196,7 @@ latencies traffic(sqlock::store& db, int threads, std::atomic<bool> const& stop)
                 try {
                     auto start = steady::now();
                     auto lease = locks.try_acquire(name);
-                    mine.us.push_back(
-                        std::chrono::duration<double, std::micro>(steady::now() - start).count());
+                    mine.us.push_back(std::chrono::duration<double, std::micro>(steady::now() - start).count());
                     if (lease) {
                         ++mine.acquired;
                         lease->release();
@@ -265,8 +271,8 @@ sqlock::reap_result purge(sqlock::store& db, config const& c, long long& errors)
 }
 
 /// The JSON line of one purge; the traffic fields are null without traffic.
-void print_line(sqlock::store const& db, char const* variant, sqlock::reap_result const& r,
-                latencies const* during, latencies const* baseline, long long errors) {
+void print_line(sqlock::store const& db, char const* variant, sqlock::reap_result const& r, latencies const* during,
+                latencies const* baseline, long long errors) {
     double const secs = static_cast<double>(r.duration.count()) / 1e6;
     auto number = [](latencies const* l, double p) {
         if (l == nullptr) return std::string("null");
@@ -274,12 +280,13 @@ void print_line(sqlock::store const& db, char const* variant, sqlock::reap_resul
         std::snprintf(buf, sizeof buf, "%.1f", l->pct(p));
         return std::string(buf);
     };
-    std::printf("{\"suite\":\"reaper\",\"engine\":\"%s\",\"impl\":\"sqlock-reaper\",\"variant\":\"%s\","
-                "\"seconds\":%.3f,\"rows\":%llu,\"rows_per_s\":%.1f,\"acquire_p50_us\":%s,\"acquire_p99_us\":%s,"
-                "\"baseline_p99_us\":%s,\"errors\":%lld}\n",
-                std::string(sqlock::to_string(db.engine())).c_str(), variant, secs,
-                static_cast<unsigned long long>(r.purged), secs > 0 ? static_cast<double>(r.purged) / secs : 0.0,
-                number(during, 0.50).c_str(), number(during, 0.99).c_str(), number(baseline, 0.99).c_str(), errors);
+    std::printf(
+        "{\"suite\":\"reaper\",\"engine\":\"%s\",\"impl\":\"sqlock-reaper\",\"variant\":\"%s\","
+        "\"seconds\":%.3f,\"rows\":%llu,\"rows_per_s\":%.1f,\"acquire_p50_us\":%s,\"acquire_p99_us\":%s,"
+        "\"baseline_p99_us\":%s,\"errors\":%lld}\n",
+        std::string(sqlock::to_string(db.engine())).c_str(), variant, secs, static_cast<unsigned long long>(r.purged),
+        secs > 0 ? static_cast<double>(r.purged) / secs : 0.0, number(during, 0.50).c_str(),
+        number(during, 0.99).c_str(), number(baseline, 0.99).c_str(), errors);
     std::fflush(stdout);
 }
 
@@ -318,12 +325,14 @@ int main(int argc, char** argv) {
     try {
         c = parse(argc, argv);
     } catch (std::exception const& e) {
-        std::cerr << "sqlock-reaper-bench: " << e.what()
-                  << "\nusage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--threads N] [--window SECONDS] [--settle SECONDS]\n";
+        std::cerr
+            << "sqlock-reaper-bench: " << e.what()
+            << "\nusage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--threads N] [--window SECONDS] [--settle SECONDS]\n";
         return 64;
     }
     std::string const prefix = "sqlbench_" + random_hex(8);
-    sqlock::store db(c.url, {.pool_size = static_cast<std::size_t>(c.threads) + 2, .create_schema = true,
+    sqlock::store db(c.url, {.pool_size = static_cast<std::size_t>(c.threads) + 2,
+                             .create_schema = true,
                              .table_prefix = prefix});
     auto raw = raw_session(db.engine(), c.url);
     int rc = 0;

@@ -135,8 +135,8 @@ json line_head(std::string_view suite, sqlock::store const& db, std::string_view
     if (db.engine() == sqlock::engine::sqlite) {
         auto const& url = db.url();
         auto const at = url.find("synchronous=");
-        variant = "sync=" + (at == std::string::npos ? std::string("full")
-                                                     : url.substr(at + 12, url.find('&', at) - at - 12));
+        variant = "sync=" +
+                  (at == std::string::npos ? std::string("full") : url.substr(at + 12, url.find('&', at) - at - 12));
     }
     j["variant"] = variant;
     j["seconds"] = std::round(seconds * 1000.0) / 1000.0;
@@ -184,7 +184,8 @@ int run_cycle(cycle_args const& a) {
             if (shared) {
                 names.push_back(name_prefix + "cycle:shared");
             } else {
-                for (int i = 0; i < 64; ++i) names.push_back(name_prefix + "cycle:" + std::to_string(t) + ":" + std::to_string(i));
+                for (int i = 0; i < 64; ++i)
+                    names.push_back(name_prefix + "cycle:" + std::to_string(t) + ":" + std::to_string(i));
             }
             auto& mine = per[t];
             mine.us.reserve(1 << 16);
@@ -248,9 +249,8 @@ int run_cycle(cycle_args const& a) {
     j["p99_us"] = r1(percentile(all.us, 0.99));
     j["cpu_us_per_cycle"] = all.cycles > 0 ? r1((cpu1 - cpu0) / static_cast<double>(all.cycles)) : 0.0;
     j["errors"] = errors.count();
-    std::cerr << "sqlock-grid cycle: " << db.url() << " " << a.lock << " lock, " << a.clients << " clients, "
-              << a.names << " names: " << all.cycles << " cycles in " << secs << " s, CPU "
-              << (cpu1 - cpu0) / 1e6 << " s\n";
+    std::cerr << "sqlock-grid cycle: " << db.url() << " " << a.lock << " lock, " << a.clients << " clients, " << a.names
+              << " names: " << all.cycles << " cycles in " << secs << " s, CPU " << (cpu1 - cpu0) / 1e6 << " s\n";
     print_line(j);
     return 0;
 }
@@ -451,7 +451,8 @@ int run_renewal(renewal_args const& a) {
     std::mutex lag_mutex;
     std::vector<std::pair<double, double>> lags;  // (completed, s since origin; lag, ms)
     lags.reserve(static_cast<std::size_t>(static_cast<double>(n) * a.seconds * 1000.0 /
-                                          static_cast<double>(std::max<std::int64_t>(period.count(), 1))) + 16);
+                                          static_cast<double>(std::max<std::int64_t>(period.count(), 1))) +
+                 16);
     auto const period_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
 
     sqlock::locker_options options{.ttl = ttl};
@@ -501,7 +502,8 @@ int run_renewal(renewal_args const& a) {
         }
     });
     auto const acquired = steady::now();
-    auto const count_held = static_cast<long long>(std::count_if(held.begin(), held.end(), [](auto const& l) { return l.has_value(); }));
+    auto const count_held =
+        static_cast<long long>(std::count_if(held.begin(), held.end(), [](auto const& l) { return l.has_value(); }));
     std::cerr << "sqlock-grid renewal: " << db.url() << ": " << count_held << " leases acquired in "
               << seconds_between(start, acquired) << " s; holding until " << a.seconds << " s\n";
     std::this_thread::sleep_until(std::max(acquired, start + std::chrono::duration_cast<steady::duration>(
@@ -565,8 +567,9 @@ int run_renewal(renewal_args const& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"sqlock-grid: sqlock's side of the benchmark grid; one JSON line per run on stdout "
-                 "(bench/results-format.md)"};
+    CLI::App app{
+        "sqlock-grid: sqlock's side of the benchmark grid; one JSON line per run on stdout "
+        "(bench/results-format.md)"};
     app.require_subcommand(1);
 
     cycle_args cycle;
@@ -574,24 +577,35 @@ int main(int argc, char** argv) {
     c->add_option("--url", cycle.url, "database URL (postgresql://, mysql://, sqlite:)")->required();
     c->add_option("--lock", cycle.lock, "table or row")->check(CLI::IsMember({"table", "row"}))->capture_default_str();
     c->add_option("--clients", cycle.clients, "concurrent threads")->check(CLI::Range(1, 1000))->capture_default_str();
-    c->add_option("--names", cycle.names, "distinct or shared")->check(CLI::IsMember({"distinct", "shared"}))->capture_default_str();
-    c->add_option("--seconds", cycle.seconds, "measured seconds (after 1 s of warm-up)")->check(CLI::PositiveNumber)->capture_default_str();
+    c->add_option("--names", cycle.names, "distinct or shared")
+        ->check(CLI::IsMember({"distinct", "shared"}))
+        ->capture_default_str();
+    c->add_option("--seconds", cycle.seconds, "measured seconds (after 1 s of warm-up)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
     c->add_option("--ttl", cycle.ttl, "lease TTL")->capture_default_str();
 
     handoff_args handoff;
     auto* h = app.add_subcommand("handoff", "from a release to the parked waiter holding the lock");
     h->add_option("--url", handoff.url, "database URL")->required();
     h->add_option("--path", handoff.path, "notify, row-queue, poll or in-process")
-        ->check(CLI::IsMember({"notify", "row-queue", "poll", "in-process"}))->capture_default_str();
-    h->add_option("--samples", handoff.samples, "measured hand-offs")->check(CLI::Range(1, 1000000))->capture_default_str();
+        ->check(CLI::IsMember({"notify", "row-queue", "poll", "in-process"}))
+        ->capture_default_str();
+    h->add_option("--samples", handoff.samples, "measured hand-offs")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
 
     renewal_args renewal;
     auto* r = app.add_subcommand("renewal", "renewal lag of many leases held by one locker");
     r->add_option("--url", renewal.url, "database URL")->required();
     r->add_option("--leases", renewal.leases, "leases held")->check(CLI::Range(1, 10000000))->capture_default_str();
     r->add_option("--ttl", renewal.ttl, "lease TTL (renewed every ttl/3)")->capture_default_str();
-    r->add_option("--seconds", renewal.seconds, "from the first acquire to the release")->check(CLI::PositiveNumber)->capture_default_str();
-    r->add_option("--threads", renewal.threads, "threads that acquire and release")->check(CLI::Range(1, 256))->capture_default_str();
+    r->add_option("--seconds", renewal.seconds, "from the first acquire to the release")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    r->add_option("--threads", renewal.threads, "threads that acquire and release")
+        ->check(CLI::Range(1, 256))
+        ->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
     try {

@@ -44,8 +44,9 @@ void print_columns(std::vector<std::vector<std::string>> const& rows) {
 std::vector<std::string> cells(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
     std::vector<std::string> r;
     if (member) r.push_back(*member);
-    for (auto&& c : {printable(l.name), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
-                     sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining)})
+    for (auto&& c :
+         {printable(l.name), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
+          sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining)})
         r.push_back(c);
     return r;
 }
@@ -81,7 +82,8 @@ std::string plural(std::size_t n, std::string const& one, std::string const& man
 }
 
 /// The members that did not answer, for one line: "URL: why; URL: why".
-std::string failures_text(std::vector<member> const& members, std::vector<std::optional<member_failure>> const& failures) {
+std::string failures_text(std::vector<member> const& members,
+                          std::vector<std::optional<member_failure>> const& failures) {
     std::string out;
     for (std::size_t i = 0; i < members.size(); ++i)
         if (failures[i]) out += (out.empty() ? "" : "; ") + redacted_url(members[i].url) + ": " + failures[i]->message;
@@ -109,7 +111,8 @@ int list_members(list_args const& args) {
     std::vector<entry> all;
     for (std::size_t i = 0; i < n; ++i)
         for (auto const& l : locks[i]) all.push_back({i, &l});
-    std::stable_sort(all.begin(), all.end(), [](entry const& a, entry const& b) { return a.lock->name < b.lock->name; });
+    std::stable_sort(all.begin(), all.end(),
+                     [](entry const& a, entry const& b) { return a.lock->name < b.lock->name; });
 
     std::size_t answered = 0;
     int code = exit_code::ok;
@@ -129,9 +132,9 @@ int list_members(list_args const& args) {
         print("\n");
         std::vector<std::vector<std::string>> status{{"MEMBER", "ANSWERED"}};
         for (std::size_t i = 0; i < n; ++i)
-            status.push_back({redacted_url(members[i].url),
-                              failures[i] ? "no: " + failures[i]->message
-                                          : "yes, " + plural(locks[i].size(), "lease", "leases")});
+            status.push_back(
+                {redacted_url(members[i].url),
+                 failures[i] ? "no: " + failures[i]->message : "yes, " + plural(locks[i].size(), "lease", "leases")});
         print_columns(status);
     }
     std::fflush(stdout);
@@ -170,7 +173,8 @@ int release_members(release_args const& args) {
     }
     print(out);
     std::fflush(stdout);
-    std::size_t const failed = static_cast<std::size_t>(std::count_if(failures.begin(), failures.end(), [](auto const& f) { return f.has_value(); }));
+    std::size_t const failed = static_cast<std::size_t>(
+        std::count_if(failures.begin(), failures.end(), [](auto const& f) { return f.has_value(); }));
     if (code != exit_code::ok)
         fail(code, "lock '" + printable(args.name) + "' released on " + std::to_string(count) + " of " +
                        std::to_string(n) + " databases; " + std::to_string(failed) + " did not answer (" +
@@ -191,24 +195,24 @@ int list_command(list_args const& args) {
     auto locks = sqlock::list_locks(store);
     // Expired rows nobody took over or reaped yet are free: not held, not listed.
     std::erase_if(locks, [](sqlock::lock_info const& l) { return l.remaining.count() <= 0; });
-    if (args.json)
-        print_json_lines(locks);
-    else
-        print_table(locks);
+    if (args.json) print_json_lines(locks);
+    else print_table(locks);
     std::fflush(stdout);
     return exit_code::ok;
 }
 
 int release_command(release_args const& args) {
     if (!args.force)
-        fail(exit_code::usage, "release deletes the lock whoever holds it, so it needs --force: sqlock release --name " +
-                                   printable(args.name) + " --force");
+        fail(exit_code::usage,
+             "release deletes the lock whoever holds it, so it needs --force: sqlock release --name " +
+                 printable(args.name) + " --force");
     if (args.dbs.size() > 1) return release_members(args);
     auto db = resolve_database(args.dbs);
     auto store = open_existing(db);
     auto row = sqlock::force_release(store, args.name);
     if (!row)
-        fail(exit_code::not_found, "no lock named '" + printable(args.name) + "' in " + store.url() + ": nothing released");
+        fail(exit_code::not_found,
+             "no lock named '" + printable(args.name) + "' in " + store.url() + ": nothing released");
     std::string line = "released lock '" + printable(row->name) + "' held by " + printable(row->owner) + " (token " +
                        std::to_string(row->token) + ", taken " + sqlock::tools::iso8601(row->created_at) + ", " +
                        (row->remaining.count() > 0 ? "expiring in " + human_remaining(row->remaining)
@@ -225,7 +229,8 @@ int schema_command(schema_args const& args) {
     std::optional<sqlock::engine> chosen;
     if (!args.engine.empty()) {
         chosen = engine_from_name(args.engine);
-        if (!chosen) fail(exit_code::usage, "unknown engine '" + printable(args.engine) + "': use postgresql, mysql or sqlite");
+        if (!chosen)
+            fail(exit_code::usage, "unknown engine '" + printable(args.engine) + "': use postgresql, mysql or sqlite");
     }
     // With no --db, --engine alone picks the DDL; with both they must agree.
     if (chosen && url_engine && *chosen != *url_engine && (db.explicit_db || args.apply))

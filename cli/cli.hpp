@@ -104,7 +104,7 @@ int schema_command(schema_args const& args);
 /// Opens the store of `db` for list and release: never creates a SQLite file
 /// or tables (exit 78 when they are missing).
 [[nodiscard]] sqlock::store open_existing(database const& db,
-                                         std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
+                                          std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
 
 /// The exit_error (78) for missing lock tables in the database at `url`.
 [[nodiscard]] exit_error schema_missing_error(std::string_view url);

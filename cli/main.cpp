@@ -72,8 +72,9 @@ int dispatch(int argc, char** argv) {
     run_cmd->add_option("--strategy", run.strategy, "table (a lock row) or row (SELECT ... FOR UPDATE)")
         ->check(CLI::IsMember({"table", "row"}))
         ->capture_default_str();
-    run_cmd->add_option("--member-timeout", run.member_timeout,
-                        "several --db: how long each database may take to answer in each round (default: TTL/10)")
+    run_cmd
+        ->add_option("--member-timeout", run.member_timeout,
+                     "several --db: how long each database may take to answer in each round (default: TTL/10)")
         ->type_name("DUR");
     run_cmd->add_option("--conflict-exit-code", run.conflict_exit_code, "exit code when the lock is busy")
         ->check(CLI::Range(0, 255))
@@ -107,7 +108,8 @@ int dispatch(int argc, char** argv) {
 
     release_args release;
     auto* release_cmd =
-        app.add_subcommand("release", "Delete the lock NAME whoever holds it (an operator's tool) and say whose it was");
+        app.add_subcommand("release",
+                           "Delete the lock NAME whoever holds it (an operator's tool) and say whose it was");
     release_cmd->add_option("--db", release.dbs, dbs_help)->type_name("URL");
     release_cmd->add_option("--name", release.name, "lock name")->required();
     release_cmd->add_flag("--force", release.force, "required: the holder may still be running");
@@ -132,8 +134,9 @@ int dispatch(int argc, char** argv) {
     } catch (CLI::Success const& e) {  // --help, --help-all, --version
         return app.exit(e);
     } catch (CLI::ParseError const& e) {
-        std::string where = app.get_subcommands().empty() ? std::string("sqlock --help")
-                                                          : "sqlock " + app.get_subcommands().front()->get_name() + " --help";
+        std::string where = app.get_subcommands().empty()
+                                ? std::string("sqlock --help")
+                                : "sqlock " + app.get_subcommands().front()->get_name() + " --help";
         fail(exit_code::usage, std::string(e.what()) + ": see `" + where + "`");
     }
 
@@ -144,8 +147,7 @@ int dispatch(int argc, char** argv) {
         run.command = std::move(command);
         return run_command(run);
     }
-    if (separator)
-        fail(exit_code::usage, "unexpected `--`: only `sqlock run` takes a command");
+    if (separator) fail(exit_code::usage, "unexpected `--`: only `sqlock run` takes a command");
     if (schema.dbs.size() > 1) fail(exit_code::usage, "schema takes one --db: run it once per database");
     if (list_cmd->parsed()) return list_command(list);
     if (release_cmd->parsed()) return release_command(release);

@@ -80,10 +80,11 @@ std::vector<member> open_members(std::vector<std::string> const& urls, bool for_
                 // Never created here, not even an SQLite file: a member whose database was lost
                 // must not come back silently (docs/majority.md, "A member that lost its data").
                 if (auto file = sqlite_file_of_url(m.url); file && !std::filesystem::exists(*file))
-                    throw exit_error{exit_code::config, "sqlock: the database file " + *file + " does not exist: " +
-                                                            member_tables_hint(m.url)};
-                m.store.emplace(m.url, sqlock::store_options{
-                                           .pool_size = 4, .create_schema = false, .connect_timeout = connect_timeout});
+                    throw exit_error{exit_code::config, "sqlock: the database file " + *file +
+                                                            " does not exist: " + member_tables_hint(m.url)};
+                m.store.emplace(m.url, sqlock::store_options{.pool_size = 4,
+                                                             .create_schema = false,
+                                                             .connect_timeout = connect_timeout});
             } else {
                 m.store.emplace(open_existing({m.url, true}, connect_timeout));
             }
@@ -93,7 +94,8 @@ std::vector<member> open_members(std::vector<std::string> const& urls, bool for_
     });
     // A bad URL is the command line's fault, whichever member it is.
     for (auto const& m : members)
-        if (m.failure && m.failure->code == exit_code::usage) fail(exit_code::usage, "--db " + redacted_url(m.url) + ": " + m.failure->message);
+        if (m.failure && m.failure->code == exit_code::usage)
+            fail(exit_code::usage, "--db " + redacted_url(m.url) + ": " + m.failure->message);
     return members;
 }
 

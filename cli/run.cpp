@@ -41,8 +41,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,8 +147,7 @@ struct loss_report {
         try {
             std::lock_guard lock(mutex);
             if (why.empty()) why = reason;
-        } catch (...) {
-        }
+        } catch (...) {}
         std::uint64_t one = 1;
         [[maybe_unused]] auto n = ::write(event.get(), &one, sizeof one);
     }
@@ -169,8 +168,7 @@ struct loss_report {
         try {
             std::lock_guard lock(mutex);
             failed_renewal = reason;
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     std::string why_in_doubt() {
         std::lock_guard lock(mutex);
@@ -296,7 +294,8 @@ private:
                 char const* c = d->d_name;
                 for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
                 entry e{};
-                if (*c != '\0' || pid <= 0 || pid == root || entries_.size() == capacity || !read_stat(pid, e)) continue;
+                if (*c != '\0' || pid <= 0 || pid == root || entries_.size() == capacity || !read_stat(pid, e))
+                    continue;
                 entries_.push_back(e);
             }
         }
@@ -311,7 +310,8 @@ private:
             }
         }
         std::erase_if(members_, [&](pid_t pid) {
-            return std::any_of(entries_.begin(), entries_.end(), [&](entry const& e) { return e.pid == pid && e.zombie; });
+            return std::any_of(entries_.begin(), entries_.end(),
+                               [&](entry const& e) { return e.pid == pid && e.zombie; });
         });
     }
 
@@ -428,8 +428,7 @@ std::int64_t monotonic_ms() noexcept {
         pollfd p[2] = {{life, POLLIN, 0}, {sfd, POLLIN, 0}};
         ::poll(p, sfd >= 0 ? 2 : 1, timeout);
         signalfd_siginfo si;
-        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        }
+        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
         pid_t const left = reap(command_done, status);
         if (p[0].revents != 0) break;  // sqlock is gone
         if (!past_deadline && monotonic_ms() >= deadline.ms()) past_deadline = true;
@@ -451,8 +450,7 @@ std::int64_t monotonic_ms() noexcept {
         pollfd p{sfd, POLLIN, 0};
         ::poll(&p, sfd >= 0 ? 1 : 0, grace_over ? 20 : static_cast<int>(std::min<std::int64_t>(kill_at - now, 100)));
         signalfd_siginfo si;
-        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        }
+        while (sfd >= 0 && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
     }
 }
 
@@ -557,8 +555,7 @@ child_process spawn(std::vector<std::string> const& command, std::vector<std::st
     if (child.exec_errno == 0 && (n != static_cast<ssize_t>(sizeof pid) || pid < 0)) child.exec_errno = ECHILD;
     if (child.exec_errno != 0) {
         int status = 0;
-        while (::waitpid(guardian, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(guardian, &status, 0) < 0 && errno == EINTR) {}
         child.guardian = -1;
         return child;
     }
@@ -570,8 +567,7 @@ std::vector<std::string> child_environment(sqlock::lease const& lease) {
     std::vector<std::string> env;
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
         std::string_view v(*e);
-        if (v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") || v.starts_with("SQLOCK_TOKEN="))
-            continue;
+        if (v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") || v.starts_with("SQLOCK_TOKEN=")) continue;
         env.emplace_back(v);
     }
     env.push_back("SQLOCK_NAME=" + lease.name());
@@ -658,9 +654,9 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
                                    ") every one must be reachable when sqlock starts") +
                  "; COMMAND not started");
     for (auto const* m : failed)
-        say("majority member " + redacted_url(m->url) + " cannot be reached (" + m->failure->message + "); going on with " +
-            std::to_string(opened.size()) + " of " + std::to_string(n) + " databases, " + std::to_string(quorum) +
-            " of which must grant the lock");
+        say("majority member " + redacted_url(m->url) + " cannot be reached (" + m->failure->message +
+            "); going on with " + std::to_string(opened.size()) + " of " + std::to_string(n) + " databases, " +
+            std::to_string(quorum) + " of which must grant the lock");
 
     sqlock::locker_options const member_options{
         .ttl = ttl,
@@ -689,8 +685,7 @@ run_times check_run_args(run_args const& args) {
     run_times t{.ttl = parse_duration("--ttl", args.ttl), .wait = parse_duration("--wait", args.wait)};
     bool const majority = args.dbs.size() > 1;
     if (!args.member_timeout.empty()) {
-        if (!majority)
-            fail(exit_code::usage, "--member-timeout is for majority mode: give it with several --db");
+        if (!majority) fail(exit_code::usage, "--member-timeout is for majority mode: give it with several --db");
         t.member_timeout = parse_duration("--member-timeout", args.member_timeout);
     }
     if (majority) {
@@ -736,11 +731,9 @@ void open_locker(run_args const& args, run_times const& t, database const& db,
                                                                         std::chrono::seconds(5)));
         for (auto const& m : to.members)
             if (m.store) to.stores.push_back(&*m.store);
-        to.locker.emplace(majority_of(to.members, args, t.ttl,
-                                      {.member_timeout = t.member_timeout,
-                                       .owner = majority_owner(),
-                                       .auto_renew = true,
-                                       .on_event = on_event}));
+        to.locker.emplace(majority_of(
+            to.members, args, t.ttl,
+            {.member_timeout = t.member_timeout, .owner = majority_owner(), .auto_renew = true, .on_event = on_event}));
     }
 }
 
@@ -825,17 +818,16 @@ int supervise(run_args const& args, sqlock::lease& lease, loss_report& loss, int
             kill_by = steady::now() + left - times.margin;
             tree_deadline.set(kill_by);
             if (left <= times.grace + times.margin) {
-                if (left == steady::duration::zero())
-                    loss.report("its validity ran out before a renewal succeeded");
+                if (left == steady::duration::zero()) loss.report("its validity ran out before a renewal succeeded");
                 auto left_ms = std::chrono::floor<milliseconds>(left).count();
-                stop_tree(kill_by,
-                          left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
-                                            loss.why_in_doubt() + ", and its safe validity ends in " +
-                                            std::to_string(left_ms) + " ms"
-                                      : "lost " + lock_text + " while COMMAND was running: " + loss.reason());
+                stop_tree(kill_by, left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
+                                                     loss.why_in_doubt() + ", and its safe validity ends in " +
+                                                     std::to_string(left_ms) + " ms"
+                                               : "lost " + lock_text + " while COMMAND was running: " + loss.reason());
             } else {
-                timeout_ms = static_cast<int>(std::min<long long>(
-                    std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(), INT_MAX));
+                timeout_ms = static_cast<int>(
+                    std::min<long long>(std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(),
+                                        INT_MAX));
             }
         }
         if (stopping) {
@@ -864,7 +856,8 @@ int supervise(run_args const& args, sqlock::lease& lease, loss_report& loss, int
             stop_tree(std::min(kill_by, steady::now() + times.grace),
                       "lost " + lock_text + " while COMMAND was running: " + loss.reason());
         }
-        if (stopping && steady::now() >= kill_at) tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
+        if (stopping && steady::now() >= kill_at)
+            tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
     }
     bool const lost = stopping;
     if (lost) {
@@ -895,8 +888,8 @@ int finish_run(run_args const& args, sqlock::lease& lease, loss_report& loss, ch
             ") before COMMAND finished: " + loss.reason() + "; another holder may have run at the same time");
         return exit_code::lost;
     } catch (sqlock::error const& e) {
-        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" + sqlock::tools::one_line(e.message()) +
-            "): it expires by its TTL");
+        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" +
+            sqlock::tools::one_line(e.message()) + "): it expires by its TTL");
     }
     return code;
 }

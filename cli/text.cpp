@@ -20,7 +20,6 @@ int hex_value(char c) {
     return -1;
 }
 
-
 }  // namespace
 
 database resolve_database(std::vector<std::string> const& given) {
@@ -132,7 +131,8 @@ sqlock::store open_existing(database const& db, std::chrono::milliseconds connec
     if (auto file = sqlite_file_of_url(db.url)) {
         std::error_code ec;
         if (!file->empty() && !std::filesystem::exists(*file, ec) && !ec)
-            fail(exit_code::config, "there is no lock database at " + sqlock::redact_url(db.url) + " (no file '" + printable(*file) +
+            fail(exit_code::config, "there is no lock database at " + sqlock::redact_url(db.url) + " (no file '" +
+                                        printable(*file) +
                                         "'): check the directory or --db; `sqlock run` or `sqlock schema "
                                         "--apply` creates it");
     }

@@ -15,11 +15,11 @@
 // fence table (sqlock_fences) must be in the database of the account.
 #include <sqlock/sqlock.hpp>
 
-#include <CLI/CLI.hpp>
 #include <soci/mysql/soci-mysql.h>
 #include <soci/postgresql/soci-postgresql.h>
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -96,8 +96,8 @@ void reset_account(soci::session& s) {
 // Read, (maybe pause), then write inside a transaction that first checks the
 // lease's token. stale_token leaves the transaction uncommitted: ~transaction
 // rolls it back.
-void debit(soci::session& s, sqlock::fence const& fence, sqlock::lease const& lease, int amount,
-           std::string const& who, std::function<void()> const& pause = {}) {
+void debit(soci::session& s, sqlock::fence const& fence, sqlock::lease const& lease, int amount, std::string const& who,
+           std::function<void()> const& pause = {}) {
     int before = balance(s);
     say(who + ": token " + std::to_string(lease.token()) + ", read balance " + std::to_string(before));
     if (pause) {

@@ -15,9 +15,9 @@
 // real service it is the application's own database.
 #include <sqlock/sqlock.hpp>
 
-#include <CLI/CLI.hpp>
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdlib>

@@ -79,8 +79,7 @@ public:
                            " expired rows in " + std::to_string(r.batches) + " batches (oldest expiry " +
                            (r.oldest_expiry ? iso8601(*r.oldest_expiry) : std::string("none")) + ") in " +
                            ms_text(r.duration) + " ms";
-        if (r.live_purged > 0)
-            line += "; " + std::to_string(r.live_purged) + " of them live, by max-age";
+        if (r.live_purged > 0) line += "; " + std::to_string(r.live_purged) + " of them live, by max-age";
         if (r.token_batches > 0)
             line += std::string("; ") + (r.dry_run ? "would purge " : "purged ") +
                     (r.dry_run && !r.complete ? "at least " : "") + std::to_string(r.tokens_purged) +
@@ -111,16 +110,13 @@ public:
         auto text = one_line(message);
         if (json_)
             std::cerr << nlohmann::json{{"event", "warning"}, {"url", url}, {"warning", text}}.dump() << std::endl;
-        else
-            std::cerr << "sqlock-reaper: " << text << std::endl;
+        else std::cerr << "sqlock-reaper: " << text << std::endl;
     }
 
     void note(std::string_view event, std::string const& text) {
         std::lock_guard lock(mutex_);
-        if (json_)
-            std::cerr << nlohmann::json{{"event", event}, {"message", text}}.dump() << std::endl;
-        else
-            std::cerr << "sqlock-reaper: " << text << std::endl;
+        if (json_) std::cerr << nlohmann::json{{"event", event}, {"message", text}}.dump() << std::endl;
+        else std::cerr << "sqlock-reaper: " << text << std::endl;
     }
 
     void usage(std::string_view message) {
@@ -206,8 +202,8 @@ struct settings {
 
 /// One database: opened lazily, reopened with backoff while unreachable.
 struct target {
-    std::string url;       // as given
-    std::string shown;     // for logs: the password masked
+    std::string url;    // as given
+    std::string shown;  // for logs: the password masked
     std::optional<sqlock::store> db;
     std::optional<sqlock::reaper> reaper;
     milliseconds backoff{0};
@@ -283,9 +279,9 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
         }
         if (std::all_of(targets.begin(), targets.end(), [](target const& t) { return t.tables_missing; }))
             return exit_code::config;
-        auto next = std::min_element(targets.begin(), targets.end(),
-                                     [](target const& a, target const& b) { return a.due < b.due; })
-                        ->due;
+        auto next = std::min_element(targets.begin(), targets.end(), [](target const& a, target const& b) {
+                        return a.due < b.due;
+                    })->due;
         auto wait = std::chrono::duration_cast<milliseconds>(next - steady::now());
         if (wait > 0ms && !sleep_for(wait, stop)) break;
     }
@@ -296,16 +292,17 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
 
 /// Parses argv into `s`; returns -1 to go on, or the exit code to exit with.
 int parse(int argc, char** argv, settings& s, logger& out) {
-    CLI::App app{"Purges expired lock rows from sqlock's lock table (<prefix>_locks).\n"
-                 "Each batch is one conditional DELETE on the database's clock: a row renewed a moment\n"
-                 "before is never deleted. Then fencing-token counters older than --token-horizon, after\n"
-                 "raising the table's floor above them, so tokens keep increasing. Several reapers on one\n"
-                 "database are safe. Several --db (e.g. the members of a majority) are reaped independently:\n"
-                 "one that fails is reported and the others are still reaped. Exit codes (those of the sqlock\n"
-                 "command): 0 fine, 64 usage, 69 a database unreachable or it refused a statement, 70 internal\n"
-                 "error (a bug), 78 the lock tables are missing. With several databases, the most serious met:\n"
-                 "70, then 64, then 78, then 69.",
-                 "sqlock-reaper"};
+    CLI::App app{
+        "Purges expired lock rows from sqlock's lock table (<prefix>_locks).\n"
+        "Each batch is one conditional DELETE on the database's clock: a row renewed a moment\n"
+        "before is never deleted. Then fencing-token counters older than --token-horizon, after\n"
+        "raising the table's floor above them, so tokens keep increasing. Several reapers on one\n"
+        "database are safe. Several --db (e.g. the members of a majority) are reaped independently:\n"
+        "one that fails is reported and the others are still reaped. Exit codes (those of the sqlock\n"
+        "command): 0 fine, 64 usage, 69 a database unreachable or it refused a statement, 70 internal\n"
+        "error (a bug), 78 the lock tables are missing. With several databases, the most serious met:\n"
+        "70, then 64, then 78, then 69.",
+        "sqlock-reaper"};
     app.set_version_flag("--version", std::string(sqlock::version()));
     bool once = false;
     std::string interval_text, grace_text = "5s", max_age_text;
@@ -317,8 +314,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
     app.add_option("--interval", interval_text, "Run as a daemon: a pass every DUR until SIGTERM/SIGINT")
         ->type_name("DUR")
         ->excludes(once_flag);
-    app.add_option("--grace", grace_text, "Purge rows expired longer ago than this (default 5s)")
-        ->type_name("DUR");
+    app.add_option("--grace", grace_text, "Purge rows expired longer ago than this (default 5s)")->type_name("DUR");
     app.add_option("--batch", batch, "Rows per DELETE (default 1000, at most 100000)")->type_name("N");
     app.add_option("--max-age", max_age_text,
                    "Also purge rows created longer ago than this, even live ones (their holders lose "
@@ -337,8 +333,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         ->type_name("DUR");
     app.add_flag("--dry-run", s.reap.dry_run, "Count one batch of due rows, delete nothing");
     app.add_flag("--json", s.json, "One JSON object per line instead of plain text");
-    app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")
-        ->type_name("NAME");
+    app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")->type_name("NAME");
     try {
         app.parse(argc, argv);
     } catch (CLI::Success const& e) {  // --help, --help-all, --version
@@ -353,15 +348,11 @@ int parse(int argc, char** argv, settings& s, logger& out) {
             using sqlock::tools::parse_duration;
             s.reap.grace = parse_duration(grace_text);
             s.reap.batch_size = batch;
-            if (token_horizon_text == "off")
-                s.reap.token_horizon.reset();
-            else
-                s.reap.token_horizon = parse_duration(token_horizon_text);
+            if (token_horizon_text == "off") s.reap.token_horizon.reset();
+            else s.reap.token_horizon = parse_duration(token_horizon_text);
             if (!max_age_text.empty()) s.reap.max_age = parse_duration(max_age_text);
-            if (auto w = parse_duration(row_lock_warning_text); w > 0ms)
-                s.reap.row_lock_warning = w;
-            else
-                s.reap.row_lock_warning.reset();
+            if (auto w = parse_duration(row_lock_warning_text); w > 0ms) s.reap.row_lock_warning = w;
+            else s.reap.row_lock_warning.reset();
             if (!interval_text.empty()) {
                 s.interval = parse_duration(interval_text);
                 if (*s.interval <= 0ms || *s.interval > std::chrono::days(7))
@@ -423,16 +414,15 @@ int main(int argc, char** argv) {
         }
         return code;
     }
-    out.note("started", "reaping " + std::to_string(targets.size()) + " database" +
-                            (targets.size() == 1 ? "" : "s") + " every " +
-                            sqlock::tools::format_duration(*s.interval) +
-                            (s.reap.token_horizon ? "; token counters older than " +
-                                                        sqlock::tools::format_duration(*s.reap.token_horizon) +
-                                                        " are purged"
-                                                  : "; token counters are kept") +
-                            (s.reap.max_age ? "; max-age " + sqlock::tools::format_duration(*s.reap.max_age) +
-                                                  " purges LIVE rows older than that"
-                                            : ""));
+    out.note("started",
+             "reaping " + std::to_string(targets.size()) + " database" + (targets.size() == 1 ? "" : "s") + " every " +
+                 sqlock::tools::format_duration(*s.interval) +
+                 (s.reap.token_horizon ? "; token counters older than " +
+                                             sqlock::tools::format_duration(*s.reap.token_horizon) + " are purged"
+                                       : "; token counters are kept") +
+                 (s.reap.max_age ? "; max-age " + sqlock::tools::format_duration(*s.reap.max_age) +
+                                       " purges LIVE rows older than that"
+                                 : ""));
     code = run_daemon(targets, s, out, stop);
     if (code == exit_code::ok) out.note("stopped", "stopped cleanly");
     return code;

@@ -28,22 +28,22 @@ void raise_engine_error(dialect const& d, std::string_view where, soci::soci_err
     switch (f) {
         case failure::schema:
             throw schema_missing("sqlock: a lock table is missing in " + in + " (" + message + "): apply " +
-                                     schema_file(d.engine()) + " (sqlock schema --apply), or open the store with "
+                                     schema_file(d.engine()) +
+                                     " (sqlock schema --apply), or open the store with "
                                      "create_schema = true",
                                  code);
         case failure::connection:
-            throw backend_unavailable("sqlock: lost the connection to " + in + " during " + std::string(what) +
-                                          ": " + message + "; retry later",
+            throw backend_unavailable("sqlock: lost the connection to " + in + " during " + std::string(what) + ": " +
+                                          message + "; retry later",
                                       code);
         case failure::permission: {
             // The engine's message names the refused privilege; say which ones sqlock needs.
             std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
             if (d.engine() == sqlock::engine::mysql) need += " and EXECUTE on their procedures";
-            throw backend_error("sqlock: " + std::string(what) + " on " + in +
-                                    " was refused for lack of privileges (" + message +
-                                    "): GRANT the database user of the URL what sqlock needs (" + need +
-                                    "; creating the schema also needs CREATE: else apply " +
-                                    schema_file(d.engine()) + " as its owner), or use a user that has it",
+            throw backend_error("sqlock: " + std::string(what) + " on " + in + " was refused for lack of privileges (" +
+                                    message + "): GRANT the database user of the URL what sqlock needs (" + need +
+                                    "; creating the schema also needs CREATE: else apply " + schema_file(d.engine()) +
+                                    " as its owner), or use a user that has it",
                                 code);
         }
         case failure::read_only:
@@ -161,8 +161,8 @@ void executor::run(std::string_view what, function_ref<void(pooled_session&)> op
             auto f = classify(e, c.session(), overran);
             // SQLite reports a lock held longer than its busy handler waited as
             // SQLITE_BUSY, like the rare spurious one: only the first is "busy".
-            if (f == failure::transient && how.engine_wait &&
-                clock::now() - started >= engine_wait * 9 / 10 && d.busy_is_lock_wait())
+            if (f == failure::transient && how.engine_wait && clock::now() - started >= engine_wait * 9 / 10 &&
+                d.busy_is_lock_wait())
                 f = failure::lock_wait;
             if (f == failure::lock_wait && how.engine_wait) throw row_busy{};
             if (how.idempotent && (f == failure::other)) f = failure::transient;

@@ -50,8 +50,8 @@ void fence::check_and_set(soci::session& session, std::string_view resource, std
     detail::run_on_callers_session(sql, "fencing '" + res + "' in " + sql.fences_table(), session,
                                    [&](soci::session& s) { seen = sql.fence(s, res, token); });
     if (seen)
-        throw stale_token("sqlock: stale fencing token " + std::to_string(token) + " for '" + res +
-                              "': token " + std::to_string(*seen) +
+        throw stale_token("sqlock: stale fencing token " + std::to_string(token) + " for '" + res + "': token " +
+                              std::to_string(*seen) +
                               " was already seen, so this lease was overtaken; roll back the transaction",
                           *seen);
 }

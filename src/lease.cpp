@@ -99,8 +99,7 @@ void lease_row::release_hold() {
     if (state_.load() == st_lost || ran_out) {
         try {
             (void)db_delete();  // polite: free the row at once if it is somehow still ours
-        } catch (...) {
-        }
+        } catch (...) {}
         lock.unlock();
         if (!ran_out) throw lost_error(lost_why());
         auto late = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - deadline).count();
@@ -122,8 +121,9 @@ void lease_row::release_hold() {
         throw;
     }
     if (!ours) {
-        auto why = gone_.empty() ? std::string("release found the row expired and taken over, or released by someone else")
-                                 : gone_;
+        auto why = gone_.empty()
+                       ? std::string("release found the row expired and taken over, or released by someone else")
+                       : gone_;
         lock.unlock();
         mark_lost(why);
         throw lost_error(why);
@@ -166,8 +166,8 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
                                  : gone_;
         lock.unlock();
         mark_lost(why);
-        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) + ") could not be renewed: " +
-                         why + "; restart the critical section");
+        throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                         ") could not be renewed: " + why + "; restart the critical section");
     }
     if (state_.load() == st_lost || clock::now() >= valid_until()) {
         // A late answer: the lease was already reported lost (or its validity ran
@@ -195,8 +195,7 @@ std::string const empty;
 
 lease::lease(std::shared_ptr<detail::lease_row> row) noexcept : row_(std::move(row)) {}
 
-lease::lease(lease&& other) noexcept
-    : row_(std::move(other.row_)), ended_(std::exchange(other.ended_, ending::none)) {}
+lease::lease(lease&& other) noexcept : row_(std::move(other.row_)), ended_(std::exchange(other.ended_, ending::none)) {}
 
 lease& lease::operator=(lease&& other) noexcept {
     if (this != &other) {
@@ -254,7 +253,8 @@ lease lease::reenter() {
     if (!row_ || ended_ == ending::released)
         throw usage_error("sqlock: reenter() on a released or moved-from lease: acquire the lock again");
     if (!row_->in_owning_process())
-        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+        throw usage_error("sqlock: lock '" + row_->name() +
+                          "' belongs to the process that acquired it, not to "
                           "this forked child: acquire a lock of the child's own");
     if (ended_ == ending::lost || !row_->add_hold())
         throw lease_lost("sqlock: lock '" + row_->name() + "' (token " + std::to_string(row_->token()) +
@@ -266,7 +266,8 @@ lease lease::reenter() {
 void lease::renew(std::chrono::milliseconds ttl) {
     detail::validate_ttl(ttl);
     if (row_ && !row_->in_owning_process())
-        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+        throw usage_error("sqlock: lock '" + row_->name() +
+                          "' belongs to the process that acquired it, not to "
                           "this forked child: it cannot be renewed here");
     if (ended_ == ending::lost)
         throw lease_lost("sqlock: lock '" + row_->name() + "' was already found lost: acquire it again");
@@ -278,7 +279,8 @@ void lease::renew(std::chrono::milliseconds ttl) {
 void lease::release() {
     if (!row_ || ended_ != ending::none) return;
     if (!row_->in_owning_process())
-        throw usage_error("sqlock: lock '" + row_->name() + "' belongs to the process that acquired it, not to "
+        throw usage_error("sqlock: lock '" + row_->name() +
+                          "' belongs to the process that acquired it, not to "
                           "this forked child: release it in the parent (the child's copy does nothing)");
     try {
         row_->release_hold();

@@ -101,9 +101,8 @@ locker_impl::locker_impl(locker_options options) : options_(std::move(options)),
     if (options_.backoff_min <= std::chrono::milliseconds::zero() || options_.backoff_max < options_.backoff_min)
         throw usage_error("sqlock: backoff_min must be positive and backoff_max at least backoff_min");
     if (options_.max_hold != std::chrono::milliseconds::zero() && options_.max_hold < options_.ttl)
-        throw usage_error("sqlock: max_hold " + std::to_string(options_.max_hold.count()) +
-                          " ms is below the ttl (" + std::to_string(options_.ttl.count()) +
-                          " ms): use 0 for no limit, or at least the ttl");
+        throw usage_error("sqlock: max_hold " + std::to_string(options_.max_hold.count()) + " ms is below the ttl (" +
+                          std::to_string(options_.ttl.count()) + " ms): use 0 for no limit, or at least the ttl");
     char id[17];
     std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(random_bits()));
     instance_ = id;
@@ -136,7 +135,8 @@ std::string locker_impl::owner_for_this_thread() const {
     return host_ + "/" + std::to_string(process_id()) + "/" + instance_ + "/" + std::to_string(thread_id());
 }
 
-locker_impl::clock::time_point locker_impl::valid_until(clock::time_point sent, std::chrono::milliseconds ttl) noexcept {
+locker_impl::clock::time_point locker_impl::valid_until(clock::time_point sent,
+                                                        std::chrono::milliseconds ttl) noexcept {
     // Redlock's margin: 1 % of the TTL for clock-rate drift, plus 1 ms.
     auto drift = ttl / 100 + std::chrono::milliseconds(1);
     return sent + ttl - drift;
@@ -283,9 +283,8 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
         watch_->auto_renew = options_.auto_renew;
         auto const now = clock::now();
         row->schedule().next = now + row->ttl() / 3;
-        row->schedule().renew_until = options_.max_hold == std::chrono::milliseconds::zero()
-                                          ? clock::time_point::max()
-                                          : now + options_.max_hold;
+        row->schedule().renew_until =
+            options_.max_hold == std::chrono::milliseconds::zero() ? clock::time_point::max() : now + options_.max_hold;
         watch_->rows.push_back({row});
         wake = wake_for(*watch_, options_.auto_renew
                                      ? std::min(row->schedule().next + renewal_slack(row->ttl()), row->valid_until())
@@ -295,7 +294,8 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
     std::lock_guard lock(watchdog_mutex_);
     // Without auto_renew nothing is ever queued for the renewal threads: they are not started.
     if (options_.auto_renew && !renewers_.front().joinable())
-        for (auto& t : renewers_) t = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
+        for (auto& t : renewers_)
+            t = std::jthread([state = watch_](std::stop_token stop) { run_renewals(state, stop); });
     if (!watchdog_.joinable())
         watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_deadlines(state, stop); });
 }

@@ -110,15 +110,11 @@ public:
         auto const me = std::this_thread::get_id();
         std::thread self;
         for (auto& [id, t] : threads) {
-            if (id == me)
-                self = std::move(t);
-            else
-                t.join();
+            if (id == me) self = std::move(t);
+            else t.join();
         }
-        if (self.joinable())
-            orphan_threads::instance().hand_off(std::move(self));
-        else
-            orphan_threads::instance().join();
+        if (self.joinable()) orphan_threads::instance().hand_off(std::move(self));
+        else orphan_threads::instance().join();
     }
 
     /// Run `task` on an idle worker, or on a new one when none is idle. `task`
@@ -174,8 +170,7 @@ private:
             lock.unlock();
             try {
                 task();
-            } catch (...) {
-            }
+            } catch (...) {}
             // Its captures are destroyed here, unlocked: that may drop the last reference to the
             // locker (a late grant's lease), whose destructor then hands this thread off.
             task = nullptr;
@@ -247,8 +242,9 @@ struct answer {
     std::shared_ptr<lease_row> row;  // acquire: the member's row
     std::int64_t value = 0;          // token rounds: the counter read, or 1 when the write won
     std::string why;                 // failed: the member's error
-    std::shared_ptr<void> in_flight;  // acquire: the member's claim (majority_locker_impl::claim_member) until given back
-    member_identity identity;         // token read: the member's identity and whether it has joined
+    std::shared_ptr<void>
+        in_flight;             // acquire: the member's claim (majority_locker_impl::claim_member) until given back
+    member_identity identity;  // token read: the member's identity and whether it has joined
 };
 
 answer failure_of(std::exception_ptr const& e) {
@@ -268,8 +264,7 @@ void give_back(std::shared_ptr<lease_row> const& row) noexcept {
     if (!row) return;
     try {
         row->release_hold();
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 struct member {
@@ -321,7 +316,7 @@ private:
     std::mutex rows_mutex_;
     std::vector<std::shared_ptr<lease_row>> rows_;  // per member; null where not held
     std::vector<bool> confirmed_;  // guarded by rows_mutex_: per member, its delete confirmed by a release
-    bool closed_ = false;  // guarded by rows_mutex_: released (or being released), adopts nothing more
+    bool closed_ = false;          // guarded by rows_mutex_: released (or being released), adopts nothing more
 };
 
 class majority_locker_impl final : public locker_impl {
@@ -514,15 +509,17 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                 continue;
             }
             auto const said = majority_locker_impl_summary(reads, members_, granted);
-            why = "fewer than " + std::to_string(quorum_) + " members that have joined this majority answered the token read (" +
-                  said + ")" + (why.empty() ? "" : "; " + why);
+            why = "fewer than " + std::to_string(quorum_) +
+                  " members that have joined this majority answered the token read (" + said + ")" +
+                  (why.empty() ? "" : "; " + why);
             return std::nullopt;
         }
         std::int64_t const token = highest + 1;
         auto write_call = [self, granted, counted, ids, name, token](std::size_t j) -> answer {
             try {
-                bool const won = self->members_[granted[counted[j]]].locker->write_token(
-                    name, token, ids[j], clock::now() + self->member_timeout_);
+                bool const won =
+                    self->members_[granted[counted[j]]].locker->write_token(name, token, ids[j],
+                                                                            clock::now() + self->member_timeout_);
                 return {won ? answer::kind::ok : answer::kind::busy, nullptr, won ? 1 : 0, {}};
             } catch (...) {
                 return failure_of(std::current_exception());
@@ -535,10 +532,12 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
         // Another client settled this token (or a higher one) meanwhile, or a
         // member was recreated since the read: read again. Members that failed
         // to answer: give up.
-        contended = std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::busy; });
+        contended =
+            std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::busy; });
         std::vector<std::size_t> written;
         for (auto k : counted) written.push_back(granted[k]);
-        why = "the token could not be written to a majority (" + majority_locker_impl_summary(writes, members_, written) + ")";
+        why = "the token could not be written to a majority (" +
+              majority_locker_impl_summary(writes, members_, written) + ")";
         if (!contended) return std::nullopt;
     }
     return std::nullopt;
@@ -554,13 +553,13 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
     };
     using result = std::variant<view, std::string>;
     auto reads = fanout<result>::start(pool_, members_.size(), [self](std::size_t i) -> result {
-        try {
-            auto read = self->members_[i].locker->read_counters(clock::now() + self->member_timeout_);
-            return view{std::move(read.identity), std::move(read.counters)};
-        } catch (std::exception const& e) {
-            return std::string(e.what());
-        }
-    })->settle(std::min(valid_until, clock::now() + member_timeout_), {});
+                     try {
+                         auto read = self->members_[i].locker->read_counters(clock::now() + self->member_timeout_);
+                         return view{std::move(read.identity), std::move(read.counters)};
+                     } catch (std::exception const& e) {
+                         return std::string(e.what());
+                     }
+                 })->settle(std::min(valid_until, clock::now() + member_timeout_), {});
     std::size_t answered = 0, joined = 0;
     std::string unanswered;
     for (std::size_t i = 0; i < reads.size(); ++i) {
@@ -593,8 +592,8 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
                        std::to_string(joined) + " did" + (unanswered.empty() ? "" : "; " + unanswered) + ")";
         } else if (!forming && v.identity.age_us < min_age) {
             refused += (refused.empty() ? "" : "; ") + members_[i].label +
-                       " has not joined this majority (a new identity, " +
-                       std::to_string(v.identity.age_us / 1000) + " ms old); it is seeded once its identity is older than the ttl plus drift (" +
+                       " has not joined this majority (a new identity, " + std::to_string(v.identity.age_us / 1000) +
+                       " ms old); it is seeded once its identity is older than the ttl plus drift (" +
                        std::to_string(min_age / 1000) + " ms), when no lease of its former data can still be live";
         } else {
             seed.push_back(i);
@@ -610,14 +609,14 @@ bool majority_locker_impl::join_members(clock::time_point valid_until, std::stri
     std::vector<std::string> ids;
     for (auto i : seed) ids.push_back(std::get<view>(*reads[i]).identity.id);
     auto writes = fanout<answer>::start(pool_, seed.size(), [self, seed, ids, seeded](std::size_t k) -> answer {
-        try {
-            bool const done =
-                self->members_[seed[k]].locker->join(ids[k], *seeded, clock::now() + self->member_timeout_);
-            return {done ? answer::kind::ok : answer::kind::busy, nullptr, 0, {}};
-        } catch (...) {
-            return failure_of(std::current_exception());
-        }
-    })->settle(clock::now() + member_timeout_, {});
+                      try {
+                          bool const done = self->members_[seed[k]].locker->join(ids[k], *seeded,
+                                                                                 clock::now() + self->member_timeout_);
+                          return {done ? answer::kind::ok : answer::kind::busy, nullptr, 0, {}};
+                      } catch (...) {
+                          return failure_of(std::current_exception());
+                      }
+                  })->settle(clock::now() + member_timeout_, {});
     return std::any_of(writes.begin(), writes.end(), [](auto const& a) { return a && a->what == answer::kind::ok; });
 }
 
@@ -671,9 +670,8 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     // refused that no majority is possible. A majority granted early still waits
     // (up to the member timeout) for the rest, so the lease starts on as many
     // members as answer in time.
-    auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
-        return refused_count(r) > members_.size() - quorum_;
-    });
+    auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_),
+                                    [&](auto const& r) { return refused_count(r) > members_.size() - quorum_; });
 
     std::vector<std::shared_ptr<lease_row>> rows(members_.size());
     std::vector<std::size_t> granted;
@@ -694,12 +692,13 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
         give_all_back();
         // Busy when some member says the lock is held there; when no member
         // says so and too few could be reached, say that instead.
-        if (std::any_of(answers.begin(), answers.end(), [](auto const& a) { return a && a->what == answer::kind::busy; }))
+        if (std::any_of(answers.begin(), answers.end(),
+                        [](auto const& a) { return a && a->what == answer::kind::busy; }))
             return nullptr;
-        throw backend_unavailable("sqlock: majority lock '" + name + "' reached only " + std::to_string(granted.size()) +
-                                  " of its " + std::to_string(members_.size()) + " members, fewer than the " +
-                                  std::to_string(quorum_) + " it needs (" + summary(answers, members_) +
-                                  "); nothing is held: retry later");
+        throw backend_unavailable("sqlock: majority lock '" + name + "' reached only " +
+                                  std::to_string(granted.size()) + " of its " + std::to_string(members_.size()) +
+                                  " members, fewer than the " + std::to_string(quorum_) + " it needs (" +
+                                  summary(answers, members_) + "); nothing is held: retry later");
     }
 
     std::string why;
@@ -780,8 +779,8 @@ bool majority_row::db_delete() {
     if (lost >= quorum) return false;
     std::string const what = "sqlock: majority lock '" + name() + "' (token " + std::to_string(token()) +
                              "): the release was confirmed by " + std::to_string(confirmed) + " of " +
-                             std::to_string(n) + " members, fewer than the " + std::to_string(quorum) +
-                             " it needs (" + summary(answers, majority_->members()) +
+                             std::to_string(n) + " members, fewer than the " + std::to_string(quorum) + " it needs (" +
+                             summary(answers, majority_->members()) +
                              "); the lease is in doubt, not released: call release() again to retry, or treat the "
                              "lock as not held; the rows left end by their TTL";
     if (unanswered) throw in_doubt(what);
@@ -857,7 +856,8 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
 
 locker majority_locker(std::vector<locker> const& members, majority_options options) {
     using namespace std::chrono;
-    if (members.empty()) throw usage_error("sqlock: majority_locker needs at least one member locker (3 or more recommended)");
+    if (members.empty())
+        throw usage_error("sqlock: majority_locker needs at least one member locker (3 or more recommended)");
     std::vector<detail::member> list;
     std::set<std::string> seen;
     milliseconds ttl = milliseconds::max();
@@ -867,7 +867,8 @@ locker majority_locker(std::vector<locker> const& members, majority_options opti
         if (auto why = impl->member_refusal()) throw usage_error("sqlock: " + *why);
         auto label = impl->member_label();
         if (!seen.insert(impl->member_key()).second)
-            throw usage_error("sqlock: majority_locker got the database " + label + " (same URL and table prefix) "
+            throw usage_error("sqlock: majority_locker got the database " + label +
+                              " (same URL and table prefix) "
                               "twice: each member must be a different database");
         ttl = std::min(ttl, impl->options().ttl);
         list.push_back({impl, std::move(label)});
@@ -891,11 +892,13 @@ locker majority_locker(std::vector<locker> const& members, majority_options opti
                         .on_event = std::move(options.on_event)};
     auto const configured = options.configured_members.value_or(list.size());
     if (configured < list.size() || list.size() < configured / 2 + 1)
-        throw usage_error("sqlock: majority configured_members " + std::to_string(configured) + " must be at least the " +
-                          std::to_string(list.size()) + " member lockers given, and they must be a majority of it (" +
+        throw usage_error("sqlock: majority configured_members " + std::to_string(configured) +
+                          " must be at least the " + std::to_string(list.size()) +
+                          " member lockers given, and they must be a majority of it (" +
                           std::to_string(configured / 2 + 1) + " or more)");
-    return detail::access::make_locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), configured, std::move(base),
-                                                                       member_timeout, drift));
+    return detail::access::make_locker(detail::make_fork_safe<detail::majority_locker_impl>(std::move(list), configured,
+                                                                                            std::move(base),
+                                                                                            member_timeout, drift));
 }
 
 }  // namespace sqlock

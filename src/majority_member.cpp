@@ -43,36 +43,40 @@ std::string locker_impl::member_key() {
 
 locker_impl::member_token locker_impl::read_token(std::string const& name, clock::time_point deadline) {
     auto& store = member_database(*this, member_store());
-    return store.run("reading majority token of lock '" + name + "'", [&](soci::session& s) {
-        auto identity = store.dialect().majority_identity(s);
-        if (!identity) no_identity(store);
-        return member_token{std::move(*identity), store.dialect().majority_read(s, name)};
-    }, {.io_deadline = deadline});
+    return store.run("reading majority token of lock '" + name + "'",
+                     [&](soci::session& s) {
+                         auto identity = store.dialect().majority_identity(s);
+                         if (!identity) no_identity(store);
+                         return member_token{std::move(*identity), store.dialect().majority_read(s, name)};
+                     },
+                     {.io_deadline = deadline});
 }
 
 bool locker_impl::write_token(std::string const& name, std::int64_t token, std::string const& member_id,
                               clock::time_point deadline) {
     auto& store = member_database(*this, member_store());
-    return store.run("settling majority token of lock '" + name + "'", [&](soci::session& s) {
-        return store.dialect().majority_write(s, name, token, member_id);
-    }, {.io_deadline = deadline});
+    return store.run("settling majority token of lock '" + name + "'",
+                     [&](soci::session& s) { return store.dialect().majority_write(s, name, token, member_id); },
+                     {.io_deadline = deadline});
 }
 
 locker_impl::member_counters locker_impl::read_counters(clock::time_point deadline) {
     auto& store = member_database(*this, member_store());
-    return store.run("reading the majority counters", [&](soci::session& s) {
-        auto identity = store.dialect().majority_identity(s);
-        if (!identity) no_identity(store);
-        return member_counters{std::move(*identity), store.dialect().majority_read_all(s)};
-    }, {.io_deadline = deadline});
+    return store.run("reading the majority counters",
+                     [&](soci::session& s) {
+                         auto identity = store.dialect().majority_identity(s);
+                         if (!identity) no_identity(store);
+                         return member_counters{std::move(*identity), store.dialect().majority_read_all(s)};
+                     },
+                     {.io_deadline = deadline});
 }
 
 bool locker_impl::join(std::string const& member_id, std::vector<std::pair<std::string, std::int64_t>> const& seed,
                        clock::time_point deadline) {
     auto& store = member_database(*this, member_store());
-    return store.run("seeding the majority counters", [&](soci::session& s) {
-        return store.dialect().majority_join(s, member_id, seed);
-    }, {.io_deadline = deadline});
+    return store.run("seeding the majority counters",
+                     [&](soci::session& s) { return store.dialect().majority_join(s, member_id, seed); },
+                     {.io_deadline = deadline});
 }
 
 }  // namespace sqlock::detail

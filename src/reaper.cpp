@@ -30,8 +30,8 @@ void check(reaper_options const& o) {
     if (o.grace < 0ms || o.grace > std::chrono::days(7))
         throw usage_error("sqlock: reaper grace " + ms_text(o.grace) + " is out of range: use 0 .. 7 days");
     if (o.batch_size < 1 || o.batch_size > max_batch)
-        throw usage_error("sqlock: reaper batch_size " + std::to_string(o.batch_size) +
-                          " is out of range: use 1 .. " + std::to_string(max_batch));
+        throw usage_error("sqlock: reaper batch_size " + std::to_string(o.batch_size) + " is out of range: use 1 .. " +
+                          std::to_string(max_batch));
     if (o.row_lock_warning && (*o.row_lock_warning < 1s || *o.row_lock_warning > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper row_lock_warning " + ms_text(*o.row_lock_warning) +
                           " is out of range: use 1 s .. 3650 days, or leave it unset to skip the check");
@@ -126,20 +126,20 @@ reap_result reaper::reap_once(std::stop_token stop) {
             warnings.push_back("sqlock: WARNING: a row lock in " + store_->url() + " has been held for " +
                                ms_text(std::chrono::milliseconds(h.held_ms)) + " (over " +
                                ms_text(*options_.row_lock_warning) + ") by session " + std::to_string(h.session_id) +
-                               " from " + h.client + ": if its holder is hung, end that session "
+                               " from " + h.client +
+                               ": if its holder is hung, end that session "
                                "(pg_terminate_backend) to release the lock");
     }
     for (auto const& message : warnings) warn(message);
 
     if (r.live_purged > 0) {
-        std::string message = "sqlock: WARNING: the reaper " +
-                              std::string(options_.dry_run ? "would purge " : "purged ") +
-                              std::to_string(r.live_purged) + " live lock row" + (r.live_purged == 1 ? "" : "s") +
-                              " in " + store_->url() + " because max_age " + ms_text(*options_.max_age) +
-                              " had passed since they were created: their holders " +
-                              (options_.dry_run ? "would lose" : "have lost") +
-                              " their leases; raise max_age or unset it if these locks are meant to be held "
-                              "that long";
+        std::string message =
+            "sqlock: WARNING: the reaper " + std::string(options_.dry_run ? "would purge " : "purged ") +
+            std::to_string(r.live_purged) + " live lock row" + (r.live_purged == 1 ? "" : "s") + " in " +
+            store_->url() + " because max_age " + ms_text(*options_.max_age) +
+            " had passed since they were created: their holders " + (options_.dry_run ? "would lose" : "have lost") +
+            " their leases; raise max_age or unset it if these locks are meant to be held "
+            "that long";
         warn(message);
     }
     return r;

@@ -101,7 +101,8 @@ private:
             auto const f = store_->exec().classify(e, conn_->session(), overran);
             auto const message = one_line(e.get_error_message());
             if (overran)
-                note_gone(std::string(what) + " got no answer within its deadline, so its connection was closed, "
+                note_gone(std::string(what) +
+                          " got no answer within its deadline, so its connection was closed, "
                           "which ends the transaction holding the row lock");
             else if (f == failure::connection)
                 note_gone("the database session holding the row lock ended: " + std::string(what) +
@@ -174,7 +175,9 @@ protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
                                            attempt const& bounds) override {
         std::string const what = "acquiring row lock '" + name + "'";
-        auto left = [&] { return std::max(milliseconds(0), duration_cast<milliseconds>(bounds.deadline - clock::now())); };
+        auto left = [&] {
+            return std::max(milliseconds(0), duration_cast<milliseconds>(bounds.deadline - clock::now()));
+        };
         auto const& opts = store_->options();
         // The pool is the limit: waiting for a connection shares the caller's deadline.
         std::optional<connection> c;
@@ -185,9 +188,9 @@ protected:
         auto const draw = [&] {
             // The row is locked by our open transaction; no token drawn yet.
             SQLOCK_FAILPOINT("row.after_lock_before_token");
-            return store_->run(
-                "drawing a token for row lock '" + name + "'",
-                [&](pooled_session s) { return d.draw_token(s, name); }, {.pool = connections::reserved});
+            return store_->run("drawing a token for row lock '" + name + "'",
+                               [&](pooled_session s) { return d.draw_token(s, name); },
+                               {.pool = connections::reserved});
         };
         auto const& exec = store_->exec();
         bool ensured = false;
@@ -208,8 +211,9 @@ protected:
                         sent = clock::now();
                         (void)d.keep_row_lock(c->pooled(), name, options_.ttl);
                     }
-                    if (guard.disarm()) throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
-                                                                  " got no answer within its deadline");
+                    if (guard.disarm())
+                        throw backend_unavailable("sqlock: " + what + " on " + store_->url() +
+                                                  " got no answer within its deadline");
                     g->expires_us = g->created_us + duration_cast<microseconds>(options_.ttl).count();
                     auto row = std::make_shared<row_lease>(shared_from_this(), store_, name, owner, *g, options_.ttl,
                                                            valid_until(sent, options_.ttl), std::move(*c));
@@ -295,7 +299,8 @@ private:
 }  // namespace detail
 
 locker row_locker(store const& db, locker_options options) {
-    return detail::access::make_locker(detail::make_fork_safe<detail::row_locker_impl>(detail::access::impl(db), std::move(options)));
+    return detail::access::make_locker(
+        detail::make_fork_safe<detail::row_locker_impl>(detail::access::impl(db), std::move(options)));
 }
 
 }  // namespace sqlock

@@ -97,15 +97,16 @@ store_impl::store_impl(std::string_view url, store_options const& options)
         auto const space = missing.find(' ', dot);
         auto const column = missing.substr(dot + 1, space - dot - 1);
         throw schema_missing("sqlock: table '" + table + "' in " + url_ + " has no column '" + column +
-                             "' (it was created by an older sqlock): run ALTER TABLE " + table + " ADD COLUMN " +
-                             missing.substr(dot + 1) +
-                             ", or drop the lock tables while no lock is held and apply " +
-                             schema_file(engine()) + " again",
+                                 "' (it was created by an older sqlock): run ALTER TABLE " + table + " ADD COLUMN " +
+                                 missing.substr(dot + 1) +
+                                 ", or drop the lock tables while no lock is held and apply " + schema_file(engine()) +
+                                 " again",
                              "");
     }
     if (!missing.empty())
-        throw schema_missing("sqlock: '" + missing + "' (a table, trigger or procedure of the schema) does not exist in " +
-                             url_ + ": apply " + schema_file(engine()) +
+        throw schema_missing("sqlock: '" + missing +
+                             "' (a table, trigger or procedure of the schema) does not exist in " + url_ + ": apply " +
+                             schema_file(engine()) +
                              " (sqlock schema --apply), or open the store with create_schema = true");
 }
 
@@ -157,8 +158,7 @@ void store_impl::drop_prepared(slots& pool, std::size_t pos, bool dead) noexcept
     if (dead) {
         try {
             if (int fd = dialect_->socket_of(pool.pool.at(pos)); fd >= 0) ::shutdown(fd, SHUT_RDWR);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     prepared.reset();  // SOCI's statements deallocate themselves and swallow errors
 }
@@ -167,8 +167,7 @@ void connection::close() noexcept {
     owner_->drop_prepared(*pool_, pos_, true);
     try {
         session().close();
-    } catch (...) {
-    }
+    } catch (...) {}
     mark_broken();
 }
 
@@ -183,15 +182,15 @@ void store_impl::open_slot(slots& pool, std::size_t pos, std::string_view what) 
     } catch (usage_error const&) {  // a setting the engine refused: the caller must fix it
         try {
             s.close();
-        } catch (...) {
-        }
+        } catch (...) {}
         throw;
     } catch (std::exception const& e) {
         auto const* se = dynamic_cast<soci::soci_error const*>(&e);
         std::string message = se != nullptr ? se->get_error_message() : e.what();
         while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
         // Keep the engine's words, not SOCI's preamble.
-        for (std::string_view preamble : {"Cannot establish connection to the database. ", "Cannot establish connection to the database.\n"})
+        for (std::string_view preamble :
+             {"Cannot establish connection to the database. ", "Cannot establish connection to the database.\n"})
             if (message.starts_with(preamble)) message.erase(0, preamble.size());
         try {
             s.close();

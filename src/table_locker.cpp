@@ -27,56 +27,54 @@ private:
     bool db_delete() override {
         SQLOCK_FAILPOINT("release.before_statement");
         bool reconnected = false;
-        bool deleted = store_->run(
-            "releasing lock '" + name() + "'",
-            [&](pooled_session s) {
-                if (store_->dialect().release(s, name(), owner(), token())) return true;
-                if (!reconnected) return false;
-                // After a broken connection the first DELETE may have gone through.
-                // No row of ours now: released, unless the row is someone else's,
-                // or the lease ran out meanwhile (then another owner may have
-                // taken it and released it since).
-                auto row = store_->dialect().find_lock(s, name());
-                return !row && clock::now() < valid_until();
-            },
-            // A free main connection, else a reserved one: a pool busy with
-            // acquires (a herd of waiters on this very lock) must not keep its
-            // holder from letting it go.
-            {.on_reconnect = [&](soci::session&) { reconnected = true; }, .pool = connections::main_or_reserved});
+        bool deleted = store_->run("releasing lock '" + name() + "'",
+                                   [&](pooled_session s) {
+                                       if (store_->dialect().release(s, name(), owner(), token())) return true;
+                                       if (!reconnected) return false;
+                                       // After a broken connection the first DELETE may have gone through.
+                                       // No row of ours now: released, unless the row is someone else's,
+                                       // or the lease ran out meanwhile (then another owner may have
+                                       // taken it and released it since).
+                                       auto row = store_->dialect().find_lock(s, name());
+                                       return !row && clock::now() < valid_until();
+                                   },
+                                   // A free main connection, else a reserved one: a pool busy with
+                                   // acquires (a herd of waiters on this very lock) must not keep its
+                                   // holder from letting it go.
+                                   {.on_reconnect = [&](soci::session&) { reconnected = true; },
+                                    .pool = connections::main_or_reserved});
         return deleted;
     }
 
     bool db_add_hold() override {
-        return store_->run("re-entering lock '" + name() + "'", [&](soci::session& s) {
-            return store_->dialect().add_hold(s, name(), owner(), token());
-        });
+        return store_->run("re-entering lock '" + name() + "'",
+                           [&](soci::session& s) { return store_->dialect().add_hold(s, name(), owner(), token()); });
     }
 
     bool db_drop_hold() override {
-        return store_->run("releasing a hold on lock '" + name() + "'", [&](soci::session& s) {
-            return store_->dialect().drop_hold(s, name(), owner(), token());
-        });
+        return store_->run("releasing a hold on lock '" + name() + "'",
+                           [&](soci::session& s) { return store_->dialect().drop_hold(s, name(), owner(), token()); });
     }
 
     std::optional<renewal> db_renew(std::chrono::milliseconds ttl) override {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(ttl).count();
         SQLOCK_FAILPOINT("renew.before_statement");
         auto before = sys_clock::now();
-        auto r = store_->run(
-            "renewing lock '" + name() + "'",
-            [&](pooled_session s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
-            // Retry a busy database only briefly: the lease then shows in doubt, and
-            // the renewer (one thread for all leases) moves on and retries soon.
-            // A renewal never waits past the lease's safe deadline, and uses the
-            // reserved connections: a pool busy with acquires cannot delay it.
-            {.deadline = std::min(valid_until(), clock::now() + ttl / 10),
-             .io_deadline = valid_until(),
-             .pool_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::max(clock::duration::zero(), valid_until() - clock::now())),
-             .pool = connections::reserved,
-             // The attempt broke or got no answer in time: in doubt now, not only
-             // once the reconnect (bounded by connect_timeout) has failed too.
-             .on_broken = [this] { note_in_doubt(); }});
+        auto r =
+            store_->run("renewing lock '" + name() + "'",
+                        [&](pooled_session s) { return store_->dialect().renew(s, name(), owner(), token(), ttl_us); },
+                        // Retry a busy database only briefly: the lease then shows in doubt, and
+                        // the renewer (one thread for all leases) moves on and retries soon.
+                        // A renewal never waits past the lease's safe deadline, and uses the
+                        // reserved connections: a pool busy with acquires cannot delay it.
+                        {.deadline = std::min(valid_until(), clock::now() + ttl / 10),
+                         .io_deadline = valid_until(),
+                         .pool_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::max(clock::duration::zero(), valid_until() - clock::now())),
+                         .pool = connections::reserved,
+                         // The attempt broke or got no answer in time: in doubt now, not only
+                         // once the reconnect (bounded by connect_timeout) has failed too.
+                         .on_broken = [this] { note_in_doubt(); }});
         if (r) store_->record_clock(r->now_us, before, sys_clock::now());
         return r;
     }
@@ -105,20 +103,19 @@ protected:
         bool retry = false;
         grant g;
         try {
-            g = store_->run(
-                "acquiring lock '" + name + "'",
-                [&](pooled_session s) {
-                    return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting, retry);
-                },
-                // The broken attempt may have written our row: delete it (only it) before retrying.
-                {.on_reconnect =
-                     [&](soci::session& s) {
-                         retry = true;
-                         store_->dialect().delete_attempt(s, name, owner, attempt_id);
-                     },
-                 .deadline = waiting ? bounds.deadline : clock::time_point::max(),
-                 .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
-                 .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});
+            g = store_->run("acquiring lock '" + name + "'",
+                            [&](pooled_session s) {
+                                return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting, retry);
+                            },
+                            // The broken attempt may have written our row: delete it (only it) before retrying.
+                            {.on_reconnect =
+                                 [&](soci::session& s) {
+                                     retry = true;
+                                     store_->dialect().delete_attempt(s, name, owner, attempt_id);
+                                 },
+                             .deadline = waiting ? bounds.deadline : clock::time_point::max(),
+                             .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
+                             .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});
         } catch (row_busy const&) {
             return nullptr;
         }
@@ -162,7 +159,8 @@ private:
 }  // namespace detail
 
 locker table_locker(store const& db, locker_options options) {
-    return detail::access::make_locker(detail::make_fork_safe<detail::table_locker_impl>(detail::access::impl(db), std::move(options)));
+    return detail::access::make_locker(
+        detail::make_fork_safe<detail::table_locker_impl>(detail::access::impl(db), std::move(options)));
 }
 
 }  // namespace sqlock

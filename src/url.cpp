@@ -14,8 +14,8 @@ constexpr std::string_view accepted =
     "sqlite:///abs/path.db or sqlite:relative/path.db";
 
 [[noreturn]] void bad(std::string_view url, std::string_view why) {
-    throw usage_error("sqlock: bad database URL '" + redact_url(url) + "': " + std::string(why) +
-                      "; " + std::string(accepted));
+    throw usage_error("sqlock: bad database URL '" + redact_url(url) + "': " + std::string(why) + "; " +
+                      std::string(accepted));
 }
 
 int hex_value(char c) {
@@ -195,12 +195,9 @@ url_parts parse_url(std::string_view url) {
         return parts;
     }
 
-    if (scheme == "postgresql" || scheme == "postgres")
-        parts.engine = engine::postgresql;
-    else if (scheme == "mysql" || scheme == "mariadb")
-        parts.engine = engine::mysql;
-    else
-        bad(url, "unknown scheme '" + std::string(scheme) + "'");
+    if (scheme == "postgresql" || scheme == "postgres") parts.engine = engine::postgresql;
+    else if (scheme == "mysql" || scheme == "mariadb") parts.engine = engine::mysql;
+    else bad(url, "unknown scheme '" + std::string(scheme) + "'");
 
     if (!rest.starts_with("//")) bad(url, "expected '//' after the scheme");
     rest.remove_prefix(2);

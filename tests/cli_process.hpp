@@ -141,8 +141,8 @@ public:
 
     /// What it printed so far, for a failure message while it may still run.
     std::string report() const {
-        return std::string(done_ ? "exited" : "still running") + "\n--- stdout:\n" + slurp(out_) +
-               "--- stderr:\n" + slurp(err_);
+        return std::string(done_ ? "exited" : "still running") + "\n--- stdout:\n" + slurp(out_) + "--- stderr:\n" +
+               slurp(err_);
     }
 
 private:

@@ -24,8 +24,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,8 +132,8 @@ bool running(pid_t pid) {
 /// Shell text that starts `sh -c BODY sh "$1"` in the background; BODY first
 /// writes its own pid to "$1/<tag>.pid" (atomically).
 std::string background(std::string const& tag, std::string const& body) {
-    std::string script = "echo $$ > \"$1/" + tag + ".pid.tmp\"; mv \"$1/" + tag + ".pid.tmp\" \"$1/" + tag +
-                         ".pid\"; " + body;
+    std::string script =
+        "echo $$ > \"$1/" + tag + ".pid.tmp\"; mv \"$1/" + tag + ".pid.tmp\" \"$1/" + tag + ".pid\"; " + body;
     std::string quoted = "'";
     for (char c : script) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
     quoted += "'";
@@ -179,8 +179,8 @@ protected:
                                               std::vector<std::string> flags = {}) {
         auto p = start(run(name, sh(holder_script(tag), dir()), std::move(flags)));
         bool started = eventually([&] { return present(file(tag + ".started")) || p->finished(); }, 30s);
-        EXPECT_TRUE(started && present(file(tag + ".started"))) << "holder " << tag << " did not start COMMAND: "
-                                                               << p->wait(1s).describe();
+        EXPECT_TRUE(started && present(file(tag + ".started")))
+            << "holder " << tag << " did not start COMMAND: " << p->wait(1s).describe();
         return p;
     }
 
@@ -425,15 +425,21 @@ TEST_P(Cli, LostLockStopsTheWholeProcessTree) {
     std::string const name = n("lost-tree");
     pid_files_killer cleanup{{file("stubborn.pid"), file("orphan.pid")}};
     std::string const script =
-        background("stubborn", "trap 'echo TERM >> \"$1/stubborn.terms\"' TERM; " +
-                                   std::string("while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/stubborn.late\"")) +
-        " ( " + background("orphan", "exec setsid sh -c 'while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/orphan.late\"' sh \"$1\"") +
+        background("stubborn",
+                   "trap 'echo TERM >> \"$1/stubborn.terms\"' TERM; " +
+                       std::string("while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/stubborn.late\"")) +
+        " ( " +
+        background(
+            "orphan",
+            "exec setsid sh -c 'while [ ! -e \"$1/go\" ]; do sleep 0.02; done; touch \"$1/orphan.late\"' sh \"$1\"") +
         " ); touch \"$1/started\"; wait";
     auto p = start(run(name, sh(script, dir()), {"--ttl", "1s"}));
-    ASSERT_TRUE(eventually([&] {
-        return (present(file("started")) && present(file("stubborn.pid")) && present(file("orphan.pid"))) ||
-               p->finished();
-    }, 30s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return (present(file("started")) && present(file("stubborn.pid")) && present(file("orphan.pid"))) ||
+                   p->finished();
+        },
+        30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     pid_t const stubborn = read_pid(file("stubborn.pid")), orphan = read_pid(file("orphan.pid"));
     ASSERT_TRUE(running(stubborn) && running(orphan));
@@ -446,15 +452,16 @@ TEST_P(Cli, LostLockStopsTheWholeProcessTree) {
     EXPECT_TRUE(r.err.rfind("sqlock: lost lock", 0) == 0 || r.err.find("\nsqlock: lost lock") != std::string::npos)
         << r.describe();
     expect_one_line_of_ours(r);
-    EXPECT_NE(slurp(file("stubborn.terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent to the tree first";
+    EXPECT_NE(slurp(file("stubborn.terms")).find("TERM"), std::string::npos)
+        << "SIGTERM was not sent to the tree first";
 
     // Killed and reaped before sqlock returned: no such process any more.
     errno = 0;
-    EXPECT_TRUE(::kill(stubborn, 0) != 0 && errno == ESRCH) << "a process of COMMAND (pid " << stubborn
-                                                            << ") outlived the lost lock";
+    EXPECT_TRUE(::kill(stubborn, 0) != 0 && errno == ESRCH)
+        << "a process of COMMAND (pid " << stubborn << ") outlived the lost lock";
     errno = 0;
-    EXPECT_TRUE(::kill(orphan, 0) != 0 && errno == ESRCH) << "an orphaned process of COMMAND (pid " << orphan
-                                                          << ", own session) outlived the lost lock";
+    EXPECT_TRUE(::kill(orphan, 0) != 0 && errno == ESRCH)
+        << "an orphaned process of COMMAND (pid " << orphan << ", own session) outlived the lost lock";
     // Whatever is left would now go on; nothing may.
     std::ofstream(file("go")).put('\n');
     EXPECT_FALSE(eventually([&] { return running(stubborn) || running(orphan); }, 200ms));
@@ -465,14 +472,16 @@ TEST_P(Cli, LostLockStopsTheWholeProcessTree) {
 TEST_P(Cli, WholeProcessTreeStopsWhenSqlockItselfDies) {
     std::string const name = n("orphan-tree");
     pid_files_killer cleanup{{file("gc.pid"), file("orphan.pid")}};
-    std::string const script =
-        background("gc", "while :; do sleep 0.02; done") + " ( " +
-        background("orphan", "exec setsid sh -c 'while :; do sleep 0.02; done'") +
-        " ); touch \"$1/started\"; wait";
+    std::string const script = background("gc", "while :; do sleep 0.02; done") + " ( " +
+                               background("orphan", "exec setsid sh -c 'while :; do sleep 0.02; done'") +
+                               " ); touch \"$1/started\"; wait";
     auto p = start(run(name, sh(script, dir())));
-    ASSERT_TRUE(eventually([&] {
-        return (present(file("started")) && present(file("gc.pid")) && present(file("orphan.pid"))) || p->finished();
-    }, 30s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return (present(file("started")) && present(file("gc.pid")) && present(file("orphan.pid"))) ||
+                   p->finished();
+        },
+        30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     pid_t const gc = read_pid(file("gc.pid")), orphan = read_pid(file("orphan.pid"));
     ASSERT_TRUE(running(gc) && running(orphan));
@@ -480,8 +489,8 @@ TEST_P(Cli, WholeProcessTreeStopsWhenSqlockItselfDies) {
     ::kill(p->pid(), SIGKILL);
     auto r = p->wait();
     EXPECT_TRUE(WIFSIGNALED(r.status)) << r.describe();
-    EXPECT_TRUE(eventually([&] { return !running(gc); }, 10s)) << "a process of COMMAND (pid " << gc
-                                                               << ") outlived sqlock";
+    EXPECT_TRUE(eventually([&] { return !running(gc); }, 10s))
+        << "a process of COMMAND (pid " << gc << ") outlived sqlock";
     EXPECT_TRUE(eventually([&] { return !running(orphan); }, 10s))
         << "an orphaned process of COMMAND (pid " << orphan << ", own session) outlived sqlock";
 }
@@ -495,8 +504,8 @@ TEST_P(Cli, ForwardedSignalsReachTheWholeProcessTree) {
         background("gc", "trap 'touch \"$1/gc.term\"; exit 0' TERM; while :; do sleep 0.02; done") +
         " touch \"$1/started\"; wait";
     auto p = start(run(name, sh(script, dir())));
-    ASSERT_TRUE(eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); },
-                           30s));
+    ASSERT_TRUE(
+        eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); }, 30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     ::kill(p->pid(), SIGTERM);
     auto r = p->wait();
@@ -517,8 +526,7 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
     std::istringstream lines(table.out);
     std::string header, line, ours;
     std::getline(lines, header);
-    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
-              "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
+    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "), "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
     std::size_t owner_col = header.find("OWNER"), token_col = header.find("TOKEN");
     while (std::getline(lines, line))
         if (line.rfind(name + " ", 0) == 0) ours = line;
@@ -548,8 +556,8 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
         EXPECT_LE(ms, 3'600'000);
         std::vector<std::string> keys;
         for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-        EXPECT_EQ(keys, (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at",
-                                                  "remaining_ms"}));
+        EXPECT_EQ(keys,
+                  (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms"}));
     }
     EXPECT_TRUE(found) << json.out;
 
@@ -611,24 +619,25 @@ TEST_P(Cli, MissingSchemaExits78AndSchemaApplyCreatesIt) {
     std::optional<temp_dir> sqlite_dir;
     std::string pg_schema;
     switch (e_) {
-    case engine::sqlite:
-        sqlite_dir.emplace();
-        bare = sqlite_url(sqlite_dir->path() / "fresh.db");
-        break;
-    case engine::postgresql:
-        pg_schema = "sqlt_cli_" + random_hex(10);
-        *raw_ << "CREATE SCHEMA " + pg_schema;
-        bare = url_ + "?options=-csearch_path%3D" + pg_schema;
-        break;
-    case engine::mysql:
-        // The test user can create no database; information_schema has no lock tables.
-        bare = url_.substr(0, url_.rfind('/')) + "/information_schema";
-        break;
+        case engine::sqlite:
+            sqlite_dir.emplace();
+            bare = sqlite_url(sqlite_dir->path() / "fresh.db");
+            break;
+        case engine::postgresql:
+            pg_schema = "sqlt_cli_" + random_hex(10);
+            *raw_ << "CREATE SCHEMA " + pg_schema;
+            bare = url_ + "?options=-csearch_path%3D" + pg_schema;
+            break;
+        case engine::mysql:
+            // The test user can create no database; information_schema has no lock tables.
+            bare = url_.substr(0, url_.rfind('/')) + "/information_schema";
+            break;
     }
     std::string const name = n("schema");
     std::vector<std::vector<std::string>> commands{{"list", "--db", bare},
                                                    {"release", "--db", bare, "--name", name, "--force"}};
-    if (e_ != engine::sqlite) commands.push_back(run_args({"--db", bare, "--name", name}, sh("touch \"$1/ran\"", dir())));
+    if (e_ != engine::sqlite)
+        commands.push_back(run_args({"--db", bare, "--name", name}, sh("touch \"$1/ran\"", dir())));
     for (auto const& args : commands) {
         auto r = cli(args);
         EXPECT_EQ(r.code(), 78) << args.front() << ": " << r.describe();
@@ -674,23 +683,24 @@ TEST_P(Cli, SqlockDbVariableIsTheDefaultDatabase) {
 TEST_P(Cli, UnreachableOrMisconfiguredDatabaseExits69) {
     std::vector<std::string> urls;
     switch (e_) {
-    case engine::sqlite: urls = {"sqlite:///nonexistent-dir-" + random_hex(8) + "/locks.db"}; break;
-    case engine::postgresql:
-    case engine::mysql: {
-        auto p = parse_server_url(url_);
-        std::string base = p.scheme + "://" + p.user + ":" + p.password + "@" + p.host + ":";
-        urls = {base + std::to_string(closed_port()) + "/" + p.db,                 // nothing listens
-                base + p.port + "/sqlt_no_such_db_" + random_hex(6),               // no such database
-                p.scheme + "://sqlt_no_such_user:x@" + p.host + ":" + p.port + "/" + p.db};  // no such user
-        break;
-    }
+        case engine::sqlite: urls = {"sqlite:///nonexistent-dir-" + random_hex(8) + "/locks.db"}; break;
+        case engine::postgresql:
+        case engine::mysql: {
+            auto p = parse_server_url(url_);
+            std::string base = p.scheme + "://" + p.user + ":" + p.password + "@" + p.host + ":";
+            urls = {base + std::to_string(closed_port()) + "/" + p.db,                           // nothing listens
+                    base + p.port + "/sqlt_no_such_db_" + random_hex(6),                         // no such database
+                    p.scheme + "://sqlt_no_such_user:x@" + p.host + ":" + p.port + "/" + p.db};  // no such user
+            break;
+        }
     }
     for (auto const& url : urls) {
-        for (auto const& args : std::vector<std::vector<std::string>>{
-                 run_args({"--db", url, "--name", n("x")}, sh("touch \"$1/ran\"", dir())),
-                 {"list", "--db", url},
-                 {"release", "--db", url, "--name", n("x"), "--force"},
-                 {"schema", "--db", url, "--apply"}}) {
+        for (auto const& args :
+             std::vector<std::vector<std::string>>{run_args({"--db", url, "--name", n("x")},
+                                                            sh("touch \"$1/ran\"", dir())),
+                                                   {"list", "--db", url},
+                                                   {"release", "--db", url, "--name", n("x"), "--force"},
+                                                   {"schema", "--db", url, "--apply"}}) {
             if (e_ == engine::sqlite && (args[0] == "list" || args[0] == "release")) continue;  // 78: no file
             auto r = cli(args);
             EXPECT_EQ(r.code(), 69) << args[0] << " " << url << ": " << r.describe();
@@ -723,8 +733,8 @@ TEST_P(Cli, UsageErrorsExit64AndStartNothing) {
         run_args({"--db", "redis://127.0.0.1/0", "--name", name}, cmd),                // unknown scheme
         {"list", "--db", url_, "--db", url_},
         {"list", "--db", url_, "--", "x"},
-        {"release", "--db", url_, "--name", name},                                     // no --force
-        {"release", "--db", url_, "--force"},                                          // no --name
+        {"release", "--db", url_, "--name", name},  // no --force
+        {"release", "--db", url_, "--force"},       // no --name
         {"schema", "--engine", "oracle"},
         {"frobnicate"},
         {},
@@ -888,8 +898,7 @@ TEST_P(CliServer, LeaseRunningOutStopsTheCommandWhileTheRenewalHangs) {
     EXPECT_TRUE(::kill(command, 0) != 0 && errno == ESRCH) << "COMMAND (pid " << command << ") outlived the lease";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CliServer, ::testing::Values(engine::postgresql, engine::mysql),
-                         engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, CliServer, ::testing::Values(engine::postgresql, engine::mysql), engine_param_name{});
 
 // ------------------------------------------------------------------ several --db: majority mode
 
@@ -915,14 +924,16 @@ protected:
         raw_.push_back(raw_session(engine::mysql, my_));
         static bool joined = false;
         if (!joined)
-            joined = eventually([&] {
-                (void)cli(run(n("join"), {"true"}, {"--ttl", "1s"}));
-                long long k = 0;
-                *raw_session(engine::sqlite, sqlite_)
-                    << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
-                    soci::into(k);
-                return k > 0;
-            }, 60s);
+            joined = eventually(
+                [&] {
+                    (void)cli(run(n("join"), {"true"}, {"--ttl", "1s"}));
+                    long long k = 0;
+                    *raw_session(engine::sqlite, sqlite_)
+                        << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
+                        soci::into(k);
+                    return k > 0;
+                },
+                60s);
         ASSERT_TRUE(joined) << "the SQLite member never joined the servers' majority group";
     }
 
@@ -941,7 +952,8 @@ protected:
     }
     /// `sqlock run --db A --db B ... --name NAME <flags> -- COMMAND`
     std::vector<std::string> run(std::string const& name, std::vector<std::string> const& command,
-                                 std::vector<std::string> flags = {}, std::optional<std::vector<std::string>> urls = {}) {
+                                 std::vector<std::string> flags = {},
+                                 std::optional<std::vector<std::string>> urls = {}) {
         auto args = with_dbs({}, urls.value_or(members()));
         args.insert(args.end(), {"--name", name});
         args.insert(args.end(), flags.begin(), flags.end());
@@ -957,8 +969,8 @@ protected:
                                               std::vector<std::string> flags = {}) {
         auto p = start(run(name, sh(holder_script(tag), dir()), std::move(flags)));
         bool started = eventually([&] { return present(file(tag + ".started")) || p->finished(); }, 30s);
-        EXPECT_TRUE(started && present(file(tag + ".started"))) << "holder " << tag << " did not start COMMAND: "
-                                                               << p->wait(1s).describe();
+        EXPECT_TRUE(started && present(file(tag + ".started")))
+            << "holder " << tag << " did not start COMMAND: " << p->wait(1s).describe();
         return p;
     }
     cli_result finish_holder(cli_process& p, std::string const& tag) {
@@ -1076,10 +1088,11 @@ TEST_F(CliMajority, OneMemberUnreachableStillRunsTheCommand) {
 
 TEST_F(CliMajority, TwoMembersUnreachableDoNotRunTheCommand) {
     std::string const name = n("two-down");
-    for (auto const& urls : std::vector<std::vector<std::string>>{
-             {pg_, down_my(), down_pg()},          // 1 of 3
-             {down_pg(), down_my(), sqlite_},      // 1 of 3, another mix
-             {pg_, my_, sqlite_, down_pg()}}) {    // 3 of 4: an even N needs every member at start
+    for (auto const& urls :
+         std::vector<std::vector<std::string>>{{pg_, down_my(), down_pg()},      // 1 of 3
+                                               {down_pg(), down_my(), sqlite_},  // 1 of 3, another mix
+                                               {pg_, my_, sqlite_,
+                                                down_pg()}}) {  // 3 of 4: an even N needs every member at start
         auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {}, urls));
         EXPECT_EQ(r.code(), 69) << r.describe();
         expect_one_error_line(r);
@@ -1198,7 +1211,8 @@ TEST_F(CliMajority, ReleaseForceReleasesOnEveryMemberAndSaysWhatEachSaid) {
     EXPECT_EQ(all.err, "");
     EXPECT_NE(all.out.find(sqlock::redact_url(my_) + ": released lock '" + name + "'"), std::string::npos) << all.out;
     EXPECT_NE(all.out.find(sqlock::redact_url(pg_) + ": no lock named '" + name + "'"), std::string::npos) << all.out;
-    EXPECT_NE(all.out.find(sqlock::redact_url(sqlite_) + ": no lock named '" + name + "'"), std::string::npos) << all.out;
+    EXPECT_NE(all.out.find(sqlock::redact_url(sqlite_) + ": no lock named '" + name + "'"), std::string::npos)
+        << all.out;
     EXPECT_EQ(held_on(name), 0u);
 
     // Nothing held anywhere: exit 1.
@@ -1236,11 +1250,12 @@ TEST_F(CliMajority, TheSameDatabaseTwiceExits64) {
     auto cmd = sh("touch \"$1/ran\"", dir());
     auto other_spelling = "sqlite:" + (member_file_.parent_path() / "." / "member.db").string();
     auto pg_alias = "postgres" + pg_.substr(pg_.find(':'));
-    for (auto const& urls : std::vector<std::vector<std::string>>{
-             {pg_, pg_, sqlite_}, {pg_, my_, sqlite_, other_spelling}, {pg_alias, my_, pg_}}) {
-        for (auto const& args : std::vector<std::vector<std::string>>{run(name, cmd, {}, urls),
-                                                                     with_dbs({"list"}, urls),
-                                                                     with_dbs({"release", "--name", name, "--force"}, urls)}) {
+    for (auto const& urls : std::vector<std::vector<std::string>>{{pg_, pg_, sqlite_},
+                                                                  {pg_, my_, sqlite_, other_spelling},
+                                                                  {pg_alias, my_, pg_}}) {
+        for (auto const& args :
+             std::vector<std::vector<std::string>>{run(name, cmd, {}, urls), with_dbs({"list"}, urls),
+                                                   with_dbs({"release", "--name", name, "--force"}, urls)}) {
             auto r = cli(args);
             EXPECT_EQ(r.code(), 64) << args[0] << ": " << r.describe();
             expect_one_error_line(r);
@@ -1349,16 +1364,18 @@ TEST_F(CliBasics, MajorityMemberThatLostItsDataIsNotRecreatedAndRepeatsNoToken) 
 
     usable("b.db");
     long long last = 4;
-    bool const joined = eventually([&] {
-        auto const t = token(run());
-        EXPECT_EQ(t, std::to_string(last + 1));
-        last = std::atoll(t.c_str());
-        long long n = 0;
-        *raw_session(engine::sqlite, sqlite_url(dir / "a.db"))
-            << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
-            soci::into(n);
-        return n > 0;
-    }, 30s);
+    bool const joined = eventually(
+        [&] {
+            auto const t = token(run());
+            EXPECT_EQ(t, std::to_string(last + 1));
+            last = std::atoll(t.c_str());
+            long long n = 0;
+            *raw_session(engine::sqlite, sqlite_url(dir / "a.db"))
+                << "SELECT COUNT(*) FROM sqlock_majority_members g JOIN sqlock_identity i ON g.id = i.id",
+                soci::into(n);
+            return n > 0;
+        },
+        30s);
     ASSERT_TRUE(joined) << "a.db was never seeded";
     unusable("b.db");
     EXPECT_EQ(token(run()), std::to_string(last + 1)) << "a.db and c.db, a.db seeded";

@@ -39,6 +39,7 @@ std::chrono::nanoseconds configured_shift() {
 std::chrono::system_clock::time_point std::chrono::system_clock::now() noexcept {
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
-    auto const since_epoch = std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec) + configured_shift();
+    auto const since_epoch =
+        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec) + configured_shift();
     return time_point(std::chrono::duration_cast<duration>(since_epoch));
 }

@@ -130,9 +130,9 @@ private:
     int listen_ = -1;
     int port_ = 0;
     mutable std::mutex mutex_;
-    std::vector<int> commands_;                   // guarded by mutex_
-    std::vector<std::pair<int, int>> links_;      // guarded by mutex_
-    std::vector<std::thread> relays_;             // guarded by mutex_ (joined after the acceptor)
+    std::vector<int> commands_;               // guarded by mutex_
+    std::vector<std::pair<int, int>> links_;  // guarded by mutex_
+    std::vector<std::thread> relays_;         // guarded by mutex_ (joined after the acceptor)
     std::thread acceptor_;
 };
 

@@ -59,8 +59,7 @@ protected:
         std::string const marker = "sqlt_log_probe_" + random_hex(12);
         try {
             *raw_ << "SELECT * FROM " + marker;
-        } catch (soci::soci_error const&) {
-        }
+        } catch (soci::soci_error const&) {}
         bool seen = false;
         for (int i = 0; i < 100 && !seen; ++i) {
             seen = !w->offending({marker}).empty();
@@ -105,8 +104,8 @@ TEST_P(TableLock, AcquireRelease) {
     EXPECT_EQ(r->owner, l->owner());
     EXPECT_EQ(r->token, l->token());
     EXPECT_EQ(r->holds, 1);
-    EXPECT_TRUE(r->live()) << "expires_at (" << r->expires_us << ") must be after the database's now ("
-                           << r->now_us << ")";
+    EXPECT_TRUE(r->live()) << "expires_at (" << r->expires_us << ") must be after the database's now (" << r->now_us
+                           << ")";
 
     // Lease accessors.
     EXPECT_EQ(l->name(), name);
@@ -114,8 +113,7 @@ TEST_P(TableLock, AcquireRelease) {
     EXPECT_GT(l->token(), 0);
     EXPECT_LE(l->created_at(), l->expires_at());
     auto const span = l->expires_at() - l->created_at();
-    EXPECT_LE(std::chrono::abs(span - 30s), 5ms)
-        << "expires_at - created_at = " << span.count() << "us, ttl = 30s";
+    EXPECT_LE(std::chrono::abs(span - 30s), 5ms) << "expires_at - created_at = " << span.count() << "us, ttl = 30s";
     EXPECT_GT(l->remaining(), 0ns);
     EXPECT_LE(l->remaining(), 30s);
     EXPECT_TRUE(l->held());
@@ -133,8 +131,8 @@ TEST_P(TableLock, AcquireRelease) {
                          << std::chrono::duration_cast<milliseconds>(skew).count() << "ms from this host";
     sqlock::store_stats const st = db_->stats();
     EXPECT_GE(st.clock_samples, 1u) << "the acquire's database time was not sampled";
-    EXPECT_LT(std::chrono::abs(st.clock_skew), 60s) << "clock skew against a database on this host: "
-                                                     << st.clock_skew.count() << "us";
+    EXPECT_LT(std::chrono::abs(st.clock_skew), 60s)
+        << "clock skew against a database on this host: " << st.clock_skew.count() << "us";
 
     std::int64_t const token = l->token();
     l->release();
@@ -304,9 +302,9 @@ TEST_P(TableLock, ProcessContentionIsExclusive) {
     for (int p = 0; p < procs; ++p) {
         record_files.push_back(files.path() / ("records." + std::to_string(p)));
         ready_files.push_back(files.path() / std::string("ready.").append(std::to_string(p)));
-        pids.push_back(spawn_process({SQLOCK_TEST_WORKER, url_, name, counter_file.string(),
-                                     record_files.back().string(), std::to_string(iterations),
-                                     ready_files.back().string(), go_file.string()}));
+        pids.push_back(
+            spawn_process({SQLOCK_TEST_WORKER, url_, name, counter_file.string(), record_files.back().string(),
+                           std::to_string(iterations), ready_files.back().string(), go_file.string()}));
     }
     // The start barrier: every worker has connected before any of them starts.
     EXPECT_TRUE(release_start_barrier(ready_files, go_file, 60s)) << "not every worker was ready within 60 s";
@@ -592,7 +590,8 @@ TEST_P(TableLock, BadNamesAreUsageErrorsAndChangeNothing) {
         {"NUL byte", prefix_ + std::string("a\0b", 3)},
         {"trailing NUL byte", prefix_ + std::string("a\0", 2)},
         {"invalid UTF-8 (0xFF)", prefix_ + "\xFF"},
-        {"lone continuation byte", prefix_ + "a\x80" "b"},
+        {"lone continuation byte", prefix_ + "a\x80"
+                                             "b"},
         {"truncated sequence", prefix_ + "\xE2\x82"},
         {"overlong encoding", prefix_ + "\xC0\xAF"},
         {"UTF-16 surrogate", prefix_ + "\xED\xA0\x80"},
@@ -620,8 +619,7 @@ TEST_P(TableLock, BadOptionsAreUsageErrors) {
     EXPECT_THROW((void)sqlock::table_locker(*db_, {.ttl = 9ms}), sqlock::usage_error) << "ttl 9ms (minimum 10ms)";
     EXPECT_THROW((void)sqlock::table_locker(*db_, {.ttl = std::chrono::hours(24 * 8)}), sqlock::usage_error)
         << "ttl 8 days";
-    EXPECT_THROW((void)sqlock::table_locker(*db_, {.ttl = std::chrono::hours(24 * 7) + 1ms}),
-                 sqlock::usage_error)
+    EXPECT_THROW((void)sqlock::table_locker(*db_, {.ttl = std::chrono::hours(24 * 7) + 1ms}), sqlock::usage_error)
         << "ttl 7 days + 1ms";
     EXPECT_THROW((void)sqlock::table_locker(*db_, {.owner = std::string(256, 'o')}), sqlock::usage_error)
         << "owner of 256 bytes";
@@ -705,12 +703,9 @@ TEST_P(TableLock, DistinctByteStringsAreDistinctLocks) {
     locker A = make_locker();
     locker B = make_locker();
     std::vector<std::pair<std::string, std::string>> const pairs = {
-        {"Lock", "lock"},
-        {"a", "a "},
-        {"a", "A"},
-        {"\xC3\xA9", "e\xCC\x81"},  // é: NFC vs NFD
-        {"ss", "\xC3\x9F"},         // ß
-        {"a", "\xC3\xA1"},          // á (accent-insensitive collations)
+        {"Lock", "lock"},   {"a", "a "}, {"a", "A"}, {"\xC3\xA9", "e\xCC\x81"},  // é: NFC vs NFD
+        {"ss", "\xC3\x9F"},                                                      // ß
+        {"a", "\xC3\xA1"},                                                       // á (accent-insensitive collations)
     };
     for (auto const& [x, y] : pairs) {
         std::string const nx = n("distinct/" + x), ny = n("distinct/" + y);
@@ -948,14 +943,14 @@ TEST_P(TableLock, SchemaMissing) {
     auto s = raw_session(e_, url);
     long long n_tables = -1;
     switch (e_) {
-    case engine::sqlite:
-        *s << "SELECT COUNT(*) FROM sqlite_master WHERE name = :t", soci::use(table), soci::into(n_tables);
-        break;
-    case engine::postgresql:
-    case engine::mysql:
-        *s << "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = :t", soci::use(table),
-            soci::into(n_tables);
-        break;
+        case engine::sqlite:
+            *s << "SELECT COUNT(*) FROM sqlite_master WHERE name = :t", soci::use(table), soci::into(n_tables);
+            break;
+        case engine::postgresql:
+        case engine::mysql:
+            *s << "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = :t", soci::use(table),
+                soci::into(n_tables);
+            break;
     }
     EXPECT_EQ(n_tables, 0) << "a store without create_schema created " << table;
 }
@@ -1004,8 +999,7 @@ TEST_P(TableLock, ConcurrentCreateSchemaIsSafe) {
     } else {
         std::string const schema_expr = e_ == engine::postgresql ? "current_schema()" : "DATABASE()";
         soci::rowset<std::string> rs =
-            (raw_->prepare << "SELECT table_name FROM information_schema.tables WHERE table_schema = " +
-                                  schema_expr);
+            (raw_->prepare << "SELECT table_name FROM information_schema.tables WHERE table_schema = " + schema_expr);
         for (auto const& t : rs) tables.push_back(t);
     }
     int mine = 0;
@@ -1186,7 +1180,8 @@ TEST_P(Restart, TokensIncreaseAndTheStoreReconnects) {
             },
             15000ms);
         EXPECT_TRUE(notified) << "no release notification reached the store within 15s of the restart "
-                                 "(" << cycle << " release cycles): LISTEN not re-established";
+                                 "("
+                              << cycle << " release cycles): LISTEN not re-established";
     }
 
     // A lease held across the restart survived it (durable) and releases.
@@ -1212,9 +1207,11 @@ protected:
     void TearDown() override {
         for (auto const& p : prefixes_) {
             try {
-                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t :
+                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
                     *raw_ << "DROP TABLE IF EXISTS " + p + t;
-                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
+                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
+                    *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the tables of prefix " << p << ": " << describe(e);
             }
@@ -1288,8 +1285,9 @@ TEST_P(TableLockMariaDB, AnOlderSchemaGetsTheNewAcquireProcedure) {
     std::string const p = own_prefix();
     { sqlock::store made(url_, {.create_schema = true, .table_prefix = p}); }
     *raw_ << "DROP PROCEDURE " + p + "_acquire_v2";
-    *raw_ << "CREATE PROCEDURE " + p + "_acquire(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),"
-             " IN p_attempt BIGINT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT) SELECT 1, 0, 0, 0";
+    *raw_ << "CREATE PROCEDURE " + p +
+                 "_acquire(IN p_name VARBINARY(255), IN p_owner VARBINARY(255),"
+                 " IN p_attempt BIGINT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT) SELECT 1, 0, 0, 0";
     try {
         sqlock::store s(url_, {.table_prefix = p});
         ADD_FAILURE() << "a store opened on a schema without " << p << "_acquire_v2";
@@ -1366,11 +1364,9 @@ TEST_P(TableLockMariaDB, RowLockTokenIsTheCountersValue) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, TableLockMariaDB, ::testing::Values(engine::mysql), engine_param_name{});
 
-INSTANTIATE_TEST_SUITE_P(Engines, TableLock,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+INSTANTIATE_TEST_SUITE_P(Engines, TableLock, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
-INSTANTIATE_TEST_SUITE_P(Engines, Restart,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+INSTANTIATE_TEST_SUITE_P(Engines, Restart, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
 
 }  // namespace

@@ -88,8 +88,9 @@ public:
     watched_call& operator=(watched_call const&) = delete;
     ~watched_call() {
         if (future_.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-            std::fprintf(stderr, "sqlock tests: a watched call is still blocked a minute after the test gave up on "
-                                 "it: aborting\n");
+            std::fprintf(stderr,
+                         "sqlock tests: a watched call is still blocked a minute after the test gave up on "
+                         "it: aborting\n");
             std::abort();
         }
         thread_.join();
@@ -131,7 +132,8 @@ inline bool returned_within(std::chrono::milliseconds limit, std::function<void(
 
 /// The same for a call through `proxy`: unstuck by cutting every connection (block()).
 inline bool returned_within(std::chrono::milliseconds limit, fault_proxy& proxy, std::function<void()> f) {
-    return returned_within(limit, [&proxy] { proxy.block(); }, std::move(f));
+    return returned_within(
+        limit, [&proxy] { proxy.block(); }, std::move(f));
 }
 
 /// Cuts every connection of a proxy on scope exit (ending any black hole or

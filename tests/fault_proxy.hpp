@@ -464,8 +464,8 @@ private:
     std::atomic<std::size_t> dropped_replies_{0};
     std::atomic<std::size_t> resets_{0};
     std::mutex mutex_;
-    bool blocked_ = false;  // guarded by mutex_
-    mode mode_ = mode::relay;  // guarded by mutex_
+    bool blocked_ = false;                    // guarded by mutex_
+    mode mode_ = mode::relay;                 // guarded by mutex_
     std::list<std::unique_ptr<link>> links_;  // guarded by mutex_
     std::thread acceptor_;
 };

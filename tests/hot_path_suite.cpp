@@ -251,7 +251,8 @@ TEST(HotPathMariaDB, RowLockPreparesNothingAfterItsFirstCycles) {
     std::vector<int> const sent(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
     ASSERT_FALSE(sent.empty());
     EXPECT_EQ(std::count(sent.begin(), sent.end(), 0x16), 0) << "COM_STMT_PREPARE sent:" << command_list(sent);
-    EXPECT_EQ(std::count(sent.begin(), sent.end(), 0x03), 0) << "statement text (COM_QUERY) sent:" << command_list(sent);
+    EXPECT_EQ(std::count(sent.begin(), sent.end(), 0x03), 0)
+        << "statement text (COM_QUERY) sent:" << command_list(sent);
     EXPECT_EQ(std::count(sent.begin(), sent.end(), 0x17), static_cast<std::ptrdiff_t>(sent.size()))
         << "commands other than COM_STMT_EXECUTE:" << command_list(sent);
 
@@ -263,7 +264,8 @@ TEST(HotPathMariaDB, RowLockPreparesNothingAfterItsFirstCycles) {
     l->release();
     auto const cycle = proxy.commands();
     EXPECT_LE(cycle.size() - at, 7U) << "commands of one cycle:"
-                                     << command_list(std::vector<int>(cycle.begin() + static_cast<std::ptrdiff_t>(at), cycle.end()));
+                                     << command_list(std::vector<int>(cycle.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                      cycle.end()));
 }
 
 // ---- SQLite ----
@@ -393,9 +395,12 @@ TEST_F(HotPathPostgres, ReleaseCommitsWithoutWaitingForTheDiskAndGrantsDurably) 
     // At COMMIT (a deferred constraint trigger), record the synchronous_commit the commit runs under.
     auto const log = prefix_ + "_commit_log";
     *raw_ << "CREATE TABLE " + log + " (id serial PRIMARY KEY, op text, sync text)";
-    *raw_ << "CREATE FUNCTION " + prefix_ + "_record() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-             "INSERT INTO " + log + " (op, sync) VALUES (TG_OP, current_setting('synchronous_commit')); "
-             "RETURN NULL; END $$";
+    *raw_ << "CREATE FUNCTION " + prefix_ +
+                 "_record() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "INSERT INTO " +
+                 log +
+                 " (op, sync) VALUES (TG_OP, current_setting('synchronous_commit')); "
+                 "RETURN NULL; END $$";
     *raw_ << "CREATE CONSTRAINT TRIGGER " + prefix_ + "_at_commit AFTER INSERT OR UPDATE OR DELETE ON " + prefix_ +
                  "_locks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + prefix_ + "_record()";
     auto locks = sqlock::table_locker(db, {.ttl = 30s, .auto_renew = false});

@@ -94,8 +94,7 @@ public:
     ~outage_rig() {
         try {
             unblock();
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     sqlock::store& db() { return *db_; }
@@ -171,8 +170,8 @@ TEST_P(Lifecycle, AutoRenewKeepsALockPastItsTtl) {
     while (steady::now() < until) {
         std::optional<lease> stolen = other.try_acquire(name);
         ++attempts;
-        EXPECT_FALSE(stolen.has_value()) << "another locker got a lock kept alive by the watchdog (attempt "
-                                         << attempts << ", token " << (stolen ? stolen->token() : 0) << ")";
+        EXPECT_FALSE(stolen.has_value()) << "another locker got a lock kept alive by the watchdog (attempt " << attempts
+                                         << ", token " << (stolen ? stolen->token() : 0) << ")";
         if (stolen) break;
         std::this_thread::sleep_for(50ms);
     }
@@ -219,7 +218,8 @@ TEST_P(Lifecycle, WithoutAutoRenewTheLockIsLostToAWaiter) {
     EXPECT_TRUE(eventually([&] { return l.stop_token().stop_requested(); }))
         << "the stop token was not requested for a lease whose validity ran out";
     EXPECT_THROW(l.release(), sqlock::lease_lost);
-    EXPECT_TRUE(eventually([&] { return lost->snapshot().size() == 1; })) << "on_lost calls: " << lost->snapshot().size();
+    EXPECT_TRUE(eventually([&] { return lost->snapshot().size() == 1; }))
+        << "on_lost calls: " << lost->snapshot().size();
 
     // The loser's release must not touch the winner's row.
     auto r = row(name);
@@ -288,8 +288,9 @@ TEST_P(Lifecycle, InDoubtWhileUnreachableThenRecovered) {
     rig.block();
     bool const doubted = eventually([&] { return l.state() == lease_state::in_doubt; }, 10s);
     rig.unblock();
-    ASSERT_TRUE(doubted) << "the lease never became in_doubt while the database was unreachable; state "
-                         << state_of(l) << ", " << rig.describe() << "\nevents:\n" << events->dump();
+    ASSERT_TRUE(doubted) << "the lease never became in_doubt while the database was unreachable; state " << state_of(l)
+                         << ", " << rig.describe() << "\nevents:\n"
+                         << events->dump();
 
     EXPECT_TRUE(l.held()) << "an in-doubt lease is still ours until its safe deadline";
     EXPECT_FALSE(l.stop_token().stop_requested()) << "in doubt is not lost";
@@ -317,8 +318,9 @@ TEST_P(Lifecycle, OutagePastTheSafeDeadlineLosesTheLease) {
     outage_rig rig(e_, url_);
     auto events = std::make_shared<event_record>();
     auto lost = std::make_shared<lost_log>();
-    locker L = sqlock::table_locker(
-        rig.db(), {.ttl = 1s, .on_lost = lost_log::hook(lost), .on_event = event_record::hook(events)});
+    locker L =
+        sqlock::table_locker(rig.db(),
+                             {.ttl = 1s, .on_lost = lost_log::hook(lost), .on_event = event_record::hook(events)});
     std::string const name = n("outage-lost");
 
     lease l = L.acquire(name, 0ms);
@@ -328,8 +330,9 @@ TEST_P(Lifecycle, OutagePastTheSafeDeadlineLosesTheLease) {
     bool const stopped = eventually([&] { return l.stop_token().stop_requested(); }, 15s);
     lease_state const during = l.state();
     rig.unblock();
-    ASSERT_TRUE(stopped) << "the stop token did not fire although the outage outlasted the lease; state "
-                         << state_of(l) << ", " << rig.describe() << "\nevents:\n" << events->dump();
+    ASSERT_TRUE(stopped) << "the stop token did not fire although the outage outlasted the lease; state " << state_of(l)
+                         << ", " << rig.describe() << "\nevents:\n"
+                         << events->dump();
     EXPECT_EQ(during, lease_state::lost);
     EXPECT_EQ(l.state(), lease_state::lost) << "a lost lease came back when the database did";
     EXPECT_FALSE(l.held());
@@ -355,8 +358,7 @@ TEST_P(Lifecycle, FenceRefusesTheOvertakenHoldersTransaction) {
         ~drop_table() {
             try {
                 s << "DROP TABLE " + table;
-            } catch (...) {
-            }
+            } catch (...) {}
         }
     } drop{*raw_, accounts};
     *raw_ << "INSERT INTO " + accounts + " (id, balance) VALUES (1, 1000)";
@@ -446,7 +448,8 @@ TEST_P(Lifecycle, RefusedRenewalFiresStopTokenAndOnLost) {
         << "the stop token did not fire after the row was deleted; state " << state_of(l) << "\nevents:\n"
         << events->dump();
     EXPECT_EQ(callbacks.load(), 1) << "the stop_callback ran " << callbacks.load() << " times";
-    EXPECT_TRUE(eventually([&] { return !lost->snapshot().empty() && events->count(lease_event::kind::lost, name) > 0; }));
+    EXPECT_TRUE(
+        eventually([&] { return !lost->snapshot().empty() && events->count(lease_event::kind::lost, name) > 0; }));
 
     auto calls = lost->snapshot();
     ASSERT_EQ(calls.size(), 1u) << "on_lost must be called exactly once";
@@ -871,7 +874,7 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
         auto skewed = run_with_clock_ahead(
             [&](int attempt) {
                 return std::vector<std::string>{SQLOCK_TEST_WORKER, "skew", url_,
-                                                 prefix + std::to_string(attempt) + "-", "5"};
+                                                prefix + std::to_string(attempt) + "-", "5"};
             },
             offset, 45s);
         RecordProperty("clock_mover", skewed.clock_mover);
@@ -892,8 +895,7 @@ TEST_P(Lifecycle, ClockSkewMatchesAKnownOffset) {
         << "set apart it is " << expected.count() << " us";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, Lifecycle,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+INSTANTIATE_TEST_SUITE_P(Engines, Lifecycle, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
 
 }  // namespace

@@ -13,11 +13,11 @@
 // lockers' lease events, the rows) and the record is checked; waits for
 // background work are bounded polls. The only timing assertions are coarse
 // upper bounds, each explained where it is made.
-#include "test_env.hpp"
-#include "test_process.hpp"
 #include "fault_calls.hpp"
 #include "fault_proxy.hpp"
 #include "faults/majority_members.hpp"
+#include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
@@ -125,12 +125,11 @@ protected:
             m.proxy = fault_proxy::for_url(m.url);
             // io_timeout well above anything a test waits for a member, so a stalled
             // member's statement is still waiting when the test resumes it.
-            m.store.emplace(m.proxy->proxied_url(m.url),
-                            sqlock::store_options{.pool_size = 4,
-                                                  .create_schema = true,
-                                                  .table_prefix = tables_,
-                                                  .connect_timeout = 5s,
-                                                  .io_timeout = 20s});
+            m.store.emplace(m.proxy->proxied_url(m.url), sqlock::store_options{.pool_size = 4,
+                                                                               .create_schema = true,
+                                                                               .table_prefix = tables_,
+                                                                               .connect_timeout = 5s,
+                                                                               .io_timeout = 20s});
             m.raw = raw_session(m.e, m.url);
         }
         // New members form their group the first time all three answer (docs/majority.md): before any
@@ -335,8 +334,8 @@ TEST_F(Majority, DestroyedLockerLeavesNoThreadRunning) {
     // still running, would run until the resume, later than that).
     auto now = thread_count();
     bool const gone = eventually([&] { return (now = thread_count()) <= before + 1; }, 1s);
-    EXPECT_TRUE(gone) << now << " threads after the majority locker was destroyed (" << ms_of(took)
-                      << " ms), " << before << " before it was made, plus the resumer";
+    EXPECT_TRUE(gone) << now << " threads after the majority locker was destroyed (" << ms_of(took) << " ms), "
+                      << before << " before it was made, plus the resumer";
     resumer.join();
     RecordProperty("destroy_ms", static_cast<int>(ms_of(took)));
     // Coarse: the wait is for the stalled call, which answers once resumed, never the io_timeout (20 s).
@@ -367,16 +366,17 @@ TEST_F(Majority, LockerDestroyedOnItsOwnWorker) {
     auto g = std::make_shared<gate>();
     std::vector<locker> ms;
     for (std::size_t i = 0; i < 2; ++i) ms.push_back(member_locker(i, 10s));
-    ms.push_back(sqlock::table_locker(
-        *at(2).store, {.ttl = 10s, .auto_renew = false, .on_event = [g, name](sqlock::lease_event const& e) {
-                           if (e.what != event_kind::released || e.name != name) return;
-                           std::unique_lock lock(g->mutex);
-                           if (g->entered) return;
-                           g->entered = true;
-                           g->where = std::this_thread::get_id();
-                           g->cv.notify_all();
-                           g->cv.wait_for(lock, 20s, [&] { return g->go; });
-                       }}));
+    ms.push_back(
+        sqlock::table_locker(*at(2).store,
+                             {.ttl = 10s, .auto_renew = false, .on_event = [g, name](sqlock::lease_event const& e) {
+                                  if (e.what != event_kind::released || e.name != name) return;
+                                  std::unique_lock lock(g->mutex);
+                                  if (g->entered) return;
+                                  g->entered = true;
+                                  g->where = std::this_thread::get_id();
+                                  g->cv.notify_all();
+                                  g->cv.wait_for(lock, 20s, [&] { return g->go; });
+                              }}));
     auto const before = thread_count();
     std::optional<locker> M = sqlock::majority_locker(std::move(ms), {.member_timeout = 200ms, .auto_renew = false});
     at(2).proxy->stall();
@@ -510,8 +510,7 @@ TEST_F(Majority, LateGrantDuringReleaseIsReleased) {
             << "round " << k << ": " << outcome;
         at(1).proxy->resume();
         for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
-            bool const released =
-                eventually([&] { return at(i).events.count(event_kind::released, name) == 1; }, 10s);
+            bool const released = eventually([&] { return at(i).events.count(event_kind::released, name) == 1; }, 10s);
             if (!released || row_on(i, name))
                 failures += "  round " + std::to_string(k) + ", " + at(i).label + ": released " +
                             std::to_string(at(i).events.count(event_kind::released, name)) + " times, row " +
@@ -579,9 +578,14 @@ TEST_F(Majority, ProcessContentionIsExclusive) {
         record_files.push_back(files.path() / ("records." + tag));
         ready_files.push_back(files.path() / ("ready." + tag));
         out_files.push_back(files.path() / ("out." + tag));
-        std::vector<std::string> args{SQLOCK_MAJORITY_WORKER, tables_, name, counter_file.string(),
-                                      record_files.back().string(), std::to_string(grants),
-                                      ready_files.back().string(), go_file.string()};
+        std::vector<std::string> args{SQLOCK_MAJORITY_WORKER,
+                                      tables_,
+                                      name,
+                                      counter_file.string(),
+                                      record_files.back().string(),
+                                      std::to_string(grants),
+                                      ready_files.back().string(),
+                                      go_file.string()};
         for (auto& m : members_) args.push_back(m.proxy->proxied_url(m.url));
         spawn_file_actions actions;
         actions.capture_to_files(out_files.back(), files.path() / ("err." + tag));
@@ -698,8 +702,7 @@ TEST_F(Majority, LostWhenAMajorityStopsRenewing) {
     at(1).proxy->block();
     // Coarse: the validity is below the ttl (2 s) from the grant; 10 s means never.
     EXPECT_TRUE(eventually([&] { return stop.stop_requested(); }, 10s))
-        << "the stop_token did not fire after two of three members stopped renewing; state "
-        << to_string(l->state());
+        << "the stop_token did not fire after two of three members stopped renewing; state " << to_string(l->state());
     EXPECT_EQ(l->state(), sqlock::lease_state::lost);
     EXPECT_TRUE(eventually([&] { return lost_calls->load() >= 1; }, 5s)) << "on_lost was not called";
 
@@ -807,7 +810,8 @@ bool member_joined(soci::session& s, std::string const& tables) {
 TEST(MajorityMemberLoss, RecreatedSqliteMemberNeverRepeatsAToken) {
     temp_dir dir;
     auto open = [&](char const* file) {
-        return std::make_unique<sqlock::store>(sqlite_url(dir.path() / file), sqlock::store_options{.create_schema = true});
+        return std::make_unique<sqlock::store>(sqlite_url(dir.path() / file),
+                                               sqlock::store_options{.create_schema = true});
     };
     auto majority_of = [](std::vector<sqlock::store*> const& stores) {
         std::vector<locker> lockers;
@@ -837,12 +841,14 @@ TEST(MajorityMemberLoss, RecreatedSqliteMemberNeverRepeatsAToken) {
     auto all = majority_of({a.get(), b.get(), c.get()});
     auto raw_a = raw_session(engine::sqlite, sqlite_url(dir.path() / "a.db"));
     // Grants go on over b and c meanwhile; a joins once its identity is older than the ttl (1 s) and drift.
-    bool const joined = eventually([&] {
-        auto const t = token_of(all, "x");
-        EXPECT_EQ(t, std::to_string(last + 1)) << "a grant of all three members";
-        last = std::atoll(t.c_str());
-        return member_joined(*raw_a, "sqlock");
-    }, 20s);
+    bool const joined = eventually(
+        [&] {
+            auto const t = token_of(all, "x");
+            EXPECT_EQ(t, std::to_string(last + 1)) << "a grant of all three members";
+            last = std::atoll(t.c_str());
+            return member_joined(*raw_a, "sqlock");
+        },
+        20s);
     ASSERT_TRUE(joined) << "the recreated member was never seeded";
     auto without_b = majority_of({a.get(), c.get()});
     EXPECT_EQ(token_of(without_b, "x"), std::to_string(last + 1)) << "a and c, a seeded";
@@ -870,12 +876,14 @@ TEST_F(Majority, RecreatedMemberNeverRepeatsAToken) {
     EXPECT_NE(what.find("has not joined"), std::string::npos) << what;
     at(0).proxy->unblock();
     std::int64_t last = std::atoll(last_before.c_str());
-    bool const joined = eventually([&] {
-        auto const got = token_of(M, name);
-        EXPECT_EQ(got, std::to_string(last + 1));
-        last = std::atoll(got.c_str());
-        return member_joined(*at(1).raw, tables_);
-    }, 20s);
+    bool const joined = eventually(
+        [&] {
+            auto const got = token_of(M, name);
+            EXPECT_EQ(got, std::to_string(last + 1));
+            last = std::atoll(got.c_str());
+            return member_joined(*at(1).raw, tables_);
+        },
+        20s);
     ASSERT_TRUE(joined) << "the recreated member was never seeded";
     at(0).proxy->block();
     EXPECT_EQ(token_of(M, name), std::to_string(last + 1)) << "pg2 and mariadb, pg2 seeded";
@@ -897,13 +905,15 @@ TEST_F(Majority, ConstructionIsChecked) {
         }
     };
     EXPECT_EQ(usage([] { return sqlock::majority_locker({}); }), "usage_error") << "an empty member list";
-    EXPECT_EQ(usage([&] { return sqlock::majority_locker({member_locker(0, 10s), member_locker(0, 10s)}); }),
+    EXPECT_EQ(usage([&] {
+                  return sqlock::majority_locker({member_locker(0, 10s), member_locker(0, 10s)});
+              }),
               "usage_error")
         << "the same database (one store) twice";
     sqlock::store again(at(1).proxy->proxied_url(at(1).url), {.pool_size = 1, .table_prefix = tables_});
     EXPECT_EQ(usage([&] {
-                  return sqlock::majority_locker({member_locker(0, 10s), member_locker(1, 10s),
-                                                  sqlock::table_locker(again, {.ttl = 10s})});
+                  return sqlock::majority_locker(
+                      {member_locker(0, 10s), member_locker(1, 10s), sqlock::table_locker(again, {.ttl = 10s})});
               }),
               "usage_error")
         << "the same database (same URL and table prefix, another store) twice";
@@ -925,12 +935,16 @@ TEST_F(Majority, ConstructionIsChecked) {
               }),
               "usage_error")
         << "member_timeout zero";
-    EXPECT_EQ(usage([&] { return sqlock::majority_locker({majority(10s), member_locker(0, 10s)}); }), "usage_error")
-        << "a majority locker as a member";
     EXPECT_EQ(usage([&] {
-                  return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s)}, {.configured_members = 5});
+                  return sqlock::majority_locker({majority(10s), member_locker(0, 10s)});
               }),
               "usage_error")
+        << "a majority locker as a member";
+    EXPECT_EQ(
+        usage([&] {
+            return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s)}, {.configured_members = 5});
+        }),
+        "usage_error")
         << "two lockers given of five configured: not a majority";
     EXPECT_EQ(usage([&] {
                   return sqlock::majority_locker({member_locker(0, 2s), member_locker(1, 2s), member_locker(2, 2s)},

@@ -61,9 +61,9 @@ protected:
     std::vector<long long> sessions_of(std::string const& marker, std::string const& pg_condition = "") {
         std::vector<long long> ids;
         if (e_ == engine::postgresql) {
-            soci::rowset<int> rs = (raw_->prepare << "SELECT pid FROM pg_stat_activity WHERE application_name = :a" +
-                                                         pg_condition,
-                                    soci::use(marker));
+            soci::rowset<int> rs =
+                (raw_->prepare << "SELECT pid FROM pg_stat_activity WHERE application_name = :a" + pg_condition,
+                 soci::use(marker));
             for (int pid : rs) ids.push_back(pid);
         } else {
             soci::rowset<long long> rs =
@@ -117,19 +117,21 @@ protected:
             } catch (soci::soci_error const&) {  // gone already
             }
         }
-        EXPECT_TRUE(eventually([&] {
-            for (long long id : sessions_of(marker))
-                if (std::find(ids.begin(), ids.end(), id) != ids.end()) return false;
-            return true;
-        }, std::chrono::seconds(10))) << "the server still shows the ended sessions of " << marker;
+        EXPECT_TRUE(eventually(
+            [&] {
+                for (long long id : sessions_of(marker))
+                    if (std::find(ids.begin(), ids.end(), id) != ids.end()) return false;
+                return true;
+            },
+            std::chrono::seconds(10)))
+            << "the server still shows the ended sessions of " << marker;
         return ids;
     }
 
     void end_sessions_quietly(std::string const& marker) {
         try {
             for (long long id : sessions_of(marker)) *raw_ << "KILL CONNECTION " + std::to_string(id);
-        } catch (std::exception const&) {
-        }
+        } catch (std::exception const&) {}
     }
 
     /// MariaDB as root over the server's socket (to create and drop users).

@@ -208,8 +208,9 @@ TEST_P(Reaper, RowLocksAreLeftAloneAndLongOnesReported) {
     std::this_thread::sleep_for(1200ms);  // let the transaction age past the 1 s threshold
 
     std::vector<std::string> warnings;
-    reaper R(*db_, {.grace = 0ms, .row_lock_warning = 1s,
-                    .on_warning = [&](std::string_view m) { warnings.emplace_back(m); }});
+    reaper R(*db_, {.grace = 0ms, .row_lock_warning = 1s, .on_warning = [&](std::string_view m) {
+                        warnings.emplace_back(m);
+                    }});
     if (e_ == engine::sqlite) {
         // A SQLite "row lock" holds the whole file's write lock: no reaper (no
         // writer at all) gets through until it is released, as documented.
@@ -384,9 +385,8 @@ TEST_P(Reaper, DryRunCountsAndDeletesNothing) {
     // Live rows that max_age would purge are counted and warned about, and kept.
     std::vector<std::string> warnings;
     insert_rows("stuck/", 2, -3 * hour_us, hour_us);
-    r = reaper(*db_, {.max_age = 1h,
-                      .dry_run = true,
-                      .on_warning = [&](std::string_view m) { warnings.emplace_back(m); }})
+    r = reaper(*db_,
+               {.max_age = 1h, .dry_run = true, .on_warning = [&](std::string_view m) { warnings.emplace_back(m); }})
             .reap_once();
     EXPECT_EQ(r.purged, 32u);
     EXPECT_EQ(r.live_purged, 2u);
@@ -422,8 +422,8 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     try {
         sqlock::validate({.token_horizon = 1ms});
     } catch (sqlock::usage_error const& e) {
-        EXPECT_NE(std::string(e.what()).find("2 h"), std::string::npos) << "the error does not name the minimum: "
-                                                                         << e.what();
+        EXPECT_NE(std::string(e.what()).find("2 h"), std::string::npos)
+            << "the error does not name the minimum: " << e.what();
     }
     EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::chrono::days(3650)}));
     EXPECT_NO_THROW(sqlock::validate({.token_horizon = std::nullopt}));
@@ -450,7 +450,8 @@ TEST_P(Reaper, PurgesTokenCountersOfNamesNobodyAsksForAgain) {
         << "counters younger than the horizon were purged";
 
     age_counters("refund:");
-    auto const purged = reaper(*db_, {.grace = 0ms, .token_horizon = sqlock::min_token_horizon}).reap_once().tokens_purged;
+    auto const purged =
+        reaper(*db_, {.grace = 0ms, .token_horizon = sqlock::min_token_horizon}).reap_once().tokens_purged;
     EXPECT_EQ(purged, static_cast<std::uint64_t>(names));
     EXPECT_EQ(count_counters("refund:"), 0) << "the counters of released names are still in " << tables_ << "_tokens";
 }
@@ -535,7 +536,8 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
 
     // Batches: the highest token of every batch raises the floor.
     std::string sql = "INSERT INTO " + tokens() + " (name, token) VALUES ";
-    for (int i = 0; i < 25; ++i) sql += std::string(i ? "," : "") + "('old:" + std::to_string(i) + "', " + std::to_string(1000 + i) + ")";
+    for (int i = 0; i < 25; ++i)
+        sql += std::string(i ? "," : "") + "('old:" + std::to_string(i) + "', " + std::to_string(1000 + i) + ")";
     *raw_ << sql;
     r = reaper(*db_, {.batch_size = 10, .token_horizon = sqlock::min_token_horizon}).reap_once();
     EXPECT_EQ(r.tokens_purged, 25u);
@@ -675,7 +677,8 @@ TEST_P(Reaper, RenewedLeaseIsNeverPurged) {
             std::mt19937 pause{std::random_device{}()};
             reaper R(*db_, {.grace = 0ms, .batch_size = 50});
             for (int i = 0; !done.load(); ++i) {
-                std::string sql = "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ";
+                std::string sql =
+                    "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ";
                 for (int k = 0; k < 5; ++k)
                     sql += std::string(k ? "," : "") + "('filler/" + std::to_string(i) + "/" + std::to_string(k) +
                            "', 'o', 1, 1, " + at(-1000) + ", " + at(-1) + ")";
@@ -684,8 +687,8 @@ TEST_P(Reaper, RenewedLeaseIsNeverPurged) {
                 ++passes;
                 // SQLite's write lock is not fair: a writer in a tight loop starves a
                 // renewer waiting in its busy handler. Leave it gaps to get in.
-                std::this_thread::sleep_for(microseconds(std::uniform_int_distribution<int>(
-                    0, e_ == engine::sqlite ? 20000 : 2000)(pause)));
+                std::this_thread::sleep_for(
+                    microseconds(std::uniform_int_distribution<int>(0, e_ == engine::sqlite ? 20000 : 2000)(pause)));
             }
         } catch (std::exception const& e) {
             reaper_error = e.what();
@@ -721,8 +724,7 @@ TEST_P(Reaper, RenewedLeaseIsNeverPurged) {
             violations.push_back("the row of a lease renewed " +
                                  std::to_string(std::chrono::duration_cast<milliseconds>(checked - last_ok).count()) +
                                  " ms before (ttl " + std::to_string(ttl.count()) + " ms) was gone");
-        else
-            ++inconclusive;  // the renewer was starved past its TTL: a legitimate expiry
+        else ++inconclusive;  // the renewer was starved past its TTL: a legitimate expiry
         sent = steady::now();
         lease = L.acquire(name, 10s);
         last_ok = sent;
@@ -741,8 +743,8 @@ TEST_P(Reaper, RenewedLeaseIsNeverPurged) {
     EXPECT_LE(inconclusive, renewals) << "the renewer was starved most of the time: the test proved little";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, Reaper,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, Reaper, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
 
 // ============================================================ the executable
 
@@ -824,8 +826,7 @@ protected:
     /// A URL of this engine that nothing answers on.
     std::string unreachable_url() {
         switch (e_) {
-            case engine::postgresql:
-                return "postgresql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
+            case engine::postgresql: return "postgresql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
             case engine::mysql: return "mysql://u:secret@127.0.0.1:" + std::to_string(closed_port()) + "/x";
             case engine::sqlite: return sqlite_url(files_.path() / "no" / "such" / "dir" / "x.db");
         }
@@ -948,12 +949,11 @@ TEST_P(ReaperCli, DryRunDeletesNothing) {
 TEST_P(ReaperCli, SeveralDatabasesAreReapedInTurnAndSqlockDbIsTheDefault) {
     temp_dir other_dir;
     auto other = sqlite_url(other_dir.path() / "other.db");
-    {
-        sqlock::store o(other, {.create_schema = true, .table_prefix = tables_});
-    }
+    { sqlock::store o(other, {.create_schema = true, .table_prefix = tables_}); }
     auto other_raw = raw_session(engine::sqlite, other);
-    *other_raw << "INSERT INTO " + locks() + " (name, owner, token, holds, created_at, expires_at) VALUES ('x', 'o', 1, "
-                  "1, 0, 1)";
+    *other_raw << "INSERT INTO " + locks() +
+                      " (name, owner, token, holds, created_at, expires_at) VALUES ('x', 'o', 1, "
+                      "1, 0, 1)";
     insert_expired("old/", 3);
     ASSERT_EQ(run({"--db", url_, "--db", other, "--table-prefix", tables_}), 0) << diag();
     auto lines = last_->out_lines();
@@ -998,8 +998,7 @@ TEST_P(ReaperCli, ExitCodes) {
     // 78: the lock tables are missing (here: another prefix), in both modes.
     EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6)}), 78) << diag();
     EXPECT_NE(last_->err().find("does not exist"), std::string::npos) << diag();
-    EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6), "--interval", "1s"}), 78)
-        << diag();
+    EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6), "--interval", "1s"}), 78) << diag();
 
     // 69: unreachable (--once); the other database is still reaped.
     auto down = unreachable_url();
@@ -1052,8 +1051,8 @@ class ReaperCliPostgres : public ReaperCli {};
 
 TEST_P(ReaperCliPostgres, RefusedStatementIs69) {
     insert_expired("old/", 2);
-    auto const read_only = url_ + (url_.find('?') == std::string::npos ? "?" : "&") +
-                           "options=-c%20default_transaction_read_only%3Don";
+    auto const read_only =
+        url_ + (url_.find('?') == std::string::npos ? "?" : "&") + "options=-c%20default_transaction_read_only%3Don";
     EXPECT_EQ(run({"--once", "--db", read_only, "--table-prefix", tables_}), 69) << diag();
     EXPECT_NE(last_->err().find("read-only"), std::string::npos) << diag();
     EXPECT_EQ(count(), 2);
@@ -1124,8 +1123,8 @@ TEST_P(ReaperCli, SigintStopsTheDaemonBetweenPasses) {
     for (auto const& line : daemon.err_lines()) EXPECT_TRUE(nlohmann::json::accept(line)) << line;
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, ReaperCli,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, ReaperCli, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, ReaperCliPostgres, ::testing::Values(engine::postgresql), engine_param_name{});
 
 // ---------------------------------------------------------- several databases: the members of a majority
@@ -1157,7 +1156,8 @@ protected:
         for (auto& d : dbs_) {
             if (d.e == engine::sqlite) continue;
             try {
-                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t :
+                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
                     *d.raw << "DROP TABLE IF EXISTS " + tables_ + t;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the test tables " << tables_ << "_*: " << e.what();
@@ -1167,7 +1167,8 @@ protected:
 
     /// `count` rows named `<name_prefix>N` on `d`, expired an hour ago (`live`: expiring in an hour).
     void insert(db& d, std::string const& name_prefix, int count, bool live = false) {
-        std::string sql = "INSERT INTO " + tables_ + "_locks (name, owner, token, holds, created_at, expires_at) VALUES ";
+        std::string sql =
+            "INSERT INTO " + tables_ + "_locks (name, owner, token, holds, created_at, expires_at) VALUES ";
         for (int i = 0; i < count; ++i) {
             if (i != 0) sql += ",";
             sql += "('" + name_prefix + std::to_string(i) + "', 'test-owner', " + std::to_string(i + 1) + ", 1, " +
@@ -1240,12 +1241,16 @@ TEST_F(ReaperMajority, DaemonKeepsReapingTheOthersWhileAMemberIsDownOrHasNoTable
     auto proxy = fault_proxy::for_url(dbs_[1].url);
     proxy->block();
     auto const bare = sqlite_url(files_.path() / "bare.db");
-    { auto s = raw_session(engine::sqlite, bare); *s << "CREATE TABLE unrelated (x INTEGER)"; }
+    {
+        auto s = raw_session(engine::sqlite, bare);
+        *s << "CREATE TABLE unrelated (x INTEGER)";
+    }
     child daemon(args({dbs_[0].url, proxy->proxied_url(dbs_[1].url), bare, dbs_[2].url}, {"--interval", "50ms"}),
                  files_.path());
     insert(dbs_[0], "old/", 2);
     insert(dbs_[2], "old/", 2);
-    ASSERT_TRUE(eventually([&] { return count_prefix(dbs_[0], "old/") == 0 && count_prefix(dbs_[2], "old/") == 0; }, 60s))
+    ASSERT_TRUE(
+        eventually([&] { return count_prefix(dbs_[0], "old/") == 0 && count_prefix(dbs_[2], "old/") == 0; }, 60s))
         << daemon.out() << daemon.err();
     // Reaped again on the next passes, while the two others still fail.
     insert(dbs_[0], "later/", 1);

@@ -37,9 +37,9 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <iostream>
 #include <functional>
 #include <future>
+#include <iostream>
 #include <latch>
 #include <mutex>
 #include <optional>
@@ -186,9 +186,7 @@ private:
 /// The engine_fixture with a row locker on a store of 12 connections.
 class RowLock : public engine_fixture {
 protected:
-    void open_store() override {
-        db_.emplace(url_, sqlock::store_options{.pool_size = 12, .create_schema = true});
-    }
+    void open_store() override { db_.emplace(url_, sqlock::store_options{.pool_size = 12, .create_schema = true}); }
 
     locker make_locker(locker_options o = {}) { return sqlock::row_locker(*db_, std::move(o)); }
 
@@ -231,11 +229,12 @@ protected:
                      " WHERE r.name = :n AND l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'",
                 soci::into(id), soci::use(name);
         } else {
-            std::string sql = "SELECT DISTINCT CAST(b.trx_mysql_thread_id AS SIGNED)"
-                              " FROM information_schema.innodb_lock_waits w"
-                              " JOIN information_schema.innodb_locks l ON l.lock_id = w.requested_lock_id"
-                              " JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id"
-                              " WHERE b.trx_state = 'RUNNING' AND ";
+            std::string sql =
+                "SELECT DISTINCT CAST(b.trx_mysql_thread_id AS SIGNED)"
+                " FROM information_schema.innodb_lock_waits w"
+                " JOIN information_schema.innodb_locks l ON l.lock_id = w.requested_lock_id"
+                " JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id"
+                " WHERE b.trx_state = 'RUNNING' AND ";
             sql += waited_row_sql();
             *raw_ << sql, soci::into(id), soci::use(name, "n");
         }
@@ -258,9 +257,10 @@ protected:
                      " WHERE a.wait_event_type = 'Lock' AND a.application_name = 'sqlock'",
                 soci::into(count), soci::use(h, "h");
         } else {
-            std::string sql = "SELECT COUNT(*) FROM information_schema.innodb_trx t"
-                              " JOIN information_schema.innodb_locks l ON l.lock_id = t.trx_requested_lock_id"
-                              " WHERE t.trx_state = 'LOCK WAIT' AND ";
+            std::string sql =
+                "SELECT COUNT(*) FROM information_schema.innodb_trx t"
+                " JOIN information_schema.innodb_locks l ON l.lock_id = t.trx_requested_lock_id"
+                " WHERE t.trx_state = 'LOCK WAIT' AND ";
             sql += waited_row_sql();
             *raw_ << sql, soci::into(count), soci::use(name, "n");
         }
@@ -291,23 +291,26 @@ protected:
         std::string out;
         try {
             if (e_ == engine::postgresql) {
-                soci::rowset<soci::row> rs = (raw_->prepare << "SELECT pid, COALESCE(application_name, ''),"
-                                                               " COALESCE(state, ''), COALESCE(wait_event_type, ''),"
-                                                               " CAST(pg_blocking_pids(pid) AS text), COALESCE(query, '')"
-                                                               " FROM pg_stat_activity WHERE datname = current_database()");
+                soci::rowset<soci::row> rs =
+                    (raw_->prepare << "SELECT pid, COALESCE(application_name, ''),"
+                                      " COALESCE(state, ''), COALESCE(wait_event_type, ''),"
+                                      " CAST(pg_blocking_pids(pid) AS text), COALESCE(query, '')"
+                                      " FROM pg_stat_activity WHERE datname = current_database()");
                 for (auto const& r : rs)
                     out += std::to_string(r.get<int>(0)) + " " + r.get<std::string>(1) + " [" + r.get<std::string>(2) +
                            "] wait=" + r.get<std::string>(3) + " blocked by " + r.get<std::string>(4) + ": " +
                            r.get<std::string>(5).substr(0, 120) + "\n";
             } else {
-                soci::rowset<soci::row> rs = (raw_->prepare << "SELECT CAST(trx_mysql_thread_id AS SIGNED), trx_state,"
-                                                               " COALESCE(trx_query, '') FROM information_schema.innodb_trx");
+                soci::rowset<soci::row> rs =
+                    (raw_->prepare << "SELECT CAST(trx_mysql_thread_id AS SIGNED), trx_state,"
+                                      " COALESCE(trx_query, '') FROM information_schema.innodb_trx");
                 for (auto const& r : rs)
                     out += "trx of " + std::to_string(r.get<long long>(0)) + " [" + r.get<std::string>(1) + "] " +
                            r.get<std::string>(2).substr(0, 160) + "\n";
-                soci::rowset<soci::row> ps = (raw_->prepare << "SELECT CAST(ID AS SIGNED), COMMAND, COALESCE(STATE, ''),"
-                                                               " COALESCE(INFO, '') FROM information_schema.PROCESSLIST"
-                                                               " WHERE DB = DATABASE()");
+                soci::rowset<soci::row> ps =
+                    (raw_->prepare << "SELECT CAST(ID AS SIGNED), COMMAND, COALESCE(STATE, ''),"
+                                      " COALESCE(INFO, '') FROM information_schema.PROCESSLIST"
+                                      " WHERE DB = DATABASE()");
                 for (auto const& r : ps)
                     out += "thread " + std::to_string(r.get<long long>(0)) + " " + r.get<std::string>(1) + " [" +
                            r.get<std::string>(2) + "] " + r.get<std::string>(3).substr(0, 160) + "\n";
@@ -362,8 +365,7 @@ protected:
         std::string const marker = "sqlt_log_probe_" + random_hex(12);
         try {
             *raw_ << "SELECT * FROM " + marker;
-        } catch (soci::soci_error const&) {
-        }
+        } catch (soci::soci_error const&) {}
         bool seen = false;
         for (int i = 0; i < 100 && !seen; ++i) {
             seen = !w->offending({marker}).empty();
@@ -381,7 +383,8 @@ protected:
 
 /// Starts `L.acquire(name, wait)` on its own thread.
 std::future<lease> acquire_async(locker L, std::string name, milliseconds wait) {
-    return std::async(std::launch::async, [L, name = std::move(name), wait]() mutable { return L.acquire(name, wait); });
+    return std::async(std::launch::async,
+                      [L, name = std::move(name), wait]() mutable { return L.acquire(name, wait); });
 }
 
 /// The lease from a finished acquire_async, or a test failure naming what it threw.
@@ -644,7 +647,7 @@ TEST_P(RowLock, HandOffIsOnePerRelease) {
     auto parked = [&] { return has_server() ? parked_waiters(name, holder) : 0LL; };
 
     std::mutex mutex;
-    std::vector<int> grant_order;          // waiter indexes, in the order they got the lock
+    std::vector<int> grant_order;  // waiter indexes, in the order they got the lock
     std::vector<std::int64_t> grant_tokens;
     std::atomic<int> granted{0};
     std::vector<gate> release_now(waiters);
@@ -658,8 +661,7 @@ TEST_P(RowLock, HandOffIsOnePerRelease) {
     } const finally{[&] {
         try {
             h.release();
-        } catch (...) {
-        }
+        } catch (...) {}
         for (auto& g : release_now) g.open();
         for (auto& t : threads)
             if (t.joinable()) t.join();
@@ -768,8 +770,8 @@ TEST_P(RowLock, WaiterGetsALockReleasedLateInItsWait) {
         }
         ASSERT_FALSE(returned_early) << "the waiter returned while the lock was held";
         std::optional<lease> w = take(waiting, 20s);
-        ASSERT_TRUE(w.has_value()) << "a lock released " << released_after / 1000000 << " ms into a "
-                                   << wait.count() << " ms wait was not granted to the waiter";
+        ASSERT_TRUE(w.has_value()) << "a lock released " << released_after / 1000000 << " ms into a " << wait.count()
+                                   << " ms wait was not granted to the waiter";
         EXPECT_GT(w->token(), h.token());
         return;
     }
@@ -821,9 +823,9 @@ TEST_P(RowLock, ServerTerminationReleasesAndLeaseIsLost) {
 
     if (!has_server()) {
         std::this_thread::sleep_for(ttl * 3);
-        EXPECT_TRUE(a.held()) << "SQLite: the renewer keeps the lease held past its TTL: " << sqlock::to_string(a.state());
-        EXPECT_FALSE(B.try_acquire(name).has_value())
-            << "SQLite: nothing outside the holder ends its transaction";
+        EXPECT_TRUE(a.held()) << "SQLite: the renewer keeps the lease held past its TTL: "
+                              << sqlock::to_string(a.state());
+        EXPECT_FALSE(B.try_acquire(name).has_value()) << "SQLite: nothing outside the holder ends its transaction";
         EXPECT_NO_THROW(a.release());
         EXPECT_TRUE(B.try_acquire(name).has_value());
         EXPECT_EQ(lost_calls.load(), 0);
@@ -915,13 +917,14 @@ TEST_P(RowLock, SessionEndIsReportedAtOnceNotAtTheNextKeepAlive) {
     auto const after = [&](clock::time_point t) {
         return std::to_string(std::chrono::duration_cast<milliseconds>(t - ended_at).count()) + " ms";
     };
-    std::string const story = "on_lost at +" + after(*lost_at) + " after the session was ended, the waiter granted at +" +
-                              after(*granted_at) + "; the next keep-alive was due 10 s after the acquire; lost: " + detail;
+    std::string const story = "on_lost at +" + after(*lost_at) +
+                              " after the session was ended, the waiter granted at +" + after(*granted_at) +
+                              "; the next keep-alive was due 10 s after the acquire; lost: " + detail;
     std::cout << "[          ] " << story << "\n";
     // Liveness bounds, far below the keep-alive's 10 s: the watch reports in milliseconds.
     EXPECT_LT(*lost_at - ended_at, 3s) << story;
-    EXPECT_LT(*lost_at, *granted_at + 2s) << "the holder learnt of its loss long after another owner held the lock: "
-                                           << story;
+    EXPECT_LT(*lost_at, *granted_at + 2s)
+        << "the holder learnt of its loss long after another owner held the lock: " << story;
     EXPECT_NE(detail.find("the database session holding the row lock ended ("), std::string::npos)
         << "the lost event does not say the session ended: " << detail;
     EXPECT_EQ(detail.find("someone else"), std::string::npos) << detail;

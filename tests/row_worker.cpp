@@ -44,8 +44,7 @@ int usage(char const* self) {
 }
 
 void loop(std::string const& url, std::string const& name, std::string const& counter_file,
-          std::string const& record_file, int iterations, std::string const& ready_file,
-          std::string const& go_file) {
+          std::string const& record_file, int iterations, std::string const& ready_file, std::string const& go_file) {
     long const pid = static_cast<long>(::getpid());
     // One connection held by a lease or a waiting acquire, one for the short
     // statements around it (the first use of a name creates its row).

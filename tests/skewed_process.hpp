@@ -98,8 +98,8 @@ inline clock_mover client_clock_mover() {
 
 /// Variables this helper sets: dropped from the inherited environment first.
 inline std::vector<std::string_view> const& clock_variables() {
-    static std::vector<std::string_view> const v{"LD_PRELOAD=", "FAKETIME", "DONT_FAKE_MONOTONIC=",
-                                                 "SQLOCK_TEST_CLOCK_SHIFT_"};
+    static std::vector<std::string_view> const v{"LD_PRELOAD=", "FAKETIME",
+                                                 "DONT_FAKE_MONOTONIC=", "SQLOCK_TEST_CLOCK_SHIFT_"};
     return v;
 }
 
@@ -109,10 +109,8 @@ inline void set_clock_file(clock_mover m, fs::path const& file, std::chrono::sec
     fs::path const next = file.string() + ".new";
     {
         std::ofstream out(next);
-        if (m == clock_mover::libfaketime)
-            out << (offset.count() >= 0 ? "+" : "") << offset.count() << "s\n";
-        else
-            out << std::chrono::milliseconds(offset).count() << "\n";
+        if (m == clock_mover::libfaketime) out << (offset.count() >= 0 ? "+" : "") << offset.count() << "s\n";
+        else out << std::chrono::milliseconds(offset).count() << "\n";
     }
     fs::rename(next, file);
 }
@@ -123,7 +121,8 @@ inline std::vector<std::string> clock_file_environment(clock_mover m, fs::path c
         return environment_with({preload_first(libfaketime_path().string()), "FAKETIME_TIMESTAMP_FILE=" + file.string(),
                                  "FAKETIME_NO_CACHE=1", "DONT_FAKE_MONOTONIC=1"},
                                 clock_variables());
-    return environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB), "SQLOCK_TEST_CLOCK_SHIFT_FILE=" + file.string()},
+    return environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
+                             "SQLOCK_TEST_CLOCK_SHIFT_FILE=" + file.string()},
                             clock_variables());
 }
 
@@ -134,7 +133,8 @@ inline void report_libfaketime_hang(std::string const& what, std::string const& 
     std::string file_name = test != nullptr ? std::string(test->test_suite_name()) + "." + test->name() : "unknown";
     for (auto& c : file_name)
         if (c == '/') c = '_';
-    std::string const report = "libfaketime (" + libfaketime_path().string() + ") hung " + what + "; its state:\n" + state;
+    std::string const report =
+        "libfaketime (" + libfaketime_path().string() + ") hung " + what + "; its state:\n" + state;
     std::error_code ec;
     fs::path const keep = "/var/tmp/sqlock-libfaketime-hang";
     fs::create_directories(keep, ec);
@@ -146,7 +146,7 @@ inline void report_libfaketime_hang(std::string const& what, std::string const& 
 /// A run of a worker whose wall clock was `ahead` of the host's, and how the clock was moved.
 struct skewed_run {
     command_result run;
-    std::string clock_mover;  ///< "libfaketime", or "system_clock preload" after libfaketime hung
+    std::string clock_mover;       ///< "libfaketime", or "system_clock preload" after libfaketime hung
     std::string libfaketime_hang;  ///< the hung process's description, when the fallback ran
 };
 
@@ -163,10 +163,10 @@ skewed_run run_with_clock_ahead(ArgsFor args_for, std::chrono::seconds ahead, st
         std::string const offset = (ahead.count() >= 0 ? "+" : "") + std::to_string(ahead.count()) + "s";
         std::vector<std::string> const args = args_for(attempt++);
         s.run = run_in_env(args,
-                            environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
-                                              "DONT_FAKE_MONOTONIC=1"},
-                                             clock_variables()),
-                            limit, describe_running_process);
+                           environment_with({preload_first(libfaketime_path().string()), "FAKETIME=" + offset,
+                                             "DONT_FAKE_MONOTONIC=1"},
+                                            clock_variables()),
+                           limit, describe_running_process);
         if (s.run.finished) return s;
 
         s.libfaketime_hang = s.run.diagnosis;
@@ -175,11 +175,11 @@ skewed_run run_with_clock_ahead(ArgsFor args_for, std::chrono::seconds ahead, st
     }
     s.clock_mover = to_string(clock_mover::system_clock_preload);
     s.run = run_in_env(args_for(attempt),
-                        environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
-                                          "SQLOCK_TEST_CLOCK_SHIFT_MS=" +
-                                              std::to_string(std::chrono::milliseconds(ahead).count())},
-                                         clock_variables()),
-                        limit, describe_running_process);
+                       environment_with({preload_first(SQLOCK_TEST_CLOCK_SHIFT_LIB),
+                                         "SQLOCK_TEST_CLOCK_SHIFT_MS=" +
+                                             std::to_string(std::chrono::milliseconds(ahead).count())},
+                                        clock_variables()),
+                       limit, describe_running_process);
     return s;
 }
 

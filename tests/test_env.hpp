@@ -48,9 +48,9 @@ using sqlock::engine;
 
 inline std::string engine_name(engine e) {
     switch (e) {
-    case engine::postgresql: return "postgresql";
-    case engine::mysql: return "mysql";
-    case engine::sqlite: return "sqlite";
+        case engine::postgresql: return "postgresql";
+        case engine::mysql: return "mysql";
+        case engine::sqlite: return "sqlite";
     }
     return "unknown";
 }
@@ -111,12 +111,12 @@ inline void require_env(char const* var, std::string& out) {
                      << "`scripts/test-servers.sh start` and source the env.sh it prints "
                      << "(scripts/test.sh does both)";
     }
-    GTEST_SKIP() << var << " is not set (not CI, so skipping; with CI set this fails): run `scripts/test-servers.sh start` and source the env.sh it prints";
+    GTEST_SKIP()
+        << var
+        << " is not set (not CI, so skipping; with CI set this fails): run `scripts/test-servers.sh start` and source the env.sh it prints";
 }
 
-inline bool should_stop() {
-    return ::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure();
-}
+inline bool should_stop() { return ::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure(); }
 
 inline char const* url_var(engine e) {
     return e == engine::postgresql ? "SQLOCK_TEST_PG_URL" : "SQLOCK_TEST_MYSQL_URL";
@@ -131,10 +131,10 @@ inline char const* restart_var(engine e) {
 // ------------------------------------------------------------------ randomness
 
 inline std::mt19937_64& rng() {
-    thread_local std::mt19937_64 r{std::random_device{}() ^
-                                   static_cast<std::uint64_t>(
-                                       std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                                   (static_cast<std::uint64_t>(::getpid()) << 32)};
+    thread_local std::mt19937_64 r{
+        std::random_device{}() ^
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<std::uint64_t>(::getpid()) << 32)};
     return r;
 }
 
@@ -247,11 +247,9 @@ inline url_parts parse_server_url(std::string const& url) {
     return p;
 }
 
-inline std::string with_password(std::string const& url, std::string const& user,
-                                 std::string const& password) {
+inline std::string with_password(std::string const& url, std::string const& user, std::string const& password) {
     url_parts p = parse_server_url(url);
-    return p.scheme + "://" + user + ":" + password + "@" + p.host + (p.port.empty() ? "" : ":" + p.port) +
-           "/" + p.db;
+    return p.scheme + "://" + user + ":" + password + "@" + p.host + (p.port.empty() ? "" : ":" + p.port) + "/" + p.db;
 }
 
 inline std::string sqlite_url(fs::path const& file) { return "sqlite://" + file.string(); }
@@ -281,27 +279,27 @@ inline std::string mysql_quote_param(std::string const& v) { return pg_quote_par
 /// library's API does not offer. MariaDB sessions run in UTC (as sqlock's do).
 inline std::unique_ptr<soci::session> raw_session(engine e, std::string const& url) {
     switch (e) {
-    case engine::postgresql: {
-        // SOCI 4.0 rewrites the connect string, so hand it libpq keywords, not the URL.
-        url_parts p = parse_server_url(url);
-        std::string cs = "host=" + pg_quote_param(p.host) + " dbname=" + pg_quote_param(p.db) +
-                         " user=" + pg_quote_param(p.user) + " password=" + pg_quote_param(p.password);
-        if (!p.port.empty()) cs += " port=" + p.port;
-        return std::make_unique<soci::session>(*soci::factory_postgresql(), cs);
-    }
-    case engine::mysql: {
-        url_parts p = parse_server_url(url);
-        std::string cs = "host=" + mysql_quote_param(p.host) + " dbname=" + mysql_quote_param(p.db) +
-                         " user=" + mysql_quote_param(p.user) + " password=" + mysql_quote_param(p.password) +
-                         " charset=utf8mb4";
-        if (!p.port.empty()) cs += " port=" + p.port;
-        auto s = std::make_unique<soci::session>(*soci::factory_mysql(), cs);
-        *s << "SET time_zone = '+00:00'";
-        return s;
-    }
-    case engine::sqlite:
-        return std::make_unique<soci::session>(*soci::factory_sqlite3(),
-                                               "db=" + sqlite_path_of(url) + " timeout=10");
+        case engine::postgresql: {
+            // SOCI 4.0 rewrites the connect string, so hand it libpq keywords, not the URL.
+            url_parts p = parse_server_url(url);
+            std::string cs = "host=" + pg_quote_param(p.host) + " dbname=" + pg_quote_param(p.db) +
+                             " user=" + pg_quote_param(p.user) + " password=" + pg_quote_param(p.password);
+            if (!p.port.empty()) cs += " port=" + p.port;
+            return std::make_unique<soci::session>(*soci::factory_postgresql(), cs);
+        }
+        case engine::mysql: {
+            url_parts p = parse_server_url(url);
+            std::string cs = "host=" + mysql_quote_param(p.host) + " dbname=" + mysql_quote_param(p.db) +
+                             " user=" + mysql_quote_param(p.user) + " password=" + mysql_quote_param(p.password) +
+                             " charset=utf8mb4";
+            if (!p.port.empty()) cs += " port=" + p.port;
+            auto s = std::make_unique<soci::session>(*soci::factory_mysql(), cs);
+            *s << "SET time_zone = '+00:00'";
+            return s;
+        }
+        case engine::sqlite:
+            return std::make_unique<soci::session>(*soci::factory_sqlite3(),
+                                                   "db=" + sqlite_path_of(url) + " timeout=10");
     }
     throw std::invalid_argument("engine");
 }
@@ -309,9 +307,9 @@ inline std::unique_ptr<soci::session> raw_session(engine e, std::string const& u
 /// SQL for "the database's now" in the lock tables' units.
 inline std::string db_now_us_expr(engine e) {
     switch (e) {
-    case engine::postgresql: return "CAST(extract(epoch FROM clock_timestamp()) * 1000000 AS BIGINT)";
-    case engine::mysql: return "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)";
-    case engine::sqlite: return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+        case engine::postgresql: return "CAST(extract(epoch FROM clock_timestamp()) * 1000000 AS BIGINT)";
+        case engine::mysql: return "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)";
+        case engine::sqlite: return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
     }
     return {};
 }
@@ -319,9 +317,9 @@ inline std::string db_now_us_expr(engine e) {
 /// SQL turning the `col` of a lock row into microseconds since the Unix epoch.
 inline std::string col_us_expr(engine e, std::string const& col) {
     switch (e) {
-    case engine::postgresql: return "CAST(extract(epoch FROM " + col + ") * 1000000 AS BIGINT)";
-    case engine::mysql: return "CAST(UNIX_TIMESTAMP(" + col + ") * 1000000 AS SIGNED)";
-    case engine::sqlite: return col;
+        case engine::postgresql: return "CAST(extract(epoch FROM " + col + ") * 1000000 AS BIGINT)";
+        case engine::mysql: return "CAST(UNIX_TIMESTAMP(" + col + ") * 1000000 AS SIGNED)";
+        case engine::sqlite: return col;
     }
     return {};
 }
@@ -352,9 +350,8 @@ inline std::optional<lock_row> read_row(soci::session& s, engine e, std::string 
                                         std::string const& prefix = "sqlock") {
     lock_row r;
     soci::indicator ind_owner = soci::i_ok;
-    s << "SELECT name, owner, token, holds, " + col_us_expr(e, "created_at") + ", " +
-             col_us_expr(e, "expires_at") + ", " + db_now_us_expr(e) + " FROM " + locks_table(prefix) +
-             " WHERE name = :n",
+    s << "SELECT name, owner, token, holds, " + col_us_expr(e, "created_at") + ", " + col_us_expr(e, "expires_at") +
+             ", " + db_now_us_expr(e) + " FROM " + locks_table(prefix) + " WHERE name = :n",
         soci::into(r.name), soci::into(r.owner, ind_owner), soci::into(r.token), soci::into(r.holds),
         soci::into(r.created_us), soci::into(r.expires_us), soci::into(r.now_us), soci::use(name);
     if (!s.got_data()) return std::nullopt;
@@ -375,21 +372,18 @@ inline long long count_rows_with_prefix(soci::session& s, std::string const& nam
                                         std::string const& prefix = "sqlock") {
     long long n = 0;
     int len = static_cast<int>(name_prefix.size());
-    s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE substr(name, 1, " + std::to_string(len) +
-             ") = :p",
+    s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE substr(name, 1, " + std::to_string(len) + ") = :p",
         soci::into(n), soci::use(name_prefix);
     return n;
 }
 
-inline long long count_rows_named(soci::session& s, std::string const& name,
-                                  std::string const& prefix = "sqlock") {
+inline long long count_rows_named(soci::session& s, std::string const& name, std::string const& prefix = "sqlock") {
     long long n = 0;
     s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE name = :n", soci::into(n), soci::use(name);
     return n;
 }
 
-inline long long count_rows_owned_by(soci::session& s, std::string const& owner,
-                                     std::string const& prefix = "sqlock") {
+inline long long count_rows_owned_by(soci::session& s, std::string const& owner, std::string const& prefix = "sqlock") {
     long long n = 0;
     s << "SELECT COUNT(*) FROM " + locks_table(prefix) + " WHERE owner = :o", soci::into(n), soci::use(owner);
     return n;
@@ -409,20 +403,17 @@ bool eventually(Cond cond, std::chrono::milliseconds limit = std::chrono::millis
 }
 
 /// Make the row of `name` look expired an hour ago (by the database's clock).
-inline void backdate_row(soci::session& s, engine e, std::string const& name,
-                         std::string const& prefix = "sqlock") {
+inline void backdate_row(soci::session& s, engine e, std::string const& name, std::string const& prefix = "sqlock") {
     std::string set;
     switch (e) {
-    case engine::postgresql:
-        set = "created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'";
-        break;
-    case engine::mysql:
-        set = "created_at = NOW(6) - INTERVAL 2 HOUR, expires_at = NOW(6) - INTERVAL 1 HOUR";
-        break;
-    case engine::sqlite:
-        set = "created_at = " + db_now_us_expr(e) + " - 7200000000, expires_at = " + db_now_us_expr(e) +
-              " - 3600000000";
-        break;
+        case engine::postgresql:
+            set = "created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'";
+            break;
+        case engine::mysql: set = "created_at = NOW(6) - INTERVAL 2 HOUR, expires_at = NOW(6) - INTERVAL 1 HOUR"; break;
+        case engine::sqlite:
+            set = "created_at = " + db_now_us_expr(e) + " - 7200000000, expires_at = " + db_now_us_expr(e) +
+                  " - 3600000000";
+            break;
     }
     s << "UPDATE " + locks_table(prefix) + " SET " + set + " WHERE name = :n", soci::use(name);
 }
@@ -446,7 +437,7 @@ struct cs_record {
     std::int64_t token = 0;
     std::int64_t enter_ns = 0;
     std::int64_t exit_ns = 0;
-    long who = 0;  // thread index or pid
+    long who = 0;                 // thread index or pid
     std::int64_t invoke_ns = -1;  // when its acquire was invoked (-1: not recorded)
 };
 
@@ -454,8 +445,7 @@ struct cs_record {
 /// tokens strictly increase in entry order. Returns a description of the
 /// first few violations (empty when all is well).
 inline std::string check_history(std::vector<cs_record> recs) {
-    std::sort(recs.begin(), recs.end(),
-              [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
+    std::sort(recs.begin(), recs.end(), [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
     std::ostringstream out;
     int bad = 0;
     for (std::size_t i = 0; i < recs.size(); ++i) {
@@ -468,13 +458,12 @@ inline std::string check_history(std::vector<cs_record> recs) {
         auto const& c = recs[i];
         if (c.enter_ns < p.exit_ns) {
             out << "overlap: [" << p.enter_ns << ", " << p.exit_ns << "] token " << p.token << " by " << p.who
-                << " and [" << c.enter_ns << ", " << c.exit_ns << "] token " << c.token << " by " << c.who
-                << "\n";
+                << " and [" << c.enter_ns << ", " << c.exit_ns << "] token " << c.token << " by " << c.who << "\n";
             ++bad;
         }
         if (c.token <= p.token) {
-            out << "token not increasing: " << p.token << " (by " << p.who << ") then " << c.token << " (by "
-                << c.who << ")\n";
+            out << "token not increasing: " << p.token << " (by " << p.who << ") then " << c.token << " (by " << c.who
+                << ")\n";
             ++bad;
         }
         if (bad >= 10) {
@@ -541,8 +530,7 @@ inline bool release_start_barrier(std::vector<fs::path> const& ready_files, fs::
 /// How often the lock passed from one contender to another (in entry order):
 /// evidence that a contention run really interleaved.
 inline std::size_t count_handoffs(std::vector<cs_record> recs) {
-    std::sort(recs.begin(), recs.end(),
-              [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
+    std::sort(recs.begin(), recs.end(), [](cs_record const& a, cs_record const& b) { return a.enter_ns < b.enter_ns; });
     std::size_t n = 0;
     for (std::size_t i = 1; i < recs.size(); ++i)
         if (recs[i].who != recs[i - 1].who) ++n;

@@ -34,9 +34,9 @@ bool contains(std::string const& hay, std::string const& needle) { return hay.fi
 /// A URL per engine that cannot connect (nothing listens on port 1; no such directory).
 std::string unreachable_url(engine e) {
     switch (e) {
-    case engine::postgresql: return "postgresql://u:p@127.0.0.1:1/db";
-    case engine::mysql: return "mysql://u:p@127.0.0.1:1/db";
-    case engine::sqlite: return "sqlite:///nonexistent-sqlock-dir-" + random_hex(8) + "/x.db";
+        case engine::postgresql: return "postgresql://u:p@127.0.0.1:1/db";
+        case engine::mysql: return "mysql://u:p@127.0.0.1:1/db";
+        case engine::sqlite: return "sqlite:///nonexistent-sqlock-dir-" + random_hex(8) + "/x.db";
     }
     return {};
 }
@@ -223,9 +223,9 @@ TEST(RedactUrl, MasksPasswordQueryParameters) {
 TEST(RedactUrl, NeverLeaksFromMalformedUrls) {
     std::string const secret = "S3cr3t";
     std::vector<std::string> const urls = {
-        "postgresql://app:S3cr3t/x@host/db",   // an unencoded '/' in the password
-        "postgresql://app:S3cr3t/x@127.0.0.1", // ... which parse_url takes for a port
-        "postgresql://app:S3cr3t?x@host/db",   // an unencoded '?'
+        "postgresql://app:S3cr3t/x@host/db",    // an unencoded '/' in the password
+        "postgresql://app:S3cr3t/x@127.0.0.1",  // ... which parse_url takes for a port
+        "postgresql://app:S3cr3t?x@host/db",    // an unencoded '?'
         "postgresql://app:S3cr3t@",
         "postgresql://app:S3cr3t",
         "postgresql:/app:S3cr3t@host/db",
@@ -289,16 +289,16 @@ TEST(BadUrl, IsAUsageError) {
     std::vector<std::string> const bad = {
         "",
         "nonsense",
-        "foo://u:p@127.0.0.1:5432/db",      // unknown scheme
-        "http://127.0.0.1/db",               // unknown scheme
-        "postgresql://",                     // nothing
-        "postgresql://u:p@/db",              // missing host
-        "mysql://u:p@/db",                   // missing host
-        "postgresql://u:p@127.0.0.1:abc/db", // port not a number
-        "mysql://u:p@127.0.0.1:5x/db",       // port not a number
-        "sqlite::memory:",                   // in-memory: a lock nobody else can see
-        "sqlite:",                           // no path
-        "sqlite://",                         // no path
+        "foo://u:p@127.0.0.1:5432/db",        // unknown scheme
+        "http://127.0.0.1/db",                // unknown scheme
+        "postgresql://",                      // nothing
+        "postgresql://u:p@/db",               // missing host
+        "mysql://u:p@/db",                    // missing host
+        "postgresql://u:p@127.0.0.1:abc/db",  // port not a number
+        "mysql://u:p@127.0.0.1:5x/db",        // port not a number
+        "sqlite::memory:",                    // in-memory: a lock nobody else can see
+        "sqlite:",                            // no path
+        "sqlite://",                          // no path
     };
     for (auto const& url : bad) {
         SCOPED_TRACE("URL '" + url + "'");
@@ -396,7 +396,8 @@ TEST(SqliteUrl, OpenWaitsForAFileBusyForAMoment) {
     ASSERT_EQ(lite::sqlite3_open(file.c_str(), &raw), SQLITE_OK);
     for (char const* sql : {"PRAGMA journal_mode = WAL", "PRAGMA locking_mode = EXCLUSIVE",
                             "CREATE TABLE IF NOT EXISTS busy_test (x INTEGER)", "INSERT INTO busy_test VALUES (1)"})
-        ASSERT_EQ(lite::sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << lite::sqlite3_errmsg(raw);
+        ASSERT_EQ(lite::sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK)
+            << sql << ": " << lite::sqlite3_errmsg(raw);
     std::thread holder([raw] {
         std::this_thread::sleep_for(300ms);
         lite::sqlite3_close(raw);

@@ -142,7 +142,8 @@ int hold(std::string const& url, std::string const& name, std::chrono::milliseco
     auto const start = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - start < hold_for) {
         if (l.state() != sqlock::lease_state::held) {
-            auto const after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+            auto const after =
+                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
             std::cout << "lost after " << after.count() << " ms: " << sqlock::to_string(l.state()) << std::endl;
             return 3;
         }

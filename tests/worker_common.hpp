@@ -23,8 +23,7 @@ namespace sqlock_test {
 
 /// Steady clock (CLOCK_MONOTONIC) in ns: comparable across processes on one host.
 inline std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
 
@@ -58,8 +57,8 @@ inline std::ofstream open_records(std::string const& record_file) {
 /// once. `invoke` (when not negative) is when the worker started asking for
 /// this grant: an invoke inside another process's critical section is evidence
 /// that the processes contended (test_env.hpp's count_contended()).
-inline void write_record(std::ostream& records, std::int64_t token, std::int64_t enter, std::int64_t exit,
-                         long pid, std::int64_t invoke = -1) {
+inline void write_record(std::ostream& records, std::int64_t token, std::int64_t enter, std::int64_t exit, long pid,
+                         std::int64_t invoke = -1) {
     records << token << ' ' << enter << ' ' << exit << ' ' << pid;
     if (invoke >= 0) records << ' ' << invoke;
     records << '\n' << std::flush;

@@ -65,8 +65,8 @@ namespace sqlock::tools {
         std::int64_t ms;
         char const* name;
     };
-    for (auto [per, name] : {unit{86400000, "d"}, unit{3600000, "h"}, unit{60000, "m"}, unit{1000, "s"},
-                             unit{1, "ms"}}) {
+    for (auto [per, name] :
+         {unit{86400000, "d"}, unit{3600000, "h"}, unit{60000, "m"}, unit{1000, "s"}, unit{1, "ms"}}) {
         if (ms >= per) {
             out += std::to_string(ms / per) + name;
             ms %= per;

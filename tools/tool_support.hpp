@@ -15,13 +15,13 @@ namespace sqlock::tools {
 /// docs/cli.md ("Exit codes") documents them for users.
 namespace exit_code {
 inline constexpr int ok = 0;
-inline constexpr int not_found = 1;      ///< sqlock release: there was no such lock
-inline constexpr int usage = 64;         ///< EX_USAGE: bad flags, duration or URL; nothing was touched
-inline constexpr int unavailable = 69;   ///< EX_UNAVAILABLE: a database unreachable, or it refused a statement
-inline constexpr int software = 70;      ///< EX_SOFTWARE: an internal error (a bug)
-inline constexpr int conflict = 75;      ///< EX_TEMPFAIL: the lock is held (sqlock run --conflict-exit-code)
-inline constexpr int lost = 76;          ///< sqlock run: the lock was lost while COMMAND ran
-inline constexpr int config = 78;        ///< EX_CONFIG: the lock tables are missing
+inline constexpr int not_found = 1;     ///< sqlock release: there was no such lock
+inline constexpr int usage = 64;        ///< EX_USAGE: bad flags, duration or URL; nothing was touched
+inline constexpr int unavailable = 69;  ///< EX_UNAVAILABLE: a database unreachable, or it refused a statement
+inline constexpr int software = 70;     ///< EX_SOFTWARE: an internal error (a bug)
+inline constexpr int conflict = 75;     ///< EX_TEMPFAIL: the lock is held (sqlock run --conflict-exit-code)
+inline constexpr int lost = 76;         ///< sqlock run: the lock was lost while COMMAND ran
+inline constexpr int config = 78;       ///< EX_CONFIG: the lock tables are missing
 inline constexpr int cannot_execute = 126;
 inline constexpr int command_not_found = 127;
 }  // namespace exit_code

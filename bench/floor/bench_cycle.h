@@ -145,13 +145,14 @@ static void bench_print(struct bench_line *l) {
         snprintf(p99, sizeof p99, "%.1f", bench_pct(c->lat_us, c->n, 0.99));
     }
     if (c->cycles) snprintf(cpu, sizeof cpu, "%.1f", l->cpu_us / (double)c->cycles);
-    printf("{\"suite\": \"cycle\", \"engine\": \"%s\", \"impl\": \"%s\", \"variant\": \"%s\", \"clients\": %d, "
-           "\"names\": \"%s\", \"seconds\": %.3f, \"cycles\": %llu, \"cycles_per_s\": %.1f, \"attempts\": %llu, "
-           "\"busy\": %llu, \"p50_us\": %s, \"p99_us\": %s, \"cpu_us_per_cycle\": %s, \"errors\": %llu, "
-           "\"retries\": %llu}\n",
-           l->engine, l->impl, l->variant, l->clients, l->names, l->seconds, (unsigned long long)c->cycles,
-           (double)c->cycles / l->seconds, (unsigned long long)c->attempts, (unsigned long long)c->busy, p50, p99,
-           cpu, (unsigned long long)c->errors, (unsigned long long)c->retries);
+    printf(
+        "{\"suite\": \"cycle\", \"engine\": \"%s\", \"impl\": \"%s\", \"variant\": \"%s\", \"clients\": %d, "
+        "\"names\": \"%s\", \"seconds\": %.3f, \"cycles\": %llu, \"cycles_per_s\": %.1f, \"attempts\": %llu, "
+        "\"busy\": %llu, \"p50_us\": %s, \"p99_us\": %s, \"cpu_us_per_cycle\": %s, \"errors\": %llu, "
+        "\"retries\": %llu}\n",
+        l->engine, l->impl, l->variant, l->clients, l->names, l->seconds, (unsigned long long)c->cycles,
+        (double)c->cycles / l->seconds, (unsigned long long)c->attempts, (unsigned long long)c->busy, p50, p99, cpu,
+        (unsigned long long)c->errors, (unsigned long long)c->retries);
     fflush(stdout);
 }
 
@@ -228,8 +229,7 @@ static const char *bench_redact(const char *url) {
     const char *a = strstr(url, "://"), *at, *colon;
     if (a && (at = strchr(a + 3, '@')) && (colon = memchr(a + 3, ':', (size_t)(at - a - 3))))
         snprintf(out, sizeof out, "%.*s:***%s", (int)(colon - url), url, at);
-    else
-        snprintf(out, sizeof out, "%s", url);
+    else snprintf(out, sizeof out, "%s", url);
     return out;
 }
 

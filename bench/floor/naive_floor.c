@@ -120,9 +120,10 @@ static void pg_exec_or_die(PGconn *c, const char *sql) {
 static PGconn *pg_connect(void) {
     PGconn *c = PQconnectdb(opt.url);
     if (PQstatus(c) != CONNECTION_OK)
-        bench_die("cannot connect to PostgreSQL at %s: %s(is the server running, and the URL "
-                  "postgresql://user:password@host:port/db right? scripts/test-servers.sh start gives one)",
-                  bench_redact(opt.url), PQerrorMessage(c));
+        bench_die(
+            "cannot connect to PostgreSQL at %s: %s(is the server running, and the URL "
+            "postgresql://user:password@host:port/db right? scripts/test-servers.sh start gives one)",
+            bench_redact(opt.url), PQerrorMessage(c));
     pg_exec_or_die(c, "SET client_min_messages = warning");
     return c;
 }
@@ -139,8 +140,9 @@ static void pg_prepare_all(struct client *cl) {
     if (opt.rowlock) {
         pg_prepare(cl, "lock_row", "SELECT name FROM %s WHERE name = $1 FOR UPDATE");
     } else {
-        pg_prepare(cl, "acquire", "INSERT INTO %s (name, owner, expires_at) "
-                                  "VALUES ($1, $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING");
+        pg_prepare(cl, "acquire",
+                   "INSERT INTO %s (name, owner, expires_at) "
+                   "VALUES ($1, $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING");
         pg_prepare(cl, "release", "DELETE FROM %s WHERE name = $1 AND owner = $2");
     }
 }
@@ -167,8 +169,7 @@ static long my_run(struct client *cl, MYSQL_STMT *st, const char *what, const ch
             bench_count(&cl->c.retries);
             continue;
         }
-        if (mysql_stmt_errno(st) != MY_DEADLOCK)
-            my_failed(cl, what, mysql_stmt_errno(st), mysql_stmt_error(st));
+        if (mysql_stmt_errno(st) != MY_DEADLOCK) my_failed(cl, what, mysql_stmt_errno(st), mysql_stmt_error(st));
         return -1;
     }
 }
@@ -217,9 +218,10 @@ static MYSQL *my_connect(void) {
         bench_die("bad MariaDB URL '%s': use mysql://user:password@host:port/db", bench_redact(opt.url));
     MYSQL *c = mysql_init(NULL);
     if (!c || !mysql_real_connect(c, u.host, u.user, u.password, u.path, u.port ? u.port : 3306, NULL, 0))
-        bench_die("cannot connect to MariaDB at %s: %s (is the server running, and the URL "
-                  "mysql://user:password@host:port/db right? scripts/test-servers.sh start gives one)",
-                  bench_redact(opt.url), c ? mysql_error(c) : "out of memory");
+        bench_die(
+            "cannot connect to MariaDB at %s: %s (is the server running, and the URL "
+            "mysql://user:password@host:port/db right? scripts/test-servers.sh start gives one)",
+            bench_redact(opt.url), c ? mysql_error(c) : "out of memory");
     my_exec_or_die(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); /* as sqlock's sessions */
     return c;
 }
@@ -241,7 +243,9 @@ static void my_prepare_all(struct client *cl) {
     if (opt.rowlock) {
         cl->my_acq = my_prepare(cl, "SELECT name FROM %s WHERE name = ? FOR UPDATE");
     } else {
-        cl->my_acq = my_prepare(cl, "INSERT IGNORE INTO %s (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL 30 SECOND)");
+        cl->my_acq =
+            my_prepare(cl,
+                       "INSERT IGNORE INTO %s (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL 30 SECOND)");
         cl->my_rel = my_prepare(cl, "DELETE FROM %s WHERE name = ? AND owner = ?");
     }
 }
@@ -351,9 +355,10 @@ static void create_tables(struct client *admin, struct client *cls, int nclients
     if (opt.rowlock)
         snprintf(sql, sizeof sql, "CREATE TABLE IF NOT EXISTS %s (name %s NOT NULL PRIMARY KEY)", opt.table, t[0]);
     else
-        snprintf(sql, sizeof sql,
-                 "CREATE TABLE IF NOT EXISTS %s (name %s NOT NULL PRIMARY KEY, owner %s NOT NULL, expires_at %s NOT NULL)",
-                 opt.table, t[0], t[1], t[2]);
+        snprintf(
+            sql, sizeof sql,
+            "CREATE TABLE IF NOT EXISTS %s (name %s NOT NULL PRIMARY KEY, owner %s NOT NULL, expires_at %s NOT NULL)",
+            opt.table, t[0], t[1], t[2]);
     admin_exec(admin, sql);
     snprintf(sql, sizeof sql, "DELETE FROM %s WHERE name LIKE 'floor:%d:%%'", opt.table, (int)getpid());
     admin_exec(admin, sql);
@@ -412,7 +417,8 @@ static void parse_args(int argc, char **argv) {
     }
     if (!opt.engine_name || !opt.url) usage(), bench_die("--engine and --url are required");
     if (!strcmp(opt.engine_name, "postgresql")) opt.engine = PG;
-    else if (!strcmp(opt.engine_name, "mysql") || !strcmp(opt.engine_name, "mariadb")) opt.engine = MY, opt.engine_name = "mysql";
+    else if (!strcmp(opt.engine_name, "mysql") || !strcmp(opt.engine_name, "mariadb"))
+        opt.engine = MY, opt.engine_name = "mysql";
     else if (!strcmp(opt.engine_name, "sqlite")) opt.engine = SQ;
     else bench_die("unknown engine '%s': use postgresql, mysql or sqlite", opt.engine_name);
     static const char *schemes[3] = {"postgresql:", "mysql:", "sqlite:"};
@@ -422,15 +428,18 @@ static void parse_args(int argc, char **argv) {
                   bench_redact(opt.url));
     if (strcmp(opt.names, "distinct") && strcmp(opt.names, "shared"))
         bench_die("--names must be distinct or shared (got '%s')", opt.names);
-    if (strcmp(mode, "insert") && strcmp(mode, "rowlock")) bench_die("--mode must be insert or rowlock (got '%s')", mode);
+    if (strcmp(mode, "insert") && strcmp(mode, "rowlock"))
+        bench_die("--mode must be insert or rowlock (got '%s')", mode);
     opt.rowlock = !strcmp(mode, "rowlock");
     if (opt.rowlock && opt.engine == SQ)
         bench_die("--mode rowlock: SQLite has no row locks (no SELECT ... FOR UPDATE); use --mode insert");
-    if (opt.sync && opt.engine != SQ) bench_die("--sync is for SQLite only (PostgreSQL and MariaDB keep their durable defaults)");
+    if (opt.sync && opt.engine != SQ)
+        bench_die("--sync is for SQLite only (PostgreSQL and MariaDB keep their durable defaults)");
     if (opt.engine == SQ && !opt.sync) opt.sync = "full";
     if (opt.sync && strcmp(opt.sync, "full") && strcmp(opt.sync, "normal"))
         bench_die("--sync must be full or normal (got '%s')", opt.sync);
-    if (!*opt.prefix || strlen(opt.prefix) > 64 || strspn(opt.prefix, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(opt.prefix))
+    if (!*opt.prefix || strlen(opt.prefix) > 64 ||
+        strspn(opt.prefix, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(opt.prefix))
         bench_die("--table-prefix must be 1-64 characters of a-z, 0-9 and _ (got '%s')", opt.prefix);
     snprintf(opt.table, sizeof opt.table, "%s_floor_%s", opt.prefix, opt.rowlock ? "rows" : "locks");
 }
@@ -463,8 +472,9 @@ int main(int argc, char **argv) {
         if (opt.engine == PG) pg_prepare_all(&cls[c]);
         else if (opt.engine == MY) my_prepare_all(&cls[c]);
         else {
-            cls[c].sq_acq = sq_prepare(&cls[c], "INSERT OR IGNORE INTO %s (name, owner, expires_at) "
-                                                "VALUES (?1, ?2, julianday('now') + 30.0 / 86400)");
+            cls[c].sq_acq = sq_prepare(&cls[c],
+                                       "INSERT OR IGNORE INTO %s (name, owner, expires_at) "
+                                       "VALUES (?1, ?2, julianday('now') + 30.0 / 86400)");
             cls[c].sq_rel = sq_prepare(&cls[c], "DELETE FROM %s WHERE name = ?1 AND owner = ?2");
         }
     }
@@ -477,8 +487,11 @@ int main(int argc, char **argv) {
     if (!th) bench_die("out of memory");
     for (int c = 0; c < opt.clients; c++)
         if (pthread_create(&th[c], NULL, client_main, &cls[c])) bench_die("cannot start client thread %d", c);
-    struct bench_line line = {.engine = opt.engine_name, .impl = opt.rowlock ? "floor-rowlock" : "floor",
-                              .variant = "", .names = opt.names, .clients = opt.clients};
+    struct bench_line line = {.engine = opt.engine_name,
+                              .impl = opt.rowlock ? "floor-rowlock" : "floor",
+                              .variant = "",
+                              .names = opt.names,
+                              .clients = opt.clients};
     char variant[32];
     if (opt.sync) snprintf(variant, sizeof variant, "sync=%s", opt.sync), line.variant = variant;
     line.seconds = bench_window(opt.warmup, opt.seconds, &line.cpu_us);
@@ -503,6 +516,7 @@ int main(int argc, char **argv) {
     if (opt.engine == MY) mysql_library_end();
     for (int c = 0; c < opt.clients; c++) free(cls[c].c.lat_us);
     free(line.all.lat_us), free(cls), free(th);
-    if (line.all.errors) fprintf(stderr, "sqlock-floor: %llu errors (see above)\n", (unsigned long long)line.all.errors);
+    if (line.all.errors)
+        fprintf(stderr, "sqlock-floor: %llu errors (see above)\n", (unsigned long long)line.all.errors);
     return line.all.errors ? 1 : 0;
 }

@@ -101,9 +101,10 @@ static void *client_main(void *arg) {
 static void connect_client(struct client *cl) {
     cl->redis = redisConnect(opt.u.host, opt.u.port ? (int)opt.u.port : 6379);
     if (!cl->redis || cl->redis->err)
-        bench_die("cannot connect to Redis at %s: %s (is redis-server running there? e.g. redis-server --port P "
-                  "--bind 127.0.0.1 --save '' --appendonly no --daemonize yes)",
-                  bench_redact(opt.url), cl->redis ? cl->redis->errstr : "out of memory");
+        bench_die(
+            "cannot connect to Redis at %s: %s (is redis-server running there? e.g. redis-server --port P "
+            "--bind 127.0.0.1 --save '' --appendonly no --daemonize yes)",
+            bench_redact(opt.url), cl->redis ? cl->redis->errstr : "out of memory");
     redisReply *r = NULL;
     if (opt.u.password[0]) {
         r = opt.u.user[0] ? redisCommand(cl->redis, "AUTH %s %s", opt.u.user, opt.u.password)
@@ -124,9 +125,10 @@ static void connect_client(struct client *cl) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: sqlock-peer-redis --url redis://[[user]:password@]host:port[/db] [--clients N]\n"
-                    "                         [--names distinct|shared] [--seconds S] [--warmup S]\n"
-                    "  Prints one JSON line (bench/results-format.md) on stdout.\n");
+    fprintf(stderr,
+            "usage: sqlock-peer-redis --url redis://[[user]:password@]host:port[/db] [--clients N]\n"
+            "                         [--names distinct|shared] [--seconds S] [--warmup S]\n"
+            "  Prints one JSON line (bench/results-format.md) on stdout.\n");
 }
 
 int main(int argc, char **argv) {
@@ -147,7 +149,8 @@ int main(int argc, char **argv) {
     }
     if (!opt.url) usage(), bench_die("--url is required");
     if (!bench_parse_url(opt.url, "redis", &opt.u))
-        bench_die("bad Redis URL '%s': use redis://host:port (or redis://:password@host:port/db)", bench_redact(opt.url));
+        bench_die("bad Redis URL '%s': use redis://host:port (or redis://:password@host:port/db)",
+                  bench_redact(opt.url));
     bool shared = !strcmp(opt.names, "shared");
     if (!shared && strcmp(opt.names, "distinct")) bench_die("--names must be distinct or shared (got '%s')", opt.names);
 
@@ -167,8 +170,8 @@ int main(int argc, char **argv) {
     }
     for (int c = 0; c < opt.clients; c++)
         if (pthread_create(&th[c], NULL, client_main, &cls[c])) bench_die("cannot start client thread %d", c);
-    struct bench_line line = {.engine = "redis", .impl = "redis", .variant = "", .names = opt.names,
-                              .clients = opt.clients};
+    struct bench_line line = {
+        .engine = "redis", .impl = "redis", .variant = "", .names = opt.names, .clients = opt.clients};
     line.seconds = bench_window(opt.warmup, opt.seconds, &line.cpu_us);
     for (int c = 0; c < opt.clients; c++) {
         pthread_join(th[c], NULL);
@@ -178,6 +181,7 @@ int main(int argc, char **argv) {
     }
     bench_print(&line);
     free(line.all.lat_us), free(cls), free(th);
-    if (line.all.errors) fprintf(stderr, "sqlock-peer-redis: %llu errors (see above)\n", (unsigned long long)line.all.errors);
+    if (line.all.errors)
+        fprintf(stderr, "sqlock-peer-redis: %llu errors (see above)\n", (unsigned long long)line.all.errors);
     return line.all.errors ? 1 : 0;
 }

@@ -24,8 +24,7 @@ namespace sqlock {
 /// Thread safety: immutable once thrown.
 class SQLOCK_EXPORT error : public std::runtime_error {
 public:
-    explicit error(std::string const& what, std::string code = {})
-        : std::runtime_error(what), code_(std::move(code)) {}
+    explicit error(std::string const& what, std::string code = {}) : std::runtime_error(what), code_(std::move(code)) {}
 
     /// `what()` without its leading "sqlock: " (all of it when there is none).
     /// Valid as long as the exception object lives.

@@ -15,7 +15,7 @@ namespace sqlock {
 namespace detail {
 struct access;
 class lease_row;
-}
+}  // namespace detail
 
 /// A point in the database's time (UTC, microseconds). It comes from the
 /// database's clock, not this host's: compare it with other database times,

@@ -19,7 +19,7 @@ class store;
 namespace detail {
 struct access;
 class locker_impl;
-}
+}  // namespace detail
 
 /// Takes named locks. A cheap handle: copies share one implementation.
 ///
@@ -54,8 +54,7 @@ public:
     /// @throws timeout   the lock was not free within `wait`
     /// @throws cancelled `cancel` was requested while waiting
     /// @throws as `try_acquire`
-    [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait,
-                                std::stop_token cancel = {});
+    [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel = {});
 
     /// A snapshot of this locker's counters.
     [[nodiscard]] locker_stats stats() const noexcept;

@@ -90,8 +90,8 @@ struct SQLOCK_EXPORT majority_options {
 /// only table lockers: a row lock there locks the whole file); each must be a
 /// different database. A member's store connects when it is opened, so a
 /// database that is down when the members are built cannot be one: build the
-/// majority from the stores that opened (a quorum of the configured N). N ≥ 3 is recommended; N = 1 or 2 work but tolerate no
-/// failure (N = 2 needs both).
+/// majority from the stores that opened (a quorum of the configured N). N ≥ 3 is recommended; N = 1 or 2 work but
+/// tolerate no failure (N = 2 needs both).
 ///
 /// The members are asked on worker threads that the locker owns (a pool that
 /// grows whenever no worker is idle, so one member's hung call never delays

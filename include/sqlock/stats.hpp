@@ -37,18 +37,18 @@ struct SQLOCK_EXPORT lease_event {
 /// Counters of one locker since it was made. A snapshot: each field is read
 /// atomically, the set is not.
 struct SQLOCK_EXPORT locker_stats {
-    std::uint64_t acquired = 0;   ///< leases granted (including reentrant holds)
-    std::uint64_t busy = 0;       ///< attempts that found the lock held (each attempt of a waiting acquire counts)
-    std::uint64_t timeouts = 0;   ///< waiting acquires that ran out of time
-    std::uint64_t cancelled = 0;  ///< waiting acquires cancelled by their stop_token
-    std::uint64_t renewed = 0;    ///< successful renewals
+    std::uint64_t acquired = 0;        ///< leases granted (including reentrant holds)
+    std::uint64_t busy = 0;            ///< attempts that found the lock held (each attempt of a waiting acquire counts)
+    std::uint64_t timeouts = 0;        ///< waiting acquires that ran out of time
+    std::uint64_t cancelled = 0;       ///< waiting acquires cancelled by their stop_token
+    std::uint64_t renewed = 0;         ///< successful renewals
     std::uint64_t renew_failures = 0;  ///< renewals that could not reach the database
-    std::uint64_t lost = 0;       ///< leases lost
-    std::uint64_t released = 0;   ///< holds released
+    std::uint64_t lost = 0;            ///< leases lost
+    std::uint64_t released = 0;        ///< holds released
 
     /// Upper bounds of the wait-time histogram buckets; the last bucket is unbounded.
     static constexpr std::array<std::chrono::milliseconds, 6> wait_bounds{
-        std::chrono::milliseconds(1),    std::chrono::milliseconds(10),   std::chrono::milliseconds(100),
+        std::chrono::milliseconds(1),    std::chrono::milliseconds(10),    std::chrono::milliseconds(100),
         std::chrono::milliseconds(1000), std::chrono::milliseconds(10000), std::chrono::milliseconds(60000)};
     /// Waiting acquires (granted or not) by how long they waited:
     /// wait_histogram[i] counts waits below wait_bounds[i]; the last entry, the rest.

@@ -14,7 +14,7 @@ namespace sqlock {
 namespace detail {
 struct access;
 class store_impl;
-}
+}  // namespace detail
 
 /// The database engines sqlock speaks to.
 enum class engine { postgresql, mysql, sqlite };

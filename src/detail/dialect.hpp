@@ -79,8 +79,7 @@ public:
     [[nodiscard]] bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
                                       std::string const& member_id) const override;
     [[nodiscard]] std::optional<member_identity> majority_identity(soci::session& s) const final;
-    [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> majority_read_all(
-        soci::session& s) const final;
+    [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> majority_read_all(soci::session& s) const final;
     [[nodiscard]] bool majority_join(soci::session& s, std::string const& member_id,
                                      std::vector<std::pair<std::string, std::int64_t>> const& counters) const final;
 

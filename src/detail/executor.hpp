@@ -28,10 +28,11 @@ template <class R, class... Args>
 class function_ref<R(Args...)> {
 public:
     template <class F>
-        requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
-    function_ref(F&& f) noexcept  // NOLINT(google-explicit-constructor,bugprone-forwarding-reference-overload): converts like std::function; the constraint keeps it off copies
-        : object_(static_cast<void const*>(std::addressof(f))),
-          call_([](void const* object, Args... args) -> R {
+    requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
+        function_ref(F&& f)
+    noexcept  // NOLINT(google-explicit-constructor,bugprone-forwarding-reference-overload): converts like
+              // std::function; the constraint keeps it off copies
+        : object_(static_cast<void const*>(std::addressof(f))), call_([](void const* object, Args... args) -> R {
               return (*static_cast<std::remove_reference_t<F>*>(const_cast<void*>(object)))(
                   std::forward<Args>(args)...);
           }) {}
@@ -91,8 +92,8 @@ struct row_busy {};
 
 /// The one mapping of engine errors to sqlock's errors. `where`: the store's
 /// redacted URL, or a description of the session (a fence's is the caller's).
-[[noreturn]] void raise_engine_error(dialect const& d, std::string_view where, soci::soci_error const& e,
-                                     failure f, std::string_view what);
+[[noreturn]] void raise_engine_error(dialect const& d, std::string_view where, soci::soci_error const& e, failure f,
+                                     std::string_view what);
 
 /// Runs `op` on the caller's own session (a fence, inside the caller's
 /// transaction): never retried nor reconnected, since the transaction is the

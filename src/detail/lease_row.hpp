@@ -68,8 +68,8 @@ public:
 
     /// The renewer's schedule of this row, guarded by its locker's watch mutex.
     struct renewal_schedule {
-        clock::time_point next;  // when the next renewal is due
-        bool queued = false;     // handed to the renewal thread, not finished yet
+        clock::time_point next;                                    // when the next renewal is due
+        bool queued = false;                                       // handed to the renewal thread, not finished yet
         clock::time_point renew_until = clock::time_point::max();  // locker_options::max_hold
     };
     renewal_schedule& schedule() const noexcept { return schedule_; }
@@ -115,12 +115,12 @@ private:
     std::atomic<std::int64_t> ttl_ms_;
     std::atomic<int> state_{st_held};
     std::stop_source stop_;
-    std::mutex io_;  // one statement at a time per row: renewals never race a release
-    std::string gone_;  // guarded by io_: see note_gone
-    mutable std::mutex why_mutex_;  // only for lost_why_: mark_lost must not wait on I/O
-    std::string lost_why_;          // the first reason given to mark_lost
-    int holds_ = 1;  // guarded by io_
-    int pid_;        // the acquiring process
+    std::mutex io_;                      // one statement at a time per row: renewals never race a release
+    std::string gone_;                   // guarded by io_: see note_gone
+    mutable std::mutex why_mutex_;       // only for lost_why_: mark_lost must not wait on I/O
+    std::string lost_why_;               // the first reason given to mark_lost
+    int holds_ = 1;                      // guarded by io_
+    int pid_;                            // the acquiring process
     mutable renewal_schedule schedule_;  // guarded by the locker's watch mutex
 };
 

@@ -39,8 +39,8 @@ public:
 
     /// The bounds of one acquire attempt.
     struct attempt {
-        clock::time_point deadline;           ///< the strategy may wait in the engine until then
-        std::stop_token cancel;               ///< and must return early once this is requested
+        clock::time_point deadline;  ///< the strategy may wait in the engine until then
+        std::stop_token cancel;      ///< and must return early once this is requested
     };
 
     /// One attempt of the strategy's acquire. `name` is already validated.
@@ -108,7 +108,8 @@ public:
                                     clock::time_point deadline);
 
     /// The end of the local validity of a renewal sent at `sent` with `ttl`.
-    [[nodiscard]] virtual clock::time_point validity_end(clock::time_point sent, std::chrono::milliseconds ttl) const noexcept {
+    [[nodiscard]] virtual clock::time_point validity_end(clock::time_point sent,
+                                                         std::chrono::milliseconds ttl) const noexcept {
         return valid_until(sent, ttl);
     }
 
@@ -170,8 +171,8 @@ private:
     };
     struct watch_state {
         std::mutex mutex;
-        std::condition_variable_any cv;          // the deadline thread
-        std::condition_variable_any renew_cv;    // the renewal thread
+        std::condition_variable_any cv;        // the deadline thread
+        std::condition_variable_any renew_cv;  // the renewal thread
         std::vector<watched> rows;
         std::deque<std::weak_ptr<lease_row>> renewals;  // queue for the renewal thread
         bool changed = false;
@@ -202,7 +203,7 @@ private:
     // share the server's group commit (the store keeps two reserved connections).
     static constexpr std::size_t renewal_threads = 2;
     std::array<std::jthread, renewal_threads> renewers_;  // stopped and joined after the deadline thread
-    std::jthread watchdog_;  // last member: stopped and joined first
+    std::jthread watchdog_;                               // last member: stopped and joined first
 
     void record_wait(clock::duration waited) noexcept;
 };

@@ -37,10 +37,8 @@ void keep_forever(void const* p) noexcept;
 template <class T, class... Args>
 [[nodiscard]] std::shared_ptr<T> make_fork_safe(Args&&... args) {
     return std::shared_ptr<T>(new T(std::forward<Args>(args)...), [creator = process_id()](T* p) noexcept {
-        if (forked_from(creator))
-            keep_forever(p);
-        else
-            delete p;
+        if (forked_from(creator)) keep_forever(p);
+        else delete p;
     });
 }
 

@@ -96,13 +96,14 @@ private:
     std::condition_variable_any cv_;
     std::map<std::uint64_t, entry> armed_;
     std::uint64_t next_ = 1;
-    std::uint64_t generation_ = 0;  // moves when a deadline sooner than planned_ is armed
+    std::uint64_t generation_ = 0;                          // moves when a deadline sooner than planned_ is armed
     clock::time_point planned_ = clock::time_point::min();  // when the thread wakes next
-    std::jthread thread_;  // started on first use; last member
+    std::jthread thread_;                                   // started on first use; last member
 };
 
 /// `now + d`, saturating at time_point::max() instead of overflowing.
-[[nodiscard]] inline std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration d) noexcept {
+[[nodiscard]] inline std::chrono::steady_clock::time_point deadline_after(
+    std::chrono::steady_clock::duration d) noexcept {
     auto const now = std::chrono::steady_clock::now();
     if (d >= std::chrono::steady_clock::time_point::max() - now) return std::chrono::steady_clock::time_point::max();
     return now + d;
@@ -226,8 +227,8 @@ private:
     release_hub hub_;
     std::atomic<std::uint64_t> notifications_{0};
     mutable std::mutex skew_mutex_;
-    std::int64_t skew_us_ = 0;         // guarded by skew_mutex_
-    std::uint64_t skew_samples_ = 0;   // guarded by skew_mutex_
+    std::int64_t skew_us_ = 0;        // guarded by skew_mutex_
+    std::uint64_t skew_samples_ = 0;  // guarded by skew_mutex_
     std::once_flag listener_once_;
     std::unique_ptr<release_listener> listener_;  // last: stopped first
 };
@@ -244,10 +245,12 @@ auto store_impl::run(std::string_view what, Op&& op, run_options const& how)
     -> decltype(op(std::declval<pooled_session&>())) {
     using result = decltype(op(std::declval<pooled_session&>()));
     if constexpr (std::is_void_v<result>) {
-        executor_.run(what, [&](pooled_session& s) { op(s); }, how);
+        executor_.run(
+            what, [&](pooled_session& s) { op(s); }, how);
     } else {
         std::optional<result> out;
-        executor_.run(what, [&](pooled_session& s) { out.emplace(op(s)); }, how);
+        executor_.run(
+            what, [&](pooled_session& s) { out.emplace(op(s)); }, how);
         return std::move(*out);
     }
 }

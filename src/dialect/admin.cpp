@@ -6,25 +6,24 @@
 namespace sqlock::detail {
 
 reap_batch dialect::reap(soci::session& s, std::int64_t grace_us, std::optional<std::int64_t> max_age_us, int batch,
-                        bool dry_run) const {
+                         bool dry_run) const {
     // Baseline (PostgreSQL, SQLite): a bounded set chosen by a subquery, the
     // condition repeated on the DELETE so a row renewed meanwhile is kept.
     long long grace = grace_us, age = max_age_us.value_or(0), limit = batch;
     auto const [cond, live, pick] = reap_sql(max_age_us.has_value());
-    std::string const sql =
-        dry_run ? "SELECT COUNT(*), MIN(" + epoch_us_sql("expires_at") + "), COALESCE(SUM(" + live + "), 0) FROM " +
-                      locks_ + " WHERE name IN (" + pick + ")"
-                : "WITH d AS (DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
-                      " RETURNING expires_at, " + live + " AS live) SELECT COUNT(*), MIN(" +
-                      epoch_us_sql("expires_at") + "), COALESCE(SUM(live), 0) FROM d";
+    std::string const sql = dry_run ? "SELECT COUNT(*), MIN(" + epoch_us_sql("expires_at") + "), COALESCE(SUM(" + live +
+                                          "), 0) FROM " + locks_ + " WHERE name IN (" + pick + ")"
+                                    : "WITH d AS (DELETE FROM " + locks_ + " WHERE name IN (" + pick + ") AND " + cond +
+                                          " RETURNING expires_at, " + live + " AS live) SELECT COUNT(*), MIN(" +
+                                          epoch_us_sql("expires_at") + "), COALESCE(SUM(live), 0) FROM d";
     long long rows = 0, oldest = 0, live_rows = 0;
     soci::indicator oldest_ind = soci::i_null;
     if (max_age_us)
         s << sql, soci::use(grace, "grace"), soci::use(age, "age"), soci::use(limit, "lim"), soci::into(rows),
             soci::into(oldest, oldest_ind), soci::into(live_rows);
     else
-        s << sql, soci::use(grace, "grace"), soci::use(limit, "lim"), soci::into(rows),
-            soci::into(oldest, oldest_ind), soci::into(live_rows);
+        s << sql, soci::use(grace, "grace"), soci::use(limit, "lim"), soci::into(rows), soci::into(oldest, oldest_ind),
+            soci::into(live_rows);
     reap_batch r;
     r.rows = rows;
     r.live_purged = live_rows;
@@ -42,17 +41,20 @@ token_purge_batch dialect::purge_tokens(soci::session& s, std::int64_t horizon_u
     // transaction as the DELETE, so nobody sees a counter gone and the floor low.
     long long horizon = horizon_us, limit = batch, picked = 0, deleted = 0;
     std::string const cond = purgeable_tokens_sql();
-    std::string const pick = "SELECT name FROM " + tokens_ + " WHERE " + cond + " ORDER BY token LIMIT :lim" +
-                             skip_locked_sql();
+    std::string const pick =
+        "SELECT name FROM " + tokens_ + " WHERE " + cond + " ORDER BY token LIMIT :lim" + skip_locked_sql();
     if (dry_run) {
         s << "SELECT COUNT(*) FROM " + tokens_ + " WHERE name IN (" + pick + ")", soci::use(horizon, "horizon"),
             soci::use(limit, "lim"), soci::into(picked);
         return {picked, picked};
     }
-    s << "WITH d AS (DELETE FROM " + tokens_ + " WHERE name IN (" + pick + ") AND " + cond + " RETURNING token),"
-         " f AS (INSERT INTO " + tokens_ + " AS t (name, token) SELECT '', MAX(token) FROM d HAVING COUNT(*) > 0"
-         " ON CONFLICT (name) DO UPDATE SET token = GREATEST(t.token, excluded.token))"
-         " SELECT COUNT(*) FROM d",
+    s << "WITH d AS (DELETE FROM " + tokens_ + " WHERE name IN (" + pick + ") AND " + cond +
+             " RETURNING token),"
+             " f AS (INSERT INTO " +
+             tokens_ +
+             " AS t (name, token) SELECT '', MAX(token) FROM d HAVING COUNT(*) > 0"
+             " ON CONFLICT (name) DO UPDATE SET token = GREATEST(t.token, excluded.token))"
+             " SELECT COUNT(*) FROM d",
         soci::use(horizon, "horizon"), soci::use(limit, "lim"), soci::into(deleted);
     return {deleted, deleted};
 }
@@ -127,8 +129,8 @@ dialect::reap_conditions dialect::reap_sql(bool max_age) const {
     std::string const now = now_sql();
     std::string cond = "expires_at < " + minus_sql(now, "grace");
     if (max_age) cond = "(" + cond + " OR created_at < " + minus_sql(now, "age") + ")";
-    std::string pick = "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" +
-                       skip_locked_sql();
+    std::string pick =
+        "SELECT name FROM " + locks_ + " WHERE " + cond + " ORDER BY expires_at LIMIT :lim" + skip_locked_sql();
     return {cond, "CASE WHEN expires_at >= " + now + " THEN 1 ELSE 0 END", pick};
 }
 

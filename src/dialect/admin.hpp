@@ -27,16 +27,16 @@ struct lock_listing {
 
 /// A row-lock transaction that has been open a long time.
 struct long_row_lock {
-    std::int64_t session_id = 0;   // backend pid
-    std::int64_t held_ms = 0;      // how long its transaction has been open
-    std::string client;            // client address, or "local"
+    std::int64_t session_id = 0;  // backend pid
+    std::int64_t held_ms = 0;     // how long its transaction has been open
+    std::string client;           // client address, or "local"
 };
 
 /// What one reaper batch did.
 struct reap_batch {
-    std::int64_t rows = 0;                       // deleted (or, dry, that would be)
+    std::int64_t rows = 0;                         // deleted (or, dry, that would be)
     std::optional<std::int64_t> oldest_expiry_us;  // the earliest expires_at among them
-    std::int64_t live_purged = 0;                // of them, rows purged by max_age that had not expired
+    std::int64_t live_purged = 0;                  // of them, rows purged by max_age that had not expired
 };
 
 /// What one batch of the token-counter purge did.
@@ -54,8 +54,7 @@ public:
     /// and, when `max_age_us` is set, rows created before now - max_age. One
     /// atomic statement: a row renewed a moment before is never deleted.
     [[nodiscard]] virtual reap_batch reap(soci::session& s, std::int64_t grace_us,
-                                          std::optional<std::int64_t> max_age_us, int batch,
-                                          bool dry_run) const = 0;
+                                          std::optional<std::int64_t> max_age_us, int batch, bool dry_run) const = 0;
 
     /// One batch of the fencing-counter purge: delete (or, dry, count) at most
     /// `batch` counters of the tokens table whose token is below the database's

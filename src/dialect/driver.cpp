@@ -14,12 +14,9 @@ namespace sqlock::detail {
 
 void throw_client_error(sqlock::engine e, std::string const& message, int code) {
     switch (e) {
-    case engine::mysql:
-        throw soci::mysql_soci_error(message, code);
-    case engine::sqlite:
-        throw soci::sqlite3_soci_error(message, code);
-    case engine::postgresql:
-        break;
+        case engine::mysql: throw soci::mysql_soci_error(message, code);
+        case engine::sqlite: throw soci::sqlite3_soci_error(message, code);
+        case engine::postgresql: break;
     }
     throw soci::soci_error(message);  // PostgreSQL's raw calls (LISTEN, read_idle) report no statement errors
 }
@@ -35,7 +32,7 @@ std::string quote_connect_value(std::string const& value) {
 
 // NOLINTNEXTLINE(performance-unnecessary-value-param): by value for the engines that keep it
 std::unique_ptr<release_listener> engine_driver::listen(std::string const&,
-                                                  std::function<void(std::string_view)>) const {
+                                                        std::function<void(std::string_view)>) const {
     return nullptr;
 }
 

@@ -78,9 +78,9 @@ public:
     /// What an idle session's socket said (readable or hung up while no
     /// statement was in flight on it): the row lock's session watch.
     struct idle_news {
-        bool ended = false;        ///< the session is gone: the server ended it or the connection closed
-        bool watch_reads = true;   ///< false: data came that cannot be read here; watch for hang-ups only
-        std::string why;           ///< when ended: what the server or the socket said
+        bool ended = false;       ///< the session is gone: the server ended it or the connection closed
+        bool watch_reads = true;  ///< false: data came that cannot be read here; watch for hang-ups only
+        std::string why;          ///< when ended: what the server or the socket said
     };
     /// Reads what arrived on the idle session `s` without disturbing its
     /// protocol state (notices and parameter changes are consumed where the

@@ -39,10 +39,10 @@ struct pooled_session {
 /// engine may derive from it to keep more.
 struct statement_cache : prepared_statements {
     std::string name, owner;
-    long long token = 0, attempt = 0, ttl = 0;        // in
-    int retry = 0;                                   // in
+    long long token = 0, attempt = 0, ttl = 0;                   // in
+    int retry = 0;                                               // in
     long long got_token = 0, created = 0, expires = 0, now = 0;  // out
-    int flag = 0;                                    // out
+    int flag = 0;                                                // out
     std::optional<soci::statement> acquire, acquire_waiting, release, renew, draw;
 };
 

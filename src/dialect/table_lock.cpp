@@ -8,8 +8,9 @@ namespace sqlock::detail {
 bool dialect::release(pooled_session s, std::string const& name, std::string const& owner, std::int64_t token) const {
     auto& c = cache(s);
     if (!c.release)
-        c.release.emplace((s.session.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
-                           soci::use(c.name, "name"), soci::use(c.owner, "owner"), soci::use(c.token, "token")));
+        c.release.emplace(
+            (s.session.prepare << "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token",
+             soci::use(c.name, "name"), soci::use(c.owner, "owner"), soci::use(c.token, "token")));
     c.name = name;
     c.owner = owner;
     c.token = token;
@@ -21,12 +22,13 @@ std::optional<renewal> dialect::renew(pooled_session s, std::string const& name,
                                       std::int64_t token, std::int64_t ttl_us) const {
     auto& c = cache(s);
     if (!c.renew)
-        c.renew.emplace((s.session.prepare << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
-                                                  " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " +
-                                                  now_sql() + " RETURNING " + epoch_us_sql("expires_at") + ", " +
-                                                  epoch_us_sql(now_sql()),
-                         soci::use(c.ttl, "ttl"), soci::use(c.name, "name"), soci::use(c.owner, "owner"),
-                         soci::use(c.token, "token"), soci::into(c.expires), soci::into(c.now)));
+        c.renew.emplace(
+            (s.session.prepare << "UPDATE " + locks_ + " SET expires_at = " + plus_ttl_sql(now_sql()) +
+                                      " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " +
+                                      now_sql() + " RETURNING " + epoch_us_sql("expires_at") + ", " +
+                                      epoch_us_sql(now_sql()),
+             soci::use(c.ttl, "ttl"), soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+             soci::use(c.token, "token"), soci::into(c.expires), soci::into(c.now)));
     c.name = name;
     c.owner = owner;
     c.token = token;
@@ -39,18 +41,20 @@ std::optional<renewal> dialect::renew(pooled_session s, std::string const& name,
 
 bool dialect::add_hold(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
     long long tok = token;
-    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds + 1 WHERE name = :name AND owner = "
-                                       ":owner AND token = :token AND expires_at >= " + now_sql(),
+    soci::statement st = (s.prepare << "UPDATE " + locks_ +
+                                           " SET holds = holds + 1 WHERE name = :name AND owner = "
+                                           ":owner AND token = :token AND expires_at >= " +
+                                           now_sql(),
                           soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
     st.execute(true);
     return st.get_affected_rows() > 0;
 }
 
-bool dialect::drop_hold(soci::session& s, std::string const& name, std::string const& owner,
-                        std::int64_t token) const {
+bool dialect::drop_hold(soci::session& s, std::string const& name, std::string const& owner, std::int64_t token) const {
     long long tok = token;
-    soci::statement st = (s.prepare << "UPDATE " + locks_ + " SET holds = holds - 1 WHERE name = :name AND owner = "
-                                       ":owner AND token = :token AND holds > 1",
+    soci::statement st = (s.prepare << "UPDATE " + locks_ +
+                                           " SET holds = holds - 1 WHERE name = :name AND owner = "
+                                           ":owner AND token = :token AND holds > 1",
                           soci::use(name, "name"), soci::use(owner, "owner"), soci::use(tok, "token"));
     st.execute(true);
     return st.get_affected_rows() > 0;

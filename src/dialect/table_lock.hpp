@@ -26,8 +26,7 @@ public:
     /// releases are announced (PostgreSQL), a busy answer then marks the row so
     /// that its release announces itself (releases nobody waits for announce nothing).
     [[nodiscard]] virtual grant acquire(pooled_session s, std::string const& name, std::string const& owner,
-                                        std::int64_t attempt, std::int64_t ttl_us, bool waiting,
-                                        bool retry) const = 0;
+                                        std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool retry) const = 0;
 
     /// Delete the row if (name, owner, token) still match; true when deleted.
     /// Does not wait for the disk where the engine allows that per transaction

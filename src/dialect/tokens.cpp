@@ -23,10 +23,12 @@ bool dialect::majority_write(soci::session& s, std::string const& name, std::int
     // on one member. Only on the database the caller read as a joined member: a
     // member recreated since (another identity) or not seeded yet wins nothing.
     long long tok = token, stored = 0;
-    s << "INSERT INTO " + majority_table() + " AS m (name, token) SELECT CAST(:name AS TEXT), CAST(:token AS BIGINT)"
-         " WHERE EXISTS (SELECT 1 FROM " + identity_table() + " i JOIN " + majority_members_table() +
+    s << "INSERT INTO " + majority_table() +
+             " AS m (name, token) SELECT CAST(:name AS TEXT), CAST(:token AS BIGINT)"
+             " WHERE EXISTS (SELECT 1 FROM " +
+             identity_table() + " i JOIN " + majority_members_table() +
              " g ON g.id = i.id WHERE i.id = :mid)"
-         " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token RETURNING token",
+             " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token RETURNING token",
         soci::use(name, "name"), soci::use(tok, "token"), soci::use(member_id, "mid"), soci::into(stored);
     return s.got_data();
 }
@@ -34,9 +36,8 @@ bool dialect::majority_write(soci::session& s, std::string const& name, std::int
 std::optional<member_identity> dialect::majority_identity(soci::session& s) const {
     std::string id;
     long long age = 0, joined = 0;
-    s << "SELECT i.id, " + epoch_us_sql(now_sql()) + " - " + epoch_us_sql("i.created_at") +
-             ", (SELECT COUNT(*) FROM " + majority_members_table() + " g WHERE g.id = i.id) FROM " + identity_table() +
-             " i",
+    s << "SELECT i.id, " + epoch_us_sql(now_sql()) + " - " + epoch_us_sql("i.created_at") + ", (SELECT COUNT(*) FROM " +
+             majority_members_table() + " g WHERE g.id = i.id) FROM " + identity_table() + " i",
         soci::into(id), soci::into(age), soci::into(joined);
     if (!s.got_data()) return std::nullopt;
     return member_identity{id, age, joined > 0};
@@ -46,14 +47,16 @@ std::vector<std::pair<std::string, std::int64_t>> dialect::majority_read_all(soc
     std::vector<std::pair<std::string, std::int64_t>> out;
     std::string name;
     long long token = 0;
-    soci::statement st = (s.prepare << "SELECT name, token FROM " + majority_table(), soci::into(name), soci::into(token));
+    soci::statement st =
+        (s.prepare << "SELECT name, token FROM " + majority_table(), soci::into(name), soci::into(token));
     st.execute();
     while (st.fetch()) out.emplace_back(name, token);
     return out;
 }
 
 std::string dialect::majority_raise_sql() const {
-    return "INSERT INTO " + majority_table() + " AS m (name, token) VALUES (:name, :token)"
+    return "INSERT INTO " + majority_table() +
+           " AS m (name, token) VALUES (:name, :token)"
            " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token";
 }
 

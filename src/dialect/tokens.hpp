@@ -43,9 +43,9 @@ public:
     /// Seed this database's counters (each raised to at least the given value)
     /// and record `member_id` as joined, in one transaction, when its identity
     /// is still `member_id`; false (nothing changed) when it is not.
-    [[nodiscard]] virtual bool majority_join(soci::session& s, std::string const& member_id,
-                                             std::vector<std::pair<std::string, std::int64_t>> const& counters)
-        const = 0;
+    [[nodiscard]] virtual bool majority_join(
+        soci::session& s, std::string const& member_id,
+        std::vector<std::pair<std::string, std::int64_t>> const& counters) const = 0;
 };
 
 }  // namespace sqlock::detail

@@ -16,8 +16,9 @@
 // that waited for a release before that release. A renewal is the exception: its db_time is the
 // time its statement compared expires_at with and extended it from (PostgreSQL
 // statement_timestamp(), MariaDB NOW(6) of the UPDATE), so that K1's "renewed after expiry" check
-// judges the renewal by the time the library's own condition used, not by a later clock reading. seq is the database's own order of the changes (per lock name the changes conflict
-// on its row or unique key, so seq order is their commit order).
+// judges the renewal by the time the library's own condition used, not by a later clock reading. seq is the database's
+// own order of the changes (per lock name the changes conflict on its row or unique key, so seq order is their commit
+// order).
 //
 // install_row_audit() adds, for the row lock (row_locker), triggers on `<prefix>_rows` that write
 // into the same audit table when a holder records its grant (token, owner, locked_at), inside the
@@ -60,9 +61,9 @@ namespace sqlock_battery {
 /// The name of the lock-time column in microseconds since the Unix epoch, as SQL.
 inline std::string audit_us_sql(sqlock::engine e, std::string const& col) {
     switch (e) {
-    case sqlock::engine::postgresql: return "CAST(floor(extract(epoch FROM " + col + ") * 1000000) AS BIGINT)";
-    case sqlock::engine::mysql: return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")";
-    case sqlock::engine::sqlite: return col;  // the SQLite schema stores µs since the epoch
+        case sqlock::engine::postgresql: return "CAST(floor(extract(epoch FROM " + col + ") * 1000000) AS BIGINT)";
+        case sqlock::engine::mysql: return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")";
+        case sqlock::engine::sqlite: return col;  // the SQLite schema stores µs since the epoch
     }
     return col;
 }
@@ -70,9 +71,9 @@ inline std::string audit_us_sql(sqlock::engine e, std::string const& col) {
 /// The database's now in µs since the Unix epoch, as SQL.
 inline std::string audit_now_us_sql(sqlock::engine e) {
     switch (e) {
-    case sqlock::engine::postgresql: return audit_us_sql(e, "clock_timestamp()");
-    case sqlock::engine::mysql: return audit_us_sql(e, "SYSDATE(6)");
-    case sqlock::engine::sqlite: return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+        case sqlock::engine::postgresql: return audit_us_sql(e, "clock_timestamp()");
+        case sqlock::engine::mysql: return audit_us_sql(e, "SYSDATE(6)");
+        case sqlock::engine::sqlite: return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
     }
     return {};
 }
@@ -83,80 +84,106 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
     std::string const audit = prefix + "_audit";
     std::vector<std::string> out;
     switch (e) {
-    case sqlock::engine::postgresql: {
-        out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
-                      " (seq bigserial PRIMARY KEY, \"lock\" text COLLATE \"C\" NOT NULL, owner text NOT NULL,"
-                      " token bigint NOT NULL, kind text NOT NULL, db_time timestamptz NOT NULL,"
-                      " expires_at timestamptz NOT NULL)");
-        std::string const ins = "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
-        out.push_back("CREATE OR REPLACE FUNCTION " + audit + "_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
-                      "BEGIN\n"
-                      "  IF TG_OP = 'INSERT' THEN\n"
-                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'grant', clock_timestamp(), NEW.expires_at);\n"
-                      "  ELSIF TG_OP = 'UPDATE' THEN\n"
-                      "    IF NEW.token <> OLD.token THEN\n"
-                      "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'takeover', clock_timestamp(), NEW.expires_at);\n"
-                      "    ELSIF NEW.expires_at <> OLD.expires_at THEN\n"
-                      "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', statement_timestamp(), NEW.expires_at);\n"
-                      "    ELSIF NEW.holds <> OLD.holds THEN\n"
-                      "      " + ins + "(NEW.name, NEW.owner, NEW.token, 'hold', clock_timestamp(), NEW.expires_at);\n"
-                      "    END IF;\n"
-                      "  ELSE\n"
-                      "    " + ins + "(OLD.name, OLD.owner, OLD.token, 'delete', clock_timestamp(), OLD.expires_at);\n"
-                      "  END IF;\n"
-                      "  RETURN NULL;\n"
-                      "END\n$f$");
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_trg ON " + locks);
-        out.push_back("CREATE TRIGGER " + audit + "_trg AFTER INSERT OR UPDATE OR DELETE ON " + locks +
-                      " FOR EACH ROW EXECUTE FUNCTION " + audit + "_fn()");
-        break;
-    }
-    case sqlock::engine::mysql: {
-        out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
-                      " (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `lock` VARBINARY(255) NOT NULL,"
-                      " owner VARBINARY(255) NOT NULL, token BIGINT NOT NULL, kind VARCHAR(16) NOT NULL,"
-                      " db_time DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE = InnoDB");
-        std::string const ins = "INSERT INTO " + audit + " (`lock`, owner, token, kind, db_time, expires_at) VALUES ";
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_ins");
-        out.push_back("CREATE TRIGGER " + audit + "_ins AFTER INSERT ON " + locks + " FOR EACH ROW " + ins +
-                      "(NEW.name, NEW.owner, NEW.token, 'grant', SYSDATE(6), NEW.expires_at)");
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_upd");
-        out.push_back("CREATE TRIGGER " + audit + "_upd AFTER UPDATE ON " + locks + " FOR EACH ROW BEGIN\n"
-                      "  IF NEW.token <> OLD.token THEN\n"
-                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), NEW.expires_at);\n"
-                      "  ELSEIF NEW.expires_at <> OLD.expires_at THEN\n"
-                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'renew', NOW(6), NEW.expires_at);\n"
-                      "  ELSEIF NEW.holds <> OLD.holds THEN\n"
-                      "    " + ins + "(NEW.name, NEW.owner, NEW.token, 'hold', SYSDATE(6), NEW.expires_at);\n"
-                      "  END IF;\n"
-                      "END");
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_del");
-        out.push_back("CREATE TRIGGER " + audit + "_del AFTER DELETE ON " + locks + " FOR EACH ROW " + ins +
-                      "(OLD.name, OLD.owner, OLD.token, 'delete', SYSDATE(6), OLD.expires_at)");
-        break;
-    }
-    case sqlock::engine::sqlite: {
-        std::string const now = audit_now_us_sql(e);
-        out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
-                      " (seq INTEGER PRIMARY KEY AUTOINCREMENT, \"lock\" TEXT NOT NULL, owner TEXT NOT NULL,"
-                      " token BIGINT NOT NULL, kind TEXT NOT NULL, db_time BIGINT NOT NULL, expires_at BIGINT NOT NULL)");
-        std::string const ins = "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
-        auto trigger = [&](std::string const& suffix, std::string const& when, std::string const& values) {
-            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_" + suffix);
-            out.push_back("CREATE TRIGGER " + audit + "_" + suffix + " " + when + " BEGIN " + ins + values + "; END");
-        };
-        trigger("ins", "AFTER INSERT ON " + locks, "(NEW.name, NEW.owner, NEW.token, 'grant', " + now + ", NEW.expires_at)");
-        trigger("tko", "AFTER UPDATE ON " + locks + " WHEN NEW.token <> OLD.token",
-                "(NEW.name, NEW.owner, NEW.token, 'takeover', " + now + ", NEW.expires_at)");
-        trigger("ren", "AFTER UPDATE ON " + locks + " WHEN NEW.token = OLD.token AND NEW.expires_at <> OLD.expires_at",
-                "(NEW.name, NEW.owner, NEW.token, 'renew', " + now + ", NEW.expires_at)");
-        trigger("hld",
-                "AFTER UPDATE ON " + locks +
-                    " WHEN NEW.token = OLD.token AND NEW.expires_at = OLD.expires_at AND NEW.holds <> OLD.holds",
-                "(NEW.name, NEW.owner, NEW.token, 'hold', " + now + ", NEW.expires_at)");
-        trigger("del", "AFTER DELETE ON " + locks, "(OLD.name, OLD.owner, OLD.token, 'delete', " + now + ", OLD.expires_at)");
-        break;
-    }
+        case sqlock::engine::postgresql: {
+            out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
+                          " (seq bigserial PRIMARY KEY, \"lock\" text COLLATE \"C\" NOT NULL, owner text NOT NULL,"
+                          " token bigint NOT NULL, kind text NOT NULL, db_time timestamptz NOT NULL,"
+                          " expires_at timestamptz NOT NULL)");
+            std::string const ins =
+                "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
+            out.push_back("CREATE OR REPLACE FUNCTION " + audit +
+                          "_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+                          "BEGIN\n"
+                          "  IF TG_OP = 'INSERT' THEN\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'grant', clock_timestamp(), NEW.expires_at);\n"
+                          "  ELSIF TG_OP = 'UPDATE' THEN\n"
+                          "    IF NEW.token <> OLD.token THEN\n"
+                          "      " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'takeover', clock_timestamp(), NEW.expires_at);\n"
+                          "    ELSIF NEW.expires_at <> OLD.expires_at THEN\n"
+                          "      " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'renew', statement_timestamp(), NEW.expires_at);\n"
+                          "    ELSIF NEW.holds <> OLD.holds THEN\n"
+                          "      " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'hold', clock_timestamp(), NEW.expires_at);\n"
+                          "    END IF;\n"
+                          "  ELSE\n"
+                          "    " +
+                          ins +
+                          "(OLD.name, OLD.owner, OLD.token, 'delete', clock_timestamp(), OLD.expires_at);\n"
+                          "  END IF;\n"
+                          "  RETURN NULL;\n"
+                          "END\n$f$");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_trg ON " + locks);
+            out.push_back("CREATE TRIGGER " + audit + "_trg AFTER INSERT OR UPDATE OR DELETE ON " + locks +
+                          " FOR EACH ROW EXECUTE FUNCTION " + audit + "_fn()");
+            break;
+        }
+        case sqlock::engine::mysql: {
+            out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
+                          " (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `lock` VARBINARY(255) NOT NULL,"
+                          " owner VARBINARY(255) NOT NULL, token BIGINT NOT NULL, kind VARCHAR(16) NOT NULL,"
+                          " db_time DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE = InnoDB");
+            std::string const ins =
+                "INSERT INTO " + audit + " (`lock`, owner, token, kind, db_time, expires_at) VALUES ";
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_ins");
+            out.push_back("CREATE TRIGGER " + audit + "_ins AFTER INSERT ON " + locks + " FOR EACH ROW " + ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'grant', SYSDATE(6), NEW.expires_at)");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_upd");
+            out.push_back("CREATE TRIGGER " + audit + "_upd AFTER UPDATE ON " + locks +
+                          " FOR EACH ROW BEGIN\n"
+                          "  IF NEW.token <> OLD.token THEN\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), NEW.expires_at);\n"
+                          "  ELSEIF NEW.expires_at <> OLD.expires_at THEN\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'renew', NOW(6), NEW.expires_at);\n"
+                          "  ELSEIF NEW.holds <> OLD.holds THEN\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'hold', SYSDATE(6), NEW.expires_at);\n"
+                          "  END IF;\n"
+                          "END");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_del");
+            out.push_back("CREATE TRIGGER " + audit + "_del AFTER DELETE ON " + locks + " FOR EACH ROW " + ins +
+                          "(OLD.name, OLD.owner, OLD.token, 'delete', SYSDATE(6), OLD.expires_at)");
+            break;
+        }
+        case sqlock::engine::sqlite: {
+            std::string const now = audit_now_us_sql(e);
+            out.push_back(
+                "CREATE TABLE IF NOT EXISTS " + audit +
+                " (seq INTEGER PRIMARY KEY AUTOINCREMENT, \"lock\" TEXT NOT NULL, owner TEXT NOT NULL,"
+                " token BIGINT NOT NULL, kind TEXT NOT NULL, db_time BIGINT NOT NULL, expires_at BIGINT NOT NULL)");
+            std::string const ins =
+                "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
+            auto trigger = [&](std::string const& suffix, std::string const& when, std::string const& values) {
+                out.push_back("DROP TRIGGER IF EXISTS " + audit + "_" + suffix);
+                out.push_back("CREATE TRIGGER " + audit + "_" + suffix + " " + when + " BEGIN " + ins + values +
+                              "; END");
+            };
+            trigger("ins", "AFTER INSERT ON " + locks,
+                    "(NEW.name, NEW.owner, NEW.token, 'grant', " + now + ", NEW.expires_at)");
+            trigger("tko", "AFTER UPDATE ON " + locks + " WHEN NEW.token <> OLD.token",
+                    "(NEW.name, NEW.owner, NEW.token, 'takeover', " + now + ", NEW.expires_at)");
+            trigger("ren",
+                    "AFTER UPDATE ON " + locks + " WHEN NEW.token = OLD.token AND NEW.expires_at <> OLD.expires_at",
+                    "(NEW.name, NEW.owner, NEW.token, 'renew', " + now + ", NEW.expires_at)");
+            trigger("hld",
+                    "AFTER UPDATE ON " + locks +
+                        " WHEN NEW.token = OLD.token AND NEW.expires_at = OLD.expires_at AND NEW.holds <> OLD.holds",
+                    "(NEW.name, NEW.owner, NEW.token, 'hold', " + now + ", NEW.expires_at)");
+            trigger("del", "AFTER DELETE ON " + locks,
+                    "(OLD.name, OLD.owner, OLD.token, 'delete', " + now + ", OLD.expires_at)");
+            break;
+        }
     }
     return out;
 }
@@ -173,14 +200,15 @@ inline void drop_audit(soci::session& s, sqlock::engine e, std::string const& pr
     std::string const audit = prefix + "_audit";
     drop_row_audit(s, e, prefix);
     switch (e) {
-    case sqlock::engine::postgresql:
-        s << "DROP TRIGGER IF EXISTS " + audit + "_trg ON " + prefix + "_locks";
-        s << "DROP FUNCTION IF EXISTS " + audit + "_fn()";
-        break;
-    case sqlock::engine::mysql:
-    case sqlock::engine::sqlite:
-        for (auto const* t : {"_ins", "_upd", "_del", "_tko", "_ren", "_hld"}) s << "DROP TRIGGER IF EXISTS " + audit + t;
-        break;
+        case sqlock::engine::postgresql:
+            s << "DROP TRIGGER IF EXISTS " + audit + "_trg ON " + prefix + "_locks";
+            s << "DROP FUNCTION IF EXISTS " + audit + "_fn()";
+            break;
+        case sqlock::engine::mysql:
+        case sqlock::engine::sqlite:
+            for (auto const* t : {"_ins", "_upd", "_del", "_tko", "_ren", "_hld"})
+                s << "DROP TRIGGER IF EXISTS " + audit + t;
+            break;
     }
     s << "DROP TABLE IF EXISTS " + audit;
 }
@@ -189,20 +217,20 @@ inline void drop_audit(soci::session& s, sqlock::engine e, std::string const& pr
 inline std::vector<audit_row> dump_audit(soci::session& s, sqlock::engine e, std::string const& prefix,
                                          std::string const& db = {}) {
     std::string const q = e == sqlock::engine::mysql ? "`lock`" : "\"lock\"";
-    soci::rowset<soci::row> rows = (s.prepare << "SELECT seq, " + q + ", owner, token, kind, " +
-                                                     audit_us_sql(e, "db_time") + ", " + audit_us_sql(e, "expires_at") +
-                                                     " FROM " + prefix + "_audit ORDER BY seq");
+    soci::rowset<soci::row> rows =
+        (s.prepare << "SELECT seq, " + q + ", owner, token, kind, " + audit_us_sql(e, "db_time") + ", " +
+                          audit_us_sql(e, "expires_at") + " FROM " + prefix + "_audit ORDER BY seq");
     std::vector<audit_row> out;
     for (auto const& r : rows) {
         audit_row a;
         auto num = [&](std::size_t i) -> std::int64_t {
             switch (r.get_properties(i).get_data_type()) {
-            case soci::dt_integer: return r.get<int>(i);
-            case soci::dt_long_long: return r.get<long long>(i);
-            case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
-            case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
-            case soci::dt_string: return std::stoll(r.get<std::string>(i));
-            default: throw std::runtime_error("audit: unexpected column type in " + prefix + "_audit");
+                case soci::dt_integer: return r.get<int>(i);
+                case soci::dt_long_long: return r.get<long long>(i);
+                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
+                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
+                case soci::dt_string: return std::stoll(r.get<std::string>(i));
+                default: throw std::runtime_error("audit: unexpected column type in " + prefix + "_audit");
             }
         };
         a.seq = num(0);
@@ -221,19 +249,18 @@ inline std::vector<audit_row> dump_audit(soci::session& s, sqlock::engine e, std
 /// What is left in `<prefix>_locks`, as audit rows of kind "row" whose db_time is the database's now.
 inline std::vector<audit_row> lock_table_rows(soci::session& s, sqlock::engine e, std::string const& prefix,
                                               std::string const& db = {}) {
-    soci::rowset<soci::row> rows =
-        (s.prepare << "SELECT name, owner, token, " + audit_us_sql(e, "expires_at") + ", " + audit_now_us_sql(e) +
-                          " FROM " + prefix + "_locks ORDER BY name");
+    soci::rowset<soci::row> rows = (s.prepare << "SELECT name, owner, token, " + audit_us_sql(e, "expires_at") + ", " +
+                                                     audit_now_us_sql(e) + " FROM " + prefix + "_locks ORDER BY name");
     std::vector<audit_row> out;
     for (auto const& r : rows) {
         auto num = [&](std::size_t i) -> std::int64_t {
             switch (r.get_properties(i).get_data_type()) {
-            case soci::dt_integer: return r.get<int>(i);
-            case soci::dt_long_long: return r.get<long long>(i);
-            case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
-            case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
-            case soci::dt_string: return std::stoll(r.get<std::string>(i));
-            default: throw std::runtime_error("audit: unexpected column type in " + prefix + "_locks");
+                case soci::dt_integer: return r.get<int>(i);
+                case soci::dt_long_long: return r.get<long long>(i);
+                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
+                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
+                case soci::dt_string: return std::stoll(r.get<std::string>(i));
+                default: throw std::runtime_error("audit: unexpected column type in " + prefix + "_locks");
             }
         };
         audit_row a;
@@ -269,45 +296,52 @@ inline std::vector<std::string> row_audit_ddl(sqlock::engine e, std::string cons
     std::string const audit = prefix + "_audit";
     std::vector<std::string> out;
     switch (e) {
-    case sqlock::engine::postgresql: {
-        out.push_back("CREATE OR REPLACE FUNCTION " + audit + "_row_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
-                      "BEGIN\n"
-                      "  INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES "
-                      "(NEW.name, NEW.owner, NEW.token, TG_ARGV[0], clock_timestamp(), "
-                      "TIMESTAMPTZ '2999-01-01 00:00:00+00');\n"
-                      "  RETURN NULL;\n"
-                      "END\n$f$");
-        // The grant: the statement that records the drawn token (the lock statement before it sets
-        // only owner and locked_at).
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant ON " + rows);
-        out.push_back("CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE OF token ON " + rows +
-                      " FOR EACH ROW EXECUTE FUNCTION " + audit + "_row_fn('grant')");
-        // The release: the same event, fired when the holding transaction commits.
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rend ON " + rows);
-        out.push_back("CREATE CONSTRAINT TRIGGER " + audit + "_rend AFTER UPDATE OF token ON " + rows +
-                      " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + audit + "_row_fn('delete')");
-        break;
-    }
-    case sqlock::engine::mysql: {
-        std::string const ins = "INSERT INTO " + audit + " (`lock`, owner, token, kind, db_time, expires_at) VALUES ";
-        out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant");
-        out.push_back("CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE ON " + rows + " FOR EACH ROW " + ins +
-                      "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), COALESCE(NEW.locked_at, SYSDATE(6)))");
-        break;
-    }
-    case sqlock::engine::sqlite: {
-        std::string const now = audit_now_us_sql(e);
-        std::string const ins = "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
-        auto trigger = [&](std::string const& suffix, std::string const& when, std::string const& kind) {
-            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_" + suffix);
-            out.push_back("CREATE TRIGGER " + audit + "_" + suffix + " " + when + " BEGIN " + ins +
-                          "(NEW.name, NEW.owner, NEW.token, '" + kind + "', " + now + ", COALESCE(NEW.locked_at, " +
-                          now + ")); END");
-        };
-        trigger("rins", "AFTER INSERT ON " + rows, "grant");
-        trigger("rgrant", "AFTER UPDATE ON " + rows, "takeover");
-        break;
-    }
+        case sqlock::engine::postgresql: {
+            out.push_back("CREATE OR REPLACE FUNCTION " + audit +
+                          "_row_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+                          "BEGIN\n"
+                          "  INSERT INTO " +
+                          audit +
+                          " (\"lock\", owner, token, kind, db_time, expires_at) VALUES "
+                          "(NEW.name, NEW.owner, NEW.token, TG_ARGV[0], clock_timestamp(), "
+                          "TIMESTAMPTZ '2999-01-01 00:00:00+00');\n"
+                          "  RETURN NULL;\n"
+                          "END\n$f$");
+            // The grant: the statement that records the drawn token (the lock statement before it sets
+            // only owner and locked_at).
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant ON " + rows);
+            out.push_back("CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE OF token ON " + rows +
+                          " FOR EACH ROW EXECUTE FUNCTION " + audit + "_row_fn('grant')");
+            // The release: the same event, fired when the holding transaction commits.
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rend ON " + rows);
+            out.push_back("CREATE CONSTRAINT TRIGGER " + audit + "_rend AFTER UPDATE OF token ON " + rows +
+                          " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + audit +
+                          "_row_fn('delete')");
+            break;
+        }
+        case sqlock::engine::mysql: {
+            std::string const ins =
+                "INSERT INTO " + audit + " (`lock`, owner, token, kind, db_time, expires_at) VALUES ";
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rgrant");
+            out.push_back(
+                "CREATE TRIGGER " + audit + "_rgrant AFTER UPDATE ON " + rows + " FOR EACH ROW " + ins +
+                "(NEW.name, NEW.owner, NEW.token, 'takeover', SYSDATE(6), COALESCE(NEW.locked_at, SYSDATE(6)))");
+            break;
+        }
+        case sqlock::engine::sqlite: {
+            std::string const now = audit_now_us_sql(e);
+            std::string const ins =
+                "INSERT INTO " + audit + " (\"lock\", owner, token, kind, db_time, expires_at) VALUES ";
+            auto trigger = [&](std::string const& suffix, std::string const& when, std::string const& kind) {
+                out.push_back("DROP TRIGGER IF EXISTS " + audit + "_" + suffix);
+                out.push_back("CREATE TRIGGER " + audit + "_" + suffix + " " + when + " BEGIN " + ins +
+                              "(NEW.name, NEW.owner, NEW.token, '" + kind + "', " + now + ", COALESCE(NEW.locked_at, " +
+                              now + ")); END");
+            };
+            trigger("rins", "AFTER INSERT ON " + rows, "grant");
+            trigger("rgrant", "AFTER UPDATE ON " + rows, "takeover");
+            break;
+        }
     }
     return out;
 }

@@ -161,8 +161,10 @@ TEST_P(BadConfig, SelectOnlyUserIsRefusedWithAGrantHint) {
     {
         sqlock::store s(url);  // opening needs only SELECT: the schema is there
         auto locks = sqlock::table_locker(s, {.ttl = 2s});
-        expect_permission_error(e_, [&] { (void)locks.try_acquire(name); }, "try_acquire");
-        expect_permission_error(e_, [&] { (void)locks.acquire(name, 1s); }, "acquire");
+        expect_permission_error(
+            e_, [&] { (void)locks.try_acquire(name); }, "try_acquire");
+        expect_permission_error(
+            e_, [&] { (void)locks.acquire(name, 1s); }, "acquire");
     }
     EXPECT_FALSE(row(name).has_value()) << "a refused acquire left a lock row";
     EXPECT_FALSE(read_counter(*raw_, name).has_value()) << "a refused acquire left a token counter";
@@ -199,7 +201,8 @@ TEST_P(BadConfig, RevokedRenewalsLoseTheLeaseByItsDeadline) {
     ASSERT_TRUE(held.has_value()) << "the holder with privileges did not get a free lock";
     // A renewal before the revocation shows the watchdog renews with these privileges.
     ASSERT_TRUE(eventually([&] { return events->count(sqlock::lease_event::kind::renewed, name) > 0; }))
-        << "the watchdog never renewed:\n" << events->dump();
+        << "the watchdog never renewed:\n"
+        << events->dump();
 
     revoke("UPDATE");
     // Any renewal that succeeds was sent before REVOKE returned, so the lease's safe deadline is at most one TTL
@@ -207,16 +210,19 @@ TEST_P(BadConfig, RevokedRenewalsLoseTheLeaseByItsDeadline) {
     // deadline at every read, so this bound needs no slack).
     auto const bound = steady::now() + ttl;
     std::vector<std::string> held_past_deadline;
-    bool lost = eventually([&] {
-        auto const t = steady::now();
-        auto const st = held->state();
-        if (t >= bound && (st == lease_state::held || st == lease_state::in_doubt))
-            held_past_deadline.push_back(std::string(sqlock::to_string(st)) + " " +
-                                         std::to_string((t - bound) / 1ms) + " ms past the deadline");
-        return st == lease_state::lost && on_lost_calls.load() > 0;
-    }, 20s);
+    bool lost = eventually(
+        [&] {
+            auto const t = steady::now();
+            auto const st = held->state();
+            if (t >= bound && (st == lease_state::held || st == lease_state::in_doubt))
+                held_past_deadline.push_back(std::string(sqlock::to_string(st)) + " " +
+                                             std::to_string((t - bound) / 1ms) + " ms past the deadline");
+            return st == lease_state::lost && on_lost_calls.load() > 0;
+        },
+        20s);
     EXPECT_TRUE(lost) << "the lease was not reported lost (state " << sqlock::to_string(held->state())
-                      << ", on_lost calls " << on_lost_calls.load() << "):\n" << events->dump();
+                      << ", on_lost calls " << on_lost_calls.load() << "):\n"
+                      << events->dump();
     EXPECT_TRUE(held_past_deadline.empty()) << "held past its safe deadline: " << held_past_deadline.front();
     EXPECT_TRUE(held->stop_token().stop_requested()) << "the lost lease's stop_token was not requested";
     EXPECT_EQ(on_lost_calls.load(), 1);
@@ -276,10 +282,8 @@ TEST_P(ReadOnlyDatabase, AcquireIsRefusedAsReadOnly) {
         for (bool waiting : {false, true}) {
             std::string const what = waiting ? "acquire" : "try_acquire";
             try {
-                if (waiting)
-                    (void)locks.acquire(name, 1s);
-                else
-                    (void)locks.try_acquire(name);
+                if (waiting) (void)locks.acquire(name, 1s);
+                else (void)locks.try_acquire(name);
                 ADD_FAILURE() << what << " succeeded on a read-only database";
             } catch (sqlock::backend_error const& err) {
                 std::string const m = err.what();

@@ -21,8 +21,8 @@
 // on success it is deleted. A safety failure (K1, K3, K4, K5, K7, K8, K9) is never retried; a
 // liveness miss alone (K6; a scenario's own timing bound: the majority checks "rows-given-back",
 // "F02-liveness", "F03-bounded", "F04-prompt"; a check that says the fault never bit; or a killpoint
-// scenario whose failpoint was never reached) is printed, and the scenario reruns once with a new seed: only a miss on the rerun fails
-// the test.
+// scenario whose failpoint was never reached) is printed, and the scenario reruns once with a new seed: only a miss on
+// the rerun fails the test.
 //
 // Seeds: each scenario has a fixed seed in CI and a random one under SQLOCK_SOAK=1; the seed is
 // printed, and SQLOCK_BATTERY_SEED=<n> replays a schedule (nemesis choices and the workers'
@@ -52,16 +52,16 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <limits>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
-#include <stop_token>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -94,11 +94,11 @@ inline std::uint64_t scenario_seed(std::uint64_t fixed) {
 /// Which nemesis a scenario runs.
 enum class nemesis_kind {
     none,
-    kill_restart,  ///< SIGKILL a random worker every U(interval) and restart it (new owners) after restart_delay
-    stop_cont,     ///< SIGSTOP a random worker for stop_for, every U(interval)
-    stall_member,  ///< majority: stall a random member's proxy for stop_for, every U(interval)
+    kill_restart,       ///< SIGKILL a random worker every U(interval) and restart it (new owners) after restart_delay
+    stop_cont,          ///< SIGSTOP a random worker for stop_for, every U(interval)
+    stall_member,       ///< majority: stall a random member's proxy for stop_for, every U(interval)
     stall_two_members,  ///< majority: stall two random members' proxies (a majority of 3) for stop_for
-    block_member,  ///< majority: a random member's proxy refuses (closes) connections for stop_for
+    block_member,       ///< majority: a random member's proxy refuses (closes) connections for stop_for
     /// Each time one of: kill_restart, stop_cont of a holder, or (servers) a session kill: a holder's
     /// backend ended by the server (pg_terminate_backend / KILL CONNECTION), found by tag_connections.
     mixed_faults,
@@ -249,7 +249,7 @@ struct extra_check_input {
     std::vector<audit_row> const& remaining;
     soci::session& lock_db;  ///< the (first) lock database, raw
     engine e;
-    std::string const& tables;  ///< the run's table prefix
+    std::string const& tables;                       ///< the run's table prefix
     std::vector<std::string> const& killed_workers;  ///< names of the workers killed (any nemesis)
 };
 
@@ -257,7 +257,7 @@ struct extra_check_input {
 struct lock_db {
     std::string label;  ///< "" for a single database, else the member's name
     engine e{};
-    std::string url;    ///< direct
+    std::string url;         ///< direct
     std::string worker_url;  ///< what workers connect to (the proxy's, in majority runs)
     std::unique_ptr<sqlock_test::fault_proxy> proxy;
     std::unique_ptr<soci::session> raw;
@@ -323,8 +323,8 @@ public:
             try {
                 verdict = run_once();
             } catch (std::exception const& ex) {
-                ADD_FAILURE() << s_.id << " on " << engine_label() << ": the harness failed: "
-                              << sqlock_test::describe(ex);
+                ADD_FAILURE() << s_.id << " on " << engine_label()
+                              << ": the harness failed: " << sqlock_test::describe(ex);
                 if (!dir_.empty() && fs::exists(dir_))
                     std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
                 return;
@@ -368,7 +368,8 @@ private:
         open_databases();
         if (setup_stopped()) return outcome::failed;
         for (auto& d : dbs_)
-            if (auto it = s_.member_delay.find(d.label); it != s_.member_delay.end() && d.proxy) d.proxy->delay(it->second);
+            if (auto it = s_.member_delay.find(d.label); it != s_.member_delay.end() && d.proxy)
+                d.proxy->delay(it->second);
         open_resource();
         if (setup_stopped()) return outcome::failed;
 
@@ -533,14 +534,16 @@ private:
         }
         sqlock::store create(res_url_, {.create_schema = true, .table_prefix = res_tables_});
         res_raw_ = raw_session(res_engine_, res_url_);
-        *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ + "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
+        *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ +
+                         "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
     }
 
     void drop_prefix(soci::session& s, engine e, std::string const& prefix, bool audited) {
-        if (e == engine::sqlite) return;  // the file goes with the run dir
+        if (e == engine::sqlite) return;                                        // the file goes with the run dir
         if (e == engine::postgresql) s << "SET client_min_messages = warning";  // no NOTICE per missing object
         if (audited) drop_audit(s, e, prefix);
-        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members", "_values"})
+        for (auto const* t :
+             {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
         if (e == engine::mysql)
             for (auto const* r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
@@ -600,29 +603,37 @@ private:
         auto left = std::chrono::duration_cast<milliseconds>(end_ - std::chrono::steady_clock::now());
         if (left < 0ms) left = 0ms;
         std::vector<std::string> a{SQLOCK_BATTERY_WORKER,
-                                   "--name", w.name,
-                                   "--history", (dir_ / ("history-" + w.name + ".jsonl")).string(),
-                                   "--run-dir", dir_.string(),
-                                   "--tables", tables_,
-                                   "--lock-prefix", lock_prefix_,
-                                   "--duration-ms", ms(left),
-                                   "--seed", std::to_string(seed_ * 131 + static_cast<std::uint64_t>(w.slot) * 17 +
-                                                            static_cast<std::uint64_t>(w.generation)),
-                                   "--lock-wait-timeout-ms", ms(s_.lock_wait_timeout),
-                                   "--io-timeout-ms", ms(s_.io_timeout)};
+                                   "--name",
+                                   w.name,
+                                   "--history",
+                                   (dir_ / ("history-" + w.name + ".jsonl")).string(),
+                                   "--run-dir",
+                                   dir_.string(),
+                                   "--tables",
+                                   tables_,
+                                   "--lock-prefix",
+                                   lock_prefix_,
+                                   "--duration-ms",
+                                   ms(left),
+                                   "--seed",
+                                   std::to_string(seed_ * 131 + static_cast<std::uint64_t>(w.slot) * 17 +
+                                                  static_cast<std::uint64_t>(w.generation)),
+                                   "--lock-wait-timeout-ms",
+                                   ms(s_.lock_wait_timeout),
+                                   "--io-timeout-ms",
+                                   ms(s_.io_timeout)};
         for (auto const& d : dbs_) {
             a.push_back("--url");
             a.push_back(d.worker_url);
         }
         if (w.reaper) {
-            a.insert(a.end(), {"--mode", "reaper", "--reaper-interval-ms", ms(s_.reaper_interval),
-                               "--reaper-grace-ms", ms(s_.reaper_grace), "--reaper-batch",
-                               std::to_string(s_.reaper_batch), "--token-horizon-ms",
-                               s_.token_horizon ? ms(*s_.token_horizon) : "-1"});
+            a.insert(a.end(), {"--mode", "reaper", "--reaper-interval-ms", ms(s_.reaper_interval), "--reaper-grace-ms",
+                               ms(s_.reaper_grace), "--reaper-batch", std::to_string(s_.reaper_batch),
+                               "--token-horizon-ms", s_.token_horizon ? ms(*s_.token_horizon) : "-1"});
             return a;
         }
-        a.insert(a.end(), {"--threads", std::to_string(s_.threads), "--locks", std::to_string(s_.locks),
-                           "--ttl-ms", ms(s_.ttl), "--acquire-wait-ms", ms(s_.acquire_wait), "--cs-max-us",
+        a.insert(a.end(), {"--threads", std::to_string(s_.threads), "--locks", std::to_string(s_.locks), "--ttl-ms",
+                           ms(s_.ttl), "--acquire-wait-ms", ms(s_.acquire_wait), "--cs-max-us",
                            std::to_string(s_.cs_max_us), "--hold-min-ms", ms(s_.hold_min), "--hold-max-ms",
                            ms(s_.hold_max), "--abandon-pct", std::to_string(s_.abandon_pct)});
         if (s_.no_renew) a.push_back("--no-renew");
@@ -677,7 +688,8 @@ private:
         w.generation = generation;
         w.name = "w" + std::to_string(slot) + (generation > 0 ? "." + std::to_string(generation) : "");
         auto env = s_.worker_env;
-        if (auto it = slot_env_.find(slot); it != slot_env_.end()) env.insert(env.end(), it->second.begin(), it->second.end());
+        if (auto it = slot_env_.find(slot); it != slot_env_.end())
+            env.insert(env.end(), it->second.begin(), it->second.end());
         if (!s_.killpoint.empty() && slot == s_.killpoint_slot && generation == 0)
             env.push_back("SQLOCK_FAILPOINTS=" + s_.killpoint + "=stop");
         spawn(w, env);
@@ -710,7 +722,8 @@ private:
     }
 
     milliseconds pick_interval() {
-        return milliseconds(std::uniform_int_distribution<long long>(s_.interval_min.count(), s_.interval_max.count())(rng_));
+        return milliseconds(
+            std::uniform_int_distribution<long long>(s_.interval_min.count(), s_.interval_max.count())(rng_));
     }
 
     worker_proc* pick_running_worker() {
@@ -735,7 +748,8 @@ private:
                 soci::into(owners);
             for (auto const& o : owners)
                 for (auto& w : workers_)
-                    if (w.running && !w.reaper && !w.stopped && o.rfind(w.name + "." + std::to_string(w.pid) + ".", 0) == 0)
+                    if (w.running && !w.reaper && !w.stopped &&
+                        o.rfind(w.name + "." + std::to_string(w.pid) + ".", 0) == 0)
                         holders.push_back(&w);
         } catch (std::exception const& ex) {
             std::cout << "[battery] could not read the holders (" << ex.what() << "): pausing a random worker\n";
@@ -748,8 +762,8 @@ private:
         while (std::chrono::steady_clock::now() < t) {
             if (auto* w = stopped_after_grant()) ::kill(w->pid, SIGCONT);  // a fault is under way already
             poll_children();
-            std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-                20ms, t - std::chrono::steady_clock::now()));
+            std::this_thread::sleep_for(
+                std::min<std::chrono::steady_clock::duration>(20ms, t - std::chrono::steady_clock::now()));
         }
     }
 
@@ -789,7 +803,8 @@ private:
         auto next = clock::now() + pick_interval() / 2;
         while (clock::now() < end_) {
             if (!s_.killpoint.empty())
-                if (auto gen = watch_killpoint()) restarts.push_back({clock::now() + s_.restart_delay, s_.killpoint_slot, *gen});
+                if (auto gen = watch_killpoint())
+                    restarts.push_back({clock::now() + s_.restart_delay, s_.killpoint_slot, *gen});
             auto now = clock::now();
             if (s_.restart_crashed) {
                 for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -822,65 +837,66 @@ private:
                 // The fault is in place: let the worker that was just granted go on into it.
                 auto const fault_begun = [&] {
                     auto* w = std::exchange(synced, nullptr);
-                    if (w != nullptr && w->running && !w->stopped) ::kill(w->pid, SIGCONT);  // not one the fault stopped or killed
+                    if (w != nullptr && w->running && !w->stopped)
+                        ::kill(w->pid, SIGCONT);  // not one the fault stopped or killed
                 };
                 switch (s_.nemesis) {
-                case nemesis_kind::kill_restart: kill_and_schedule_restart(pick_running_worker(), restarts); break;
-                case nemesis_kind::mixed_faults: {
-                    // Each kind once per round, in a random order: every run meets all of them.
-                    if (fault_bag_.empty()) {
-                        fault_bag_ = {0, 1};
-                        if (dbs_.front().e != engine::sqlite) fault_bag_.push_back(2);
-                        std::shuffle(fault_bag_.begin(), fault_bag_.end(), rng_);
+                    case nemesis_kind::kill_restart: kill_and_schedule_restart(pick_running_worker(), restarts); break;
+                    case nemesis_kind::mixed_faults: {
+                        // Each kind once per round, in a random order: every run meets all of them.
+                        if (fault_bag_.empty()) {
+                            fault_bag_ = {0, 1};
+                            if (dbs_.front().e != engine::sqlite) fault_bag_.push_back(2);
+                            std::shuffle(fault_bag_.begin(), fault_bag_.end(), rng_);
+                        }
+                        int const kind = fault_bag_.back();
+                        fault_bag_.pop_back();
+                        switch (kind) {
+                            case 0: kill_and_schedule_restart(pick_holder(), restarts); break;
+                            case 1: stop_holder(); break;
+                            default: kill_session(); break;
+                        }
+                        break;
                     }
-                    int const kind = fault_bag_.back();
-                    fault_bag_.pop_back();
-                    switch (kind) {
-                    case 0: kill_and_schedule_restart(pick_holder(), restarts); break;
-                    case 1: stop_holder(); break;
-                    default: kill_session(); break;
+                    case nemesis_kind::stop_cont: stop_holder(fault_begun); break;
+                    case nemesis_kind::stall_member: {
+                        auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
+                        d.proxy->stall();
+                        log_nemesis("stall", d.label, "start", "fault proxy stalled");
+                        fault_begun();
+                        sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                        d.proxy->resume();
+                        log_nemesis("stall", d.label, "stop", "fault proxy resumed");
+                        break;
                     }
-                    break;
-                }
-                case nemesis_kind::stop_cont: stop_holder(fault_begun); break;
-                case nemesis_kind::stall_member: {
-                    auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
-                    d.proxy->stall();
-                    log_nemesis("stall", d.label, "start", "fault proxy stalled");
-                    fault_begun();
-                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
-                    d.proxy->resume();
-                    log_nemesis("stall", d.label, "stop", "fault proxy resumed");
-                    break;
-                }
-                case nemesis_kind::stall_two_members: {
-                    std::vector<std::size_t> idx(dbs_.size());
-                    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-                    std::shuffle(idx.begin(), idx.end(), rng_);
-                    idx.resize(std::min<std::size_t>(2, idx.size()));
-                    for (auto i : idx) {
-                        dbs_[i].proxy->stall();
-                        log_nemesis("stall", dbs_[i].label, "start", "fault proxy stalled");
+                    case nemesis_kind::stall_two_members: {
+                        std::vector<std::size_t> idx(dbs_.size());
+                        for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+                        std::shuffle(idx.begin(), idx.end(), rng_);
+                        idx.resize(std::min<std::size_t>(2, idx.size()));
+                        for (auto i : idx) {
+                            dbs_[i].proxy->stall();
+                            log_nemesis("stall", dbs_[i].label, "start", "fault proxy stalled");
+                        }
+                        fault_begun();
+                        sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                        for (auto i : idx) {
+                            dbs_[i].proxy->resume();
+                            log_nemesis("stall", dbs_[i].label, "stop", "fault proxy resumed");
+                        }
+                        break;
                     }
-                    fault_begun();
-                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
-                    for (auto i : idx) {
-                        dbs_[i].proxy->resume();
-                        log_nemesis("stall", dbs_[i].label, "stop", "fault proxy resumed");
+                    case nemesis_kind::block_member: {
+                        auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
+                        d.proxy->block();
+                        log_nemesis("block", d.label, "start", "fault proxy refuses connections");
+                        fault_begun();
+                        sleep_until(std::min(clock::now() + s_.stop_for, end_));
+                        d.proxy->unblock();
+                        log_nemesis("block", d.label, "stop", "fault proxy forwards again");
+                        break;
                     }
-                    break;
-                }
-                case nemesis_kind::block_member: {
-                    auto& d = dbs_[std::uniform_int_distribution<std::size_t>(0, dbs_.size() - 1)(rng_)];
-                    d.proxy->block();
-                    log_nemesis("block", d.label, "start", "fault proxy refuses connections");
-                    fault_begun();
-                    sleep_until(std::min(clock::now() + s_.stop_for, end_));
-                    d.proxy->unblock();
-                    log_nemesis("block", d.label, "stop", "fault proxy forwards again");
-                    break;
-                }
-                case nemesis_kind::none: break;
+                    case nemesis_kind::none: break;
                 }
                 fault_begun();
             }
@@ -930,8 +946,8 @@ private:
             w.running = false;
             w.killed = true;
             exits_[w.name] = st;
-            std::cout << "[battery] " << s_.id << ": killed " << w.name << " at failpoint " << s_.killpoint
-                      << " (hit " << killpoint_hits_ << ")\n";
+            std::cout << "[battery] " << s_.id << ": killed " << w.name << " at failpoint " << s_.killpoint << " (hit "
+                      << killpoint_hits_ << ")\n";
             return 1;
         }
         return std::nullopt;
@@ -940,7 +956,8 @@ private:
     void wait_for_workers() {
         // Workers stop on their own at the end of the duration; an acquire in flight may take up to
         // its wait, a hold its hold, a release its io bound.
-        auto const limit = std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + s_.linger + 60s;
+        auto const limit =
+            std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + s_.linger + 60s;
         for (;;) {
             if (!s_.killpoint.empty()) (void)watch_killpoint(false);
             if (auto* w = stopped_after_grant()) ::kill(w->pid, SIGCONT);
@@ -952,7 +969,8 @@ private:
                 for (auto& w : workers_)
                     if (w.running) {
                         ADD_FAILURE() << "worker " << w.name << " (pid " << w.pid
-                                      << ") did not finish in time: killed; see " << (dir_ / (w.name + ".err")).string();
+                                      << ") did not finish in time: killed; see "
+                                      << (dir_ / (w.name + ".err")).string();
                         ::kill(w.pid, SIGKILL);
                         int st = 0;
                         ::waitpid(w.pid, &st, 0);
@@ -1021,7 +1039,8 @@ private:
             long long const id = ids.front();
             if (d.e == engine::postgresql) *s << "SELECT pg_terminate_backend(" + std::to_string(id) + ")";
             else *s << "KILL CONNECTION " + std::to_string(id);
-            log_nemesis("session-kill", sqlock_test::engine_name(d.e), "instant", "server session " + std::to_string(id));
+            log_nemesis("session-kill", sqlock_test::engine_name(d.e), "instant",
+                        "server session " + std::to_string(id));
         } catch (std::exception const& ex) {
             std::cout << "[battery] session kill failed (" << ex.what() << "): skipped\n";
         }
@@ -1051,7 +1070,8 @@ private:
         }
         std::map<std::string, std::int64_t> fenced_values;
         if (s_.k4_fenced && res_raw_) {
-            soci::rowset<soci::row> rows = (res_raw_->prepare << "SELECT lock_name, value FROM " + res_tables_ + "_values");
+            soci::rowset<soci::row> rows =
+                (res_raw_->prepare << "SELECT lock_name, value FROM " + res_tables_ + "_values");
             for (auto const& row : rows) fenced_values[row.get<std::string>(0)] = row.get<long long>(1);
             for (int i = 0; i < s_.locks; ++i) fenced_values.try_emplace(lock_prefix_ + "L" + std::to_string(i), 0);
         }
@@ -1065,8 +1085,8 @@ private:
         // A worker that died of SIGKILL at a failpoint after the nemesis stopped watching is a kill too.
         if (s_.restart_crashed)
             for (auto& w : workers_)
-                if (auto it = exits_.find(w.name); it != exits_.end() && WIFSIGNALED(it->second) &&
-                                                   WTERMSIG(it->second) == SIGKILL)
+                if (auto it = exits_.find(w.name);
+                    it != exits_.end() && WIFSIGNALED(it->second) && WTERMSIG(it->second) == SIGKILL)
                     w.killed = true;
         // Owners whose rows may legitimately outlive the run: killed processes' and abandoned leases'.
         std::set<std::string> killed_procs;
@@ -1127,7 +1147,8 @@ private:
         if (s_.k6_from_abandons) {
             for (auto const& ev : history)
                 if (ev.op == "lost" && ev.error.rfind("abandoned by the worker", 0) == 0)
-                    nemesis_ << to_json(nemesis_event{"abandon", ev.proc, "instant", ev.mono_ns, ev.lock}).dump() << '\n';
+                    nemesis_ << to_json(nemesis_event{"abandon", ev.proc, "instant", ev.mono_ns, ev.lock}).dump()
+                             << '\n';
             nemesis_ << std::flush;
         }
         if (s_.count_connections) {
@@ -1138,7 +1159,8 @@ private:
                 // Each worker's store: its pool, 2 reserved connections, and on PostgreSQL the LISTEN connection.
                 long long const per_worker =
                     (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + (e_ == engine::postgresql ? 1 : 0);
-                long long const limit = s_.processes * per_worker + (s_.reaper ? 4 + (e_ == engine::postgresql ? 1 : 0) : 0);
+                long long const limit =
+                    s_.processes * per_worker + (s_.reaper ? 4 + (e_ == engine::postgresql ? 1 : 0) : 0);
                 conn.counts["max"] = max_connections_;
                 conn.counts["limit"] = limit;
                 conn.counts["samples"] = connection_samples_;
@@ -1147,11 +1169,13 @@ private:
                                                                   (connection_error_.empty() ? std::string("no sample")
                                                                                              : connection_error_)});
                 else if (max_connections_ > limit)
-                    conn.violations.push_back(
-                        {"connections", std::to_string(max_connections_) + " connections of the run's workers on the server, "
-                                        "above the stores' limit " + std::to_string(limit) + " (processes × (pool_size + 2 reserved" +
-                                        (e_ == engine::postgresql ? " + 1 listener)" : ")") +
-                                        (s_.reaper ? " + the reaper's)" : ")")});
+                    conn.violations.push_back({"connections", std::to_string(max_connections_) +
+                                                                  " connections of the run's workers on the server, "
+                                                                  "above the stores' limit " +
+                                                                  std::to_string(limit) +
+                                                                  " (processes × (pool_size + 2 reserved" +
+                                                                  (e_ == engine::postgresql ? " + 1 listener)" : ")") +
+                                                                  (s_.reaper ? " + the reaper's)" : ")")});
             }
             reports.push_back({std::move(conn), true, true});
         }
@@ -1185,15 +1209,21 @@ private:
                     {"extra", "the failpoint " + s_.killpoint + " was never reached: the run tested nothing"});
                 reports.push_back({std::move(extra), true, false});
             } else {
-                for (auto& v : extra_check_({audit, history, remaining, *dbs_.front().raw, dbs_.front().e,
-                                             tables_, killed_workers}))
+                for (auto& v : extra_check_(
+                         {audit, history, remaining, *dbs_.front().raw, dbs_.front().e, tables_, killed_workers}))
                     extra.violations.push_back({"extra", std::move(v)});
                 reports.push_back({std::move(extra), true, true});
             }
         }
         if (!s_.extra_checks.empty()) {
-            run_record rec{history, audit, remaining, read_nemesis((dir_ / "nemesis.jsonl").string()),
-                           realtime_minus_mono_ns_, s_.ttl, s_.processes, s_.threads};
+            run_record rec{history,
+                           audit,
+                           remaining,
+                           read_nemesis((dir_ / "nemesis.jsonl").string()),
+                           realtime_minus_mono_ns_,
+                           s_.ttl,
+                           s_.processes,
+                           s_.threads};
             for (auto const& f : s_.extra_checks) {
                 auto r = f(rec);
                 // Bounds in hundreds of milliseconds on a shared 2-core machine: a miss is rerun once.
@@ -1225,8 +1255,8 @@ private:
             if (it.safety || last_attempt_)
                 ADD_FAILURE() << s_.id << " on " << engine_label() << ": " << it.r.summary();
             else
-                std::cout << "[battery] " << s_.id << " on " << engine_label() << ": liveness miss (rerun once): "
-                          << it.r.summary() << "\n";
+                std::cout << "[battery] " << s_.id << " on " << engine_label()
+                          << ": liveness miss (rerun once): " << it.r.summary() << "\n";
         }
         for (auto const& f : worker_failures) ADD_FAILURE() << s_.id << ": worker failed: " << f;
         if (acquired < s_.min_grants) {
@@ -1255,8 +1285,7 @@ private:
                 std::error_code ec;
                 std::cout << "replay the run: SQLOCK_BATTERY_SEED=" << seed_ << (soak_mode() ? " SQLOCK_SOAK=1" : "")
                           << " bash scripts/with-servers.sh " << fs::read_symlink("/proc/self/exe", ec).string()
-                          << " --gtest_filter='"
-                          << t->test_suite_name() << "." << t->name() << "'" << std::endl;
+                          << " --gtest_filter='" << t->test_suite_name() << "." << t->name() << "'" << std::endl;
             }
             if (!safety_failed) return outcome::flaky_liveness;
             return outcome::failed;
@@ -1314,12 +1343,13 @@ private:
             bool during_release = false;
             if (auto it = windows.find({a.lock, a.owner}); it != windows.end())
                 for (auto const& [from, to] : it->second)
-                    if (at >= from - slack_ns && (to == std::numeric_limits<std::int64_t>::max() || at <= to + slack_ns))
+                    if (at >= from - slack_ns &&
+                        (to == std::numeric_limits<std::int64_t>::max() || at <= to + slack_ns))
                         during_release = true;
             if (!during_release)
-                r.violations.push_back({"K1", "lock " + a.lock + ": the unexpired row of token " + std::to_string(a.token) +
-                                                  " (owner " + a.owner + ") was deleted at db time " +
-                                                  std::to_string(a.db_time_us) + ", " +
+                r.violations.push_back({"K1", "lock " + a.lock + ": the unexpired row of token " +
+                                                  std::to_string(a.token) + " (owner " + a.owner +
+                                                  ") was deleted at db time " + std::to_string(a.db_time_us) + ", " +
                                                   std::to_string((a.expires_at_us - a.db_time_us) / 1000) +
                                                   " ms before its expiry (audit seq " + std::to_string(a.seq) +
                                                   "), while its owner was neither releasing nor acquiring it"});
@@ -1421,8 +1451,8 @@ private:
     milliseconds duration_{0};
     std::int64_t realtime_minus_mono_ns_ = 0;
     std::int64_t start_mono_ns_ = 0;  ///< the start barrier on the raw monotonic clock; 0: none
-    std::string conn_marker_;  ///< count_connections: the workers' application_name (PG) or user (MariaDB)
-    std::string mysql_user_;   ///< the MariaDB user of the run, dropped at cleanup
+    std::string conn_marker_;         ///< count_connections: the workers' application_name (PG) or user (MariaDB)
+    std::string mysql_user_;          ///< the MariaDB user of the run, dropped at cleanup
     std::vector<std::pair<std::string, std::string>> saved_globals_;  ///< MariaDB globals to restore
     std::atomic<long long> max_connections_{0};
     std::atomic<long long> connection_samples_{0};

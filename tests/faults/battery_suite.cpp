@@ -4,9 +4,9 @@
 // K1–K9 (checkers.hpp); see battery_harness.hpp for the run, the replay line and the seeds.
 //
 //   Engines/BatteryConformance.<Test>/<engine>  B01 (table and row lock, L=64), B03, E01, E03   conformance;battery
-//   BatteryIsolation.<Test>                     B01 on PostgreSQL SERIALIZABLE / synchronous_commit off   conformance;battery
-//   BatteryIsolationServer.<Test>               B01 on MariaDB, global READ COMMITTED (runs alone)   conformance;battery
-//   Engines/BatteryFaults.<Test>/<engine>       B02, B04, C01, C02   fault-smoke;battery
+//   BatteryIsolation.<Test>                     B01 on PostgreSQL SERIALIZABLE / synchronous_commit off
+//   conformance;battery BatteryIsolationServer.<Test>               B01 on MariaDB, global READ COMMITTED (runs alone)
+//   conformance;battery Engines/BatteryFaults.<Test>/<engine>       B02, B04, C01, C02   fault-smoke;battery
 //   BatteryMajority.<Test>                      F01, F05        fault-smoke;battery
 //
 // CI durations are 5–20 s each. The soak tier is the same tests with SQLOCK_SOAK=1 (durations ×10,
@@ -208,24 +208,28 @@ scenario long_holds() {
         std::int64_t const need = hold / rec.ttl;  // below this the lease would have run out
         std::int64_t const expected = rec.processes * rec.threads * rounds;
         if (grants != expected)
-            r.violations.push_back({"B03", std::to_string(grants) + " grants of " + std::to_string(expected) + " acquires"});
+            r.violations.push_back(
+                {"B03", std::to_string(grants) + " grants of " + std::to_string(expected) + " acquires"});
         if (released != grants)
-            r.violations.push_back({"B03", std::to_string(released) + " releases succeeded of " + std::to_string(grants)});
+            r.violations.push_back(
+                {"B03", std::to_string(released) + " releases succeeded of " + std::to_string(grants)});
         std::int64_t min_renewals = std::numeric_limits<std::int64_t>::max(), total = 0;
         for (auto const& [grant, n] : renewals) {
             min_renewals = std::min(min_renewals, n);
             total += n;
             if (n < need)
                 r.violations.push_back({"B03", grant.first + " token " + std::to_string(grant.second) + ": " +
-                                                   std::to_string(n) + " renewals in a " + std::to_string(hold.count()) +
-                                                   " ms hold, at least " + std::to_string(need) + " expected"});
+                                                   std::to_string(n) + " renewals in a " +
+                                                   std::to_string(hold.count()) + " ms hold, at least " +
+                                                   std::to_string(need) + " expected"});
         }
         for (auto const& row : rec.remaining)
             r.violations.push_back({"B03", "row left after every release: " + row.lock + " (owner " + row.owner + ")"});
         r.counts["grants"] = grants;
         r.counts["refused"] = refused;
         r.counts["min_renewals"] = renewals.empty() ? 0 : min_renewals;
-        r.counts["renewals_per_grant_x10"] = renewals.empty() ? 0 : total * 10 / static_cast<std::int64_t>(renewals.size());
+        r.counts["renewals_per_grant_x10"] =
+            renewals.empty() ? 0 : total * 10 / static_cast<std::int64_t>(renewals.size());
         return r;
     });
     return s;
@@ -293,9 +297,7 @@ TEST_P(BatteryConformance, B01_CounterStormManyLocks) {
 
 TEST_P(BatteryConformance, B03_ManyLocksLongHolds) { battery_run(long_holds(), GetParam()).run_and_check(); }
 
-TEST_P(BatteryFaults, B02_ThunderingHerd) {
-    battery_run(thundering_herd(GetParam()), GetParam()).run_and_check();
-}
+TEST_P(BatteryFaults, B02_ThunderingHerd) { battery_run(thundering_herd(GetParam()), GetParam()).run_and_check(); }
 
 TEST_P(BatteryFaults, B04_MixedShortTtls) { battery_run(mixed_storm(), GetParam()).run_and_check(); }
 
@@ -347,10 +349,10 @@ TEST(BatteryIsolationServer, B01_MariadbGlobalSerializableRowLock) {
 // every 10 ms, one row per batch with a pause between batches (failpoint
 // reaper.between_batches). Worker 1's renewals are held back 180 ms before their statement
 // (failpoint renew.before_statement), so they reach the database around the expiry: some in
-// time, some after it, racing the reaper's delete of the same row. K1: no lease is taken over or deleted before its expiry, and no
-// unexpired row is deleted by anyone but its owner (K1-reap); K3: a holder that lost its lease
-// meanwhile has its late writes refused. The unfenced counter is only reported: a lease can be
-// lost to a slow renewal on a loaded machine, and then the counter is not protected.
+// time, some after it, racing the reaper's delete of the same row. K1: no lease is taken over or deleted before its
+// expiry, and no unexpired row is deleted by anyone but its owner (K1-reap); K3: a holder that lost its lease meanwhile
+// has its late writes refused. The unfenced counter is only reported: a lease can be lost to a slow renewal on a loaded
+// machine, and then the counter is not protected.
 TEST_P(BatteryConformance, E01_ReaperRacesRenewals) {
     scenario s = expiry_storm("E01", 201);
     s.processes = 4;
@@ -454,7 +456,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, BatteryFaults, ::testing::Values(engine::postg
 // majority tokens, K4 exact, K1 and K7 on every member's audit.
 TEST(BatteryMajority, F01_Contention) {
     scenario s = majority_storm("F01", 401);
-    s.k8 = false;  // a member's late grant given back after the run ended may still be in flight: reported
+    s.k8 = false;       // a member's late grant given back after the run ended may still be in flight: reported
     s.min_grants = 50;  // a healthy run makes well over 1000
     battery_run(s, engine::postgresql).run_and_check();
 }
@@ -462,8 +464,9 @@ TEST(BatteryMajority, F01_Contention) {
 // F05 — majority with one member stalled through its fault proxy (silent: statements hang) for
 // 2 × TTL every 3–5 s. Holders hold 0.5–1.5 s (TTL 2 s), so renewals run while a member is
 // stalled. The majority goes on with the other two; the stalled member's renewals and grants
-// time out (member timeout ttl/10), its rows expire and are cleaned up or taken over later. K3: no stale write accepted (majority tokens keep increasing
-// whatever member fails); K1 and K7 on every member; K9 typed errors. K4 and K5 are reported.
+// time out (member timeout ttl/10), its rows expire and are cleaned up or taken over later. K3: no stale write accepted
+// (majority tokens keep increasing whatever member fails); K1 and K7 on every member; K9 typed errors. K4 and K5 are
+// reported.
 TEST(BatteryMajority, F05_MemberStalled) {
     scenario s = majority_storm("F05", 405);
     s.duration = 15s;

@@ -38,10 +38,10 @@
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
 
-#include <CLI/CLI.hpp>
 #include <soci/postgresql/soci-postgresql.h>
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -52,9 +52,9 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -97,7 +97,7 @@ struct config {
     bool row = false;
     bool no_renew = false;
     int abandon_pct = 0;
-    long long think_max_ms = 0;  // a pause of U(0, think) after each release, so other processes get turns
+    long long think_max_ms = 0;             // a pause of U(0, think) after each release, so other processes get turns
     std::string resource_backend = "none";  // postgresql | sqlite3 | none
     std::string resource_connect;
     std::string resource_tables = "sqlock";
@@ -107,15 +107,16 @@ struct config {
     std::int64_t start_mono_ns = 0;  // > 0: every thread starts at this raw monotonic instant
     bool log_busy = false;
     bool stop_after_grant = false;
-    long long round_ms = 0;   // > 0 (with start_mono_ns): every acquire starts on a multiple of this after the barrier
+    long long round_ms = 0;  // > 0 (with start_mono_ns): every acquire starts on a multiple of this after the barrier
     long long linger_ms = 0;
-    bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last thread ended (a majority's late give-backs finish)
+    bool single_try = false;  // try_acquire (one round) instead of a waiting acquire  // stay this long after the last
+                              // thread ended (a majority's late give-backs finish)
     std::uint64_t seed = 1;
     int pool_size = 0;      // 0: threads + 4
     bool own_lock = false;  // thread k uses only lock lock_offset + k
     int lock_offset = 0;
-    int rounds = 0;         // > 0: each thread stops after this many critical sections
-    bool mixed = false;     // the mixed-operation storm (thread_loop_mixed)
+    int rounds = 0;      // > 0: each thread stops after this many critical sections
+    bool mixed = false;  // the mixed-operation storm (thread_loop_mixed)
     long long ttl_min_ms = 0;
     bool fuzz = false;  // the randomized operation fuzzer (thread_loop_fuzz), one thread: the main thread
     int fork_pct = 0;   // --fuzz: percent of a holder's steps that fork (after acquire, during renew, during release)
@@ -171,28 +172,28 @@ enum class child_end { underscore_exit, return_main, exit_call };
 
 char const* to_string(fork_point p) {
     switch (p) {
-    case fork_point::idle: return "idle";
-    case fork_point::after_acquire: return "acquired";
-    case fork_point::renewal: return "renewing";
-    case fork_point::release: return "releasing";
+        case fork_point::idle: return "idle";
+        case fork_point::after_acquire: return "acquired";
+        case fork_point::renewal: return "renewing";
+        case fork_point::release: return "releasing";
     }
     return "?";
 }
 
 char const* to_string(child_end e) {
     switch (e) {
-    case child_end::underscore_exit: return "_exit";
-    case child_end::return_main: return "return";
-    case child_end::exit_call: return "exit";
+        case child_end::underscore_exit: return "_exit";
+        case child_end::return_main: return "return";
+        case child_end::exit_call: return "exit";
     }
     return "?";
 }
 
 class worker {
 public:
-    explicit worker(config c)
-        : c_(std::move(c)), h_(std::make_unique<history_writer>(c_.history, c_.name)) {
-        sqlock::store_options so{.pool_size = static_cast<std::size_t>(c_.pool_size > 0 ? c_.pool_size : c_.threads + 4),
+    explicit worker(config c) : c_(std::move(c)), h_(std::make_unique<history_writer>(c_.history, c_.name)) {
+        sqlock::store_options so{.pool_size =
+                                     static_cast<std::size_t>(c_.pool_size > 0 ? c_.pool_size : c_.threads + 4),
                                  .table_prefix = c_.tables,
                                  .connect_timeout = 5s,
                                  .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
@@ -239,35 +240,35 @@ private:
         using kind = sqlock::lease_event::kind;
         event e{.thread = k, .lock = std::string(ev.name), .owner = owner, .token = ev.token};
         switch (ev.what) {
-        case kind::busy:
-            if (!c_.log_busy) return;
-            e.op = "busy";
-            e.type = "ok";
-            break;
-        case kind::renewed: {
-            // Logged (under the slot's mutex) only while the worker still has the lease in its slot,
-            // which it empties before it logs the release's invoke: a renewal the renewer finished
-            // just before a release, whose hook runs after it, must not appear after that release.
-            std::lock_guard lock(slot.mutex);
-            if (slot.lease == nullptr || slot.lease->token() != ev.token) return;
-            e.op = "renew";
-            e.type = "ok";
-            e.expires_at_us = us_of(slot.lease->expires_at());
-            e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
-            h_->write(std::move(e));
-            return;
-        }
-        case kind::renew_failed:
-            e.op = "renew";
-            e.type = "fail";
-            e.error = "sqlock::backend_unavailable: " + std::string(ev.detail);
-            break;
-        case kind::lost:
-            e.op = "lost";
-            e.type = "ok";
-            e.error = "sqlock::lease_lost: " + std::string(ev.detail);
-            break;
-        default: return;
+            case kind::busy:
+                if (!c_.log_busy) return;
+                e.op = "busy";
+                e.type = "ok";
+                break;
+            case kind::renewed: {
+                // Logged (under the slot's mutex) only while the worker still has the lease in its slot,
+                // which it empties before it logs the release's invoke: a renewal the renewer finished
+                // just before a release, whose hook runs after it, must not appear after that release.
+                std::lock_guard lock(slot.mutex);
+                if (slot.lease == nullptr || slot.lease->token() != ev.token) return;
+                e.op = "renew";
+                e.type = "ok";
+                e.expires_at_us = us_of(slot.lease->expires_at());
+                e.validity_ms = std::chrono::duration_cast<milliseconds>(slot.lease->remaining()).count();
+                h_->write(std::move(e));
+                return;
+            }
+            case kind::renew_failed:
+                e.op = "renew";
+                e.type = "fail";
+                e.error = "sqlock::backend_unavailable: " + std::string(ev.detail);
+                break;
+            case kind::lost:
+                e.op = "lost";
+                e.type = "ok";
+                e.error = "sqlock::lease_lost: " + std::string(ev.detail);
+                break;
+            default: return;
         }
         h_->write(std::move(e));
     }
@@ -292,15 +293,16 @@ private:
             long long serial = 0;
             try {
                 fence.check_and_set(res, base.lock, *base.token);
-                res << "INSERT INTO " + values + " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO UPDATE SET "
-                       "value = " + values + ".value + 1 RETURNING value",
+                res << "INSERT INTO " + values +
+                           " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO UPDATE SET "
+                           "value = " +
+                           values + ".value + 1 RETURNING value",
                     soci::use(base.lock), soci::into(serial);
                 res << "COMMIT";
             } catch (...) {
                 try {
                     res << "ROLLBACK";
-                } catch (...) {
-                }
+                } catch (...) {}
                 throw;
             }
             base.type = "ok";
@@ -329,8 +331,8 @@ private:
             if (in && !(in >> value)) value = 0;
         }
         if (c_.cs_max_us > 0)
-            std::this_thread::sleep_for(std::chrono::microseconds(
-                std::uniform_int_distribution<long long>(0, c_.cs_max_us)(rng)));
+            std::this_thread::sleep_for(
+                std::chrono::microseconds(std::uniform_int_distribution<long long>(0, c_.cs_max_us)(rng)));
         auto tmp = path;
         tmp += "." + c_.name + "." + std::to_string(base.thread) + ".tmp";
         {
@@ -395,8 +397,8 @@ private:
             if (fence) fenced_write(*res, *fence, base);
             if (lease->held()) unfenced_write(i, base, rng);
             if (c_.hold_max_ms > 0) {
-                std::this_thread::sleep_for(milliseconds(
-                    std::uniform_int_distribution<long long>(c_.hold_min_ms, c_.hold_max_ms)(rng)));
+                std::this_thread::sleep_for(
+                    milliseconds(std::uniform_int_distribution<long long>(c_.hold_min_ms, c_.hold_max_ms)(rng)));
                 if (fence) fenced_write(*res, *fence, base);
             }
 
@@ -454,7 +456,8 @@ private:
                     out.type = "fail";
                     out.error = std::string("sqlock::busy: held by another owner (") + try_what + ")";
                     h_->write(std::move(out));
-                    std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<long long>(1, busy_pause_ms)(rng)));
+                    std::this_thread::sleep_for(
+                        milliseconds(std::uniform_int_distribution<long long>(1, busy_pause_ms)(rng)));
                     return false;
                 }
                 lease.emplace(std::move(*got));
@@ -527,15 +530,18 @@ private:
     }
 
     void release_logged(event rel, sqlock::lease& lease) {
-        logged(std::move(rel), "release", [&] { lease.release(); }, [](event&) {});
+        logged(
+            std::move(rel), "release", [&] { lease.release(); }, [](event&) {});
     }
 
     /// An explicit renewal (ok with the expiry and validity then left).
     bool renew_logged(event ev, sqlock::lease& lease) {
-        return logged(std::move(ev), "renew", [&] { lease.renew(); }, [&](event& ok) {
-            ok.expires_at_us = us_of(lease.expires_at());
-            ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
-        });
+        return logged(
+            std::move(ev), "renew", [&] { lease.renew(); },
+            [&](event& ok) {
+                ok.expires_at_us = us_of(lease.expires_at());
+                ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
+            });
     }
 
     /// The mixed-operation storm (--mixed; see the file comment). Renewals are explicit and logged
@@ -639,9 +645,11 @@ private:
                 renew_logged(base, *lease);
             } else if (roll < 58) {
                 std::optional<sqlock::lease> inner;
-                if (logged(base, "reenter", [&] { inner.emplace(lease->reenter()); }, [](event&) {})) {
+                if (logged(
+                        base, "reenter", [&] { inner.emplace(lease->reenter()); }, [](event&) {})) {
                     if (fence && percent() < 50) fenced_write(*res, *fence, base);
-                    logged(base, "release_hold", [&] { inner->release(); }, [](event&) {});
+                    logged(
+                        base, "release_hold", [&] { inner->release(); }, [](event&) {});
                 }
             } else if (roll < 70) {
                 std::this_thread::sleep_for(
@@ -683,7 +691,8 @@ private:
         // records) is copied in whatever state that thread left it; SQLite forbids using a database across
         // fork() (sqlite.org/howtocorrupt.html, 2.6). A child that did hung once in CI (Fuzz.TableLock/sqlite,
         // seed 701, forked inside release()). The draw stays, so the schedule of the seed is unchanged.
-        bool const work = std::uniform_int_distribution<int>(0, 1)(rng) == 1 && c_.urls.front().rfind("sqlite:", 0) != 0;
+        bool const work =
+            std::uniform_int_distribution<int>(0, 1)(rng) == 1 && c_.urls.front().rfind("sqlite:", 0) != 0;
         std::string const child = c_.name + ".f" + std::to_string(++forks_) + "-" + to_string(point) + "-" +
                                   to_string(end) + (work ? "-lock" : "");
         std::atomic<bool> inside{false};
@@ -702,7 +711,8 @@ private:
         }
         if (helper != nullptr) {
             while (!inside) std::this_thread::yield();
-            std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<long long>(0, 40000)(rng)));
+            std::this_thread::sleep_for(
+                std::chrono::microseconds(std::uniform_int_distribution<long long>(0, 40000)(rng)));
         }
         event f = base;
         f.op = "fork";
@@ -733,9 +743,9 @@ private:
     /// then the end the parent drew: _exit, exit() or a return through main() (fork_return).
     [[noreturn]] void child_main(std::string const& name, child_end end, bool work, std::mt19937_64& rng,
                                  pid_t parent) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed worker takes its children with it
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // a killed worker takes its children with it
         if (::getppid() != parent) ::_exit(0);  // killed before the line above
-        (void)h_.release();  // the parent's writer: its mutex may be held by a thread this process does not have
+        (void)h_.release();    // the parent's writer: its mutex may be held by a thread this process does not have
         (void)res_.release();  // the parent's resource session: the test's own, not the library under test
         c_.name = name;
         h_ = std::make_unique<history_writer>(
@@ -751,9 +761,9 @@ private:
             }
         }
         switch (end) {
-        case child_end::underscore_exit: ::_exit(code);
-        case child_end::exit_call: std::exit(code);
-        case child_end::return_main: throw fork_return{code};
+            case child_end::underscore_exit: ::_exit(code);
+            case child_end::exit_call: std::exit(code);
+            case child_end::return_main: throw fork_return{code};
         }
         ::_exit(code);
     }
@@ -834,7 +844,8 @@ private:
 
     static std::string exit_text(int st) {
         if (WIFEXITED(st)) return "exit " + std::to_string(WEXITSTATUS(st));
-        if (WIFSIGNALED(st)) return std::string("signal ") + std::to_string(WTERMSIG(st)) + " (" + ::strsignal(WTERMSIG(st)) + ")";
+        if (WIFSIGNALED(st))
+            return std::string("signal ") + std::to_string(WTERMSIG(st)) + " (" + ::strsignal(WTERMSIG(st)) + ")";
         return "status " + std::to_string(st);
     }
 
@@ -909,7 +920,8 @@ int main(int argc, char** argv) {
     app.add_option("--think-max-ms", c.think_max_ms,
                    "pause U(0, this) after each release (the engines' waiting is not fair: a process that loops "
                    "acquire-release can keep a lock from the others)");
-    app.add_option("--abandon-pct", c.abandon_pct, "percent of leases abandoned (never released)")->check(CLI::Range(0, 100));
+    app.add_option("--abandon-pct", c.abandon_pct, "percent of leases abandoned (never released)")
+        ->check(CLI::Range(0, 100));
     app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
     app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");
     app.add_option("--resource-tables", c.resource_tables, "table prefix of the resource's fence table");
@@ -923,18 +935,22 @@ int main(int argc, char** argv) {
     app.add_flag("--single-try", c.single_try, "try_acquire (one round) instead of a waiting acquire");
     app.add_flag("--log-busy", c.log_busy, "log each busy attempt inside a waiting acquire (op busy)");
     app.add_flag("--stop-after-grant", c.stop_after_grant, "SIGSTOP this process after each grant it logged");
-    app.add_option("--pool-size", c.pool_size, "the store's pooled connections (0: threads + 4)")->check(CLI::Range(0, 1024));
+    app.add_option("--pool-size", c.pool_size, "the store's pooled connections (0: threads + 4)")
+        ->check(CLI::Range(0, 1024));
     app.add_flag("--own-lock", c.own_lock, "thread k takes only lock --lock-offset + k");
     app.add_option("--lock-offset", c.lock_offset, "with --own-lock: the first thread's lock");
     app.add_option("--rounds", c.rounds, "> 0: each thread stops after this many critical sections");
     app.add_flag("--mixed", c.mixed, "the mixed-operation storm: random TTLs, explicit renewals, abandons");
     app.add_option("--ttl-min-ms", c.ttl_min_ms, "--mixed: TTLs are U(this, --ttl-ms)");
-    app.add_flag("--fuzz", c.fuzz, "the randomized operation fuzzer: one thread, random try/acquire/renew/reenter/release/fork");
-    app.add_option("--fork-pct", c.fork_pct, "--fuzz: percent of a holder's steps that fork")->check(CLI::Range(0, 100));
+    app.add_flag("--fuzz", c.fuzz,
+                 "the randomized operation fuzzer: one thread, random try/acquire/renew/reenter/release/fork");
+    app.add_option("--fork-pct", c.fork_pct, "--fuzz: percent of a holder's steps that fork")
+        ->check(CLI::Range(0, 100));
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));
-    app.add_option("--token-horizon-ms", c.token_horizon_ms, "reaper: purge token counters older than this (< 0: never)");
+    app.add_option("--token-horizon-ms", c.token_horizon_ms,
+                   "reaper: purge token counters older than this (< 0: never)");
     CLI11_PARSE(app, argc, argv);
     try {
         if (c.mode == "reaper") return run_reaper(c);

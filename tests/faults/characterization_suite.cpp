@@ -18,10 +18,10 @@
 //
 // Each test has tables of its own (a random table_prefix, dropped afterwards). The crash test kills the MariaDB
 // test server: run it only on servers of its own (the ctest entries are RUN_SERIAL).
-#include "test_env.hpp"
 #include "fault_calls.hpp"
 #include "fault_proxy.hpp"
 #include "majority_members.hpp"
+#include "test_env.hpp"
 
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
@@ -97,9 +97,9 @@ protected:
     /// MariaDB's root over the socket (SET GLOBAL needs it).
     std::unique_ptr<soci::session> root() const {
         url_parts p = parse_server_url(url_);
-        return std::make_unique<soci::session>(
-            *soci::factory_mysql(),
-            "unix_socket=" + mysql_quote_param(socket_) + " user='root' dbname=" + mysql_quote_param(p.db));
+        return std::make_unique<soci::session>(*soci::factory_mysql(),
+                                               "unix_socket=" + mysql_quote_param(socket_) +
+                                                   " user='root' dbname=" + mysql_quote_param(p.db));
     }
 
     std::string crash_cmd_;
@@ -131,7 +131,8 @@ struct round_result {
     std::string details, worker_end;
     std::string text() const {
         return std::to_string(grants) + " acknowledged grants (" + std::to_string(kept) + " kept), " +
-               std::to_string(lost) + " kept grants lost, " + std::to_string(reissued) + " names given an old token again";
+               std::to_string(lost) + " kept grants lost, " + std::to_string(reissued) +
+               " names given an old token again";
     }
 };
 

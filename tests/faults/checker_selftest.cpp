@@ -28,8 +28,8 @@ constexpr std::int64_t ms = 1'000'000;  // mono_ns per millisecond
 struct history {
     std::vector<sb::event> events;
 
-    sb::event& put(std::string const& proc, std::int64_t thread, std::string op, std::string type,
-                   std::string lock, std::int64_t at_ms) {
+    sb::event& put(std::string const& proc, std::int64_t thread, std::string op, std::string type, std::string lock,
+                   std::int64_t at_ms) {
         sb::event e;
         e.proc = proc;
         e.pid = 1000 + static_cast<std::int64_t>(proc.size());
@@ -66,8 +66,8 @@ struct history {
 
 sb::audit_row row(std::int64_t seq, std::string kind, std::string owner, std::int64_t token, std::int64_t db_ms,
                   std::int64_t expires_ms, std::string lock = "L", std::string db = "") {
-    return sb::audit_row{seq, std::move(lock), std::move(owner), token, std::move(kind), db_ms * 1000,
-                         expires_ms * 1000, std::move(db)};
+    return sb::audit_row{seq,          std::move(lock),   std::move(owner), token, std::move(kind),
+                         db_ms * 1000, expires_ms * 1000, std::move(db)};
 }
 
 bool mentions(sb::report const& r, std::string const& text) {
@@ -80,10 +80,10 @@ bool mentions(sb::report const& r, std::string const& text) {
 
 TEST(K1, DisjointLeasesPass) {
     std::vector<sb::audit_row> audit{
-        row(1, "grant", "a", 1, 0, 10),   row(2, "renew", "a", 1, 5, 15),    // extended while valid
-        row(3, "delete", "a", 1, 8, 15),                                    // released
-        row(4, "grant", "b", 2, 9, 19),   row(5, "takeover", "c", 3, 20, 30),  // b expired at 19
-        row(6, "hold", "c", 3, 21, 30),   row(7, "delete", "c", 3, 35, 30),    // purged after expiry
+        row(1, "grant", "a", 1, 0, 10),  row(2, "renew", "a", 1, 5, 15),      // extended while valid
+        row(3, "delete", "a", 1, 8, 15),                                      // released
+        row(4, "grant", "b", 2, 9, 19),  row(5, "takeover", "c", 3, 20, 30),  // b expired at 19
+        row(6, "hold", "c", 3, 21, 30),  row(7, "delete", "c", 3, 35, 30),    // purged after expiry
     };
     auto r = sb::k1_db_disjoint(audit);
     EXPECT_TRUE(r.ok()) << r.summary();
@@ -130,9 +130,9 @@ TEST(K1, EachDatabaseIsItsOwnTimeline) {
     auto r = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(1, "grant", "b", 7, 5, 15, "L", "pg2"),
                                  row(2, "takeover", "b", 2, 11, 21, "L", "pg1")});
     EXPECT_TRUE(r.ok()) << r.summary();
-    auto bad = sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"),
-                                   row(2, "takeover", "b", 2, 9, 19, "L", "pg1"),
-                                   row(1, "grant", "c", 1, 0, 10, "L", "pg2")});
+    auto bad =
+        sb::k1_db_disjoint({row(1, "grant", "a", 1, 0, 10, "L", "pg1"), row(2, "takeover", "b", 2, 9, 19, "L", "pg1"),
+                            row(1, "grant", "c", 1, 0, 10, "L", "pg2")});
     EXPECT_FALSE(bad.ok());
     EXPECT_TRUE(mentions(bad, "on db 'pg1'")) << bad.summary();
 }
@@ -145,11 +145,11 @@ TEST(K1, UnknownKindIsUnreadableInput) {
 
 TEST(K2, HandOffWithoutOverlapPasses) {
     history h;
-    h.acquire("w1", "L", 0, 1, 1, 1000);     // believes [1, 1001)
-    h.release("w1", "L", 500, 510, 1);       // ... until its release invoke at 500
+    h.acquire("w1", "L", 0, 1, 1, 1000);      // believes [1, 1001)
+    h.release("w1", "L", 500, 510, 1);        // ... until its release invoke at 500
     h.acquire("w2", "L", 400, 600, 2, 1000);  // granted after 500: its window had a free moment
     h.release("w2", "L", 700, 710, 2);
-    h.acquire("w1", "L", 800, 900, 3, 50);   // believes [900, 950): validity ran out, not released yet
+    h.acquire("w1", "L", 800, 900, 3, 50);    // believes [900, 950): validity ran out, not released yet
     h.acquire("w2", "L", 920, 960, 4, 1000);  // acquired after w1's deadline
     h.release("w2", "L", 990, 995, 4);
     h.call("w1", "release", "fail", "L", 1100, 1101, 3).error = "sqlock::lease_lost: validity ran out";
@@ -176,8 +176,8 @@ TEST(K2, TwoOwnersBelievingAtOnceAreReported) {
 
 TEST(K2, RenewExtendsTheBelief) {
     history h;
-    h.acquire("w1", "L", 0, 1, 1, 100);    // until 101
-    h.renew("w1", "L", 50, 60, 1, 100);    // invoked while valid: until 160
+    h.acquire("w1", "L", 0, 1, 1, 100);  // until 101
+    h.renew("w1", "L", 50, 60, 1, 100);  // invoked while valid: until 160
     h.acquire("w2", "L", 110, 120, 2, 100);
     auto r = sb::k2_belief_overlap(h.events);
     EXPECT_EQ(r.counts["overlaps"], 1) << r.summary();
@@ -292,7 +292,7 @@ TEST(K5, ProperSequencePasses) {
     h.release("w1", "L", 700, 701, 1);
     h.release("w1", "L", 710, 711, 1);  // idempotent second release
     h.acquire("w1", "L", 800, 801, 2, 1000);
-    h.call("w2", "release", "fail", "L", 810, 811, 2).error = "sqlock::lease_lost: not ours";  // non-holder: refused
+    h.call("w2", "release", "fail", "L", 810, 811, 2).error = "sqlock::lease_lost: not ours";     // non-holder: refused
     h.call("w1", "renew", "fail", "L", 900, 901, 2).error = "sqlock::backend_unavailable: down";  // not a loss
     h.renew("w1", "L", 950, 951, 2, 1000);
     h.release("w1", "L", 1000, 1001, 2);
@@ -407,9 +407,8 @@ TEST(K6, AKilledWaiterIsNotWaiting) {
 
 TEST(K7, IncreasingTokensPass) {
     auto r = sb::k7_tokens({row(1, "grant", "a", 1, 0, 10), row(2, "renew", "a", 1, 5, 15),
-                            row(3, "delete", "a", 1, 8, 15),
-                            row(4, "grant", "b", 2, 9, 19), row(5, "takeover", "c", 7, 20, 30),
-                            row(6, "grant", "x", 1, 0, 10, "M")},
+                            row(3, "delete", "a", 1, 8, 15), row(4, "grant", "b", 2, 9, 19),
+                            row(5, "takeover", "c", 7, 20, 30), row(6, "grant", "x", 1, 0, 10, "M")},
                            {});
     EXPECT_TRUE(r.ok()) << r.summary();
     EXPECT_EQ(r.counts["grants"], 4);
@@ -478,13 +477,13 @@ TEST(K9, TypedErrorsPass) {
 }
 
 TEST(K9, RawEngineErrorsAreReported) {
-    for (std::string raw : {"ERROR: could not serialize access due to concurrent update",
-                            "std::runtime_error: SQLITE_BUSY", "soci_error: database is locked",
-                            "sqlock::backend_error: deadlock detected", "sqlock::timeout: failed (SQLSTATE 40001)",
-                            "sqlock::backend_unavailable: MySQL error 1213", "sqlock::in_doubt: failed (1205)",
-                            "sqlock::in_doubt: ERROR 40P01", "sqlock::lease_lost: [40001] retry",
-                            "sqlock::timeout: canceling statement due to lock timeout",
-                            "sqlock::in_doubt: the clean-up failed too (could not serialize access)", ""}) {
+    for (std::string raw :
+         {"ERROR: could not serialize access due to concurrent update", "std::runtime_error: SQLITE_BUSY",
+          "soci_error: database is locked", "sqlock::backend_error: deadlock detected",
+          "sqlock::timeout: failed (SQLSTATE 40001)", "sqlock::backend_unavailable: MySQL error 1213",
+          "sqlock::in_doubt: failed (1205)", "sqlock::in_doubt: ERROR 40P01", "sqlock::lease_lost: [40001] retry",
+          "sqlock::timeout: canceling statement due to lock timeout",
+          "sqlock::in_doubt: the clean-up failed too (could not serialize access)", ""}) {
         history h;
         h.call("w1", "acquire", "fail", "L", 0, 1).error = raw;
         EXPECT_FALSE(sb::k9_typed_errors(h.events).ok()) << "not reported: \"" << raw << '"';
@@ -630,7 +629,7 @@ TEST_F(RunDirectory, CheckDirectoryReportsABadRun) {
     small_run run;
     run.audit[2] = row(3, "takeover", "w2/0", 2, 900, 1900);  // taken over before w1's expiry at 1000
     run.audit.erase(run.audit.begin() + 1);
-    run.final_state.counters["L"] = 1;                         // and an update lost
+    run.final_state.counters["L"] = 1;  // and an update lost
     run.save(dir_);
     auto reports = sb::check_directory(dir_.string());
     std::set<std::string> failed;

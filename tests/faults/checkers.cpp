@@ -20,8 +20,12 @@ namespace sqlock_battery {
 // ---------------------------------------------------------------------------------------------------------------
 
 nlohmann::json to_json(audit_row const& r) {
-    nlohmann::json j{{"seq", r.seq},   {"lock", r.lock}, {"owner", r.owner},
-                     {"token", r.token}, {"kind", r.kind}, {"db_time_us", r.db_time_us},
+    nlohmann::json j{{"seq", r.seq},
+                     {"lock", r.lock},
+                     {"owner", r.owner},
+                     {"token", r.token},
+                     {"kind", r.kind},
+                     {"db_time_us", r.db_time_us},
                      {"expires_at_us", r.expires_at_us}};
     if (!r.db.empty()) j["db"] = r.db;
     return j;
@@ -110,8 +114,7 @@ run_final read_final(std::string const& path) {
     try {
         auto j = nlohmann::json::parse(in);
         run_final f;
-        if (auto it = j.find("counters"); it != j.end())
-            f.counters = it->get<std::map<std::string, std::int64_t>>();
+        if (auto it = j.find("counters"); it != j.end()) f.counters = it->get<std::map<std::string, std::int64_t>>();
         if (auto it = j.find("remaining"); it != j.end()) {
             f.has_remaining = true;
             for (auto const& r : *it) f.remaining.push_back(audit_from_json(r));
@@ -182,7 +185,7 @@ struct op {
     std::string lock;
     std::string owner;
     std::optional<std::int64_t> token;
-    std::string type;  // ok | fail | info (info also for an invoke that never completed)
+    std::string type;                  // ok | fail | info (info also for an invoke that never completed)
     std::int64_t invoke_ns = 0;        // without an invoke event: the completion's time (see `invoked`)
     std::int64_t complete_ns = never;  // never: no completion was written
     bool invoked = true;               // false: no invoke was written (the renewer's renew, lost), so when the
@@ -234,8 +237,8 @@ ops_view pair_ops(std::vector<event> const& history) {
             continue;
         }
         auto& open = pending[key];
-        auto it = std::find_if(open.rbegin(), open.rend(),
-                               [&](op const& o) { return o.name == e->op && o.lock == e->lock; });
+        auto it =
+            std::find_if(open.rbegin(), open.rend(), [&](op const& o) { return o.name == e->op && o.lock == e->lock; });
         op o;
         if (it != open.rend()) {
             o = std::move(*it);
@@ -265,11 +268,11 @@ struct segment {
 };
 
 struct grant {
-    std::size_t acquire = 0;                // index into ops
-    std::vector<std::size_t> later;         // renew/release/lost ops attached to it, in invoke order
-    std::int64_t released_ns = never;       // the first release ok completed
-    std::int64_t lost_ns = never;           // the first loss reported (lost, or a lease_lost renew/release)
-    std::vector<segment> believed;          // known-held intervals (K2)
+    std::size_t acquire = 0;           // index into ops
+    std::vector<std::size_t> later;    // renew/release/lost ops attached to it, in invoke order
+    std::int64_t released_ns = never;  // the first release ok completed
+    std::int64_t lost_ns = never;      // the first loss reported (lost, or a lease_lost renew/release)
+    std::vector<segment> believed;     // known-held intervals (K2)
 };
 
 struct grants_view {
@@ -306,9 +309,9 @@ grants_view build_grants(ops_view const& v) {
             for (auto gi : it->second) {  // acquire-complete order: keep the latest that fits
                 auto const& a = v.ops[g.grants[gi].acquire];
                 if (a.complete_ns > when) break;
-                bool const fits = o.token ? (a.token == o.token && (o.owner.empty() || a.owner.empty() ||
-                                                                      o.owner == a.owner))
-                                          : a.thread == o.thread;
+                bool const fits =
+                    o.token ? (a.token == o.token && (o.owner.empty() || a.owner.empty() || o.owner == a.owner))
+                            : a.thread == o.thread;
                 if (fits) found = gi;
             }
         }
@@ -382,9 +385,10 @@ report k1_db_disjoint(std::vector<audit_row> const& audit) {
     for (auto const& a : audit) {
         static std::set<std::string> const kinds{"grant", "takeover", "renew", "hold", "delete"};
         if (!kinds.contains(a.kind))
-            throw std::invalid_argument(fmt::format("K1: audit row seq {} has kind '{}', not one of grant, takeover, "
-                                                    "renew, hold, delete",
-                                                    a.seq, a.kind));
+            throw std::invalid_argument(
+                fmt::format("K1: audit row seq {} has kind '{}', not one of grant, takeover, "
+                            "renew, hold, delete",
+                            a.seq, a.kind));
         by_db[a.db].push_back(&a);
     }
     for (auto& [db, rows] : by_db) {
@@ -443,7 +447,7 @@ report k1_db_disjoint(std::vector<audit_row> const& audit) {
                     if (a->db_time_us >= st.expires) ++late_renews;
                 }
                 st.expires = a->expires_at_us;  // the row's expiry, whatever it extends: later takeovers compare to it
-            } else {  // delete
+            } else {                            // delete
                 if (!st.present) {
                     ++unknown_start;
                 } else if (a->token != st.token || a->expires_at_us != st.expires) {
@@ -458,9 +462,14 @@ report k1_db_disjoint(std::vector<audit_row> const& audit) {
             }
         }
     }
-    r.counts = {{"grants", grants},          {"takeovers", takeovers},   {"renews", renews},
-                {"releases", releases},      {"expired_deletes", expired_deletes},
-                {"clock_jumps", clock_jumps}, {"late_renews", late_renews}, {"audit_gaps", audit_gaps},
+    r.counts = {{"grants", grants},
+                {"takeovers", takeovers},
+                {"renews", renews},
+                {"releases", releases},
+                {"expired_deletes", expired_deletes},
+                {"clock_jumps", clock_jumps},
+                {"late_renews", late_renews},
+                {"audit_gaps", audit_gaps},
                 {"unknown_start", unknown_start}};
     return r;
 }
@@ -546,8 +555,7 @@ namespace {
 template <class Report>
 void check_real_time_increase(std::vector<op const*> ops, bool strict, Report&& bad) {
     std::vector<op const*> by_complete = ops;
-    std::sort(by_complete.begin(), by_complete.end(),
-              [](auto a, auto b) { return a->complete_ns < b->complete_ns; });
+    std::sort(by_complete.begin(), by_complete.end(), [](auto a, auto b) { return a->complete_ns < b->complete_ns; });
     std::sort(ops.begin(), ops.end(), [](auto a, auto b) { return a->invoke_ns < b->invoke_ns; });
     std::size_t next = 0;
     op const* highest = nullptr;
@@ -594,8 +602,11 @@ report k3_fenced(std::vector<event> const& history) {
                                lock, b.who(), *b.token, b.invoke_ns, *high.token, high.who(), high.complete_ns));
         });
     }
-    r.counts = {{"accepted", n_accepted}, {"rejected", rejected}, {"info", info},
-                {"stale_accepted", stale},  {"untokened", untokened}};
+    r.counts = {{"accepted", n_accepted},
+                {"rejected", rejected},
+                {"info", info},
+                {"stale_accepted", stale},
+                {"untokened", untokened}};
     return r;
 }
 
@@ -630,8 +641,8 @@ report k4_counter(std::vector<event> const& history, std::map<std::string, std::
             if (writers.size() < 2) continue;
             ++duplicates;
             std::string who;
-            for (auto const* w : writers) who += fmt::format("{}{} at {}", who.empty() ? "" : ", ", w->who(),
-                                                             w->complete_ns);
+            for (auto const* w : writers)
+                who += fmt::format("{}{} at {}", who.empty() ? "" : ", ", w->who(), w->complete_ns);
             add(r, fmt::format("lock '{}': {} critical sections wrote the same counter value {} ({}): a lost update",
                                lock, writers.size(), value, who));
         }
@@ -792,12 +803,8 @@ report k6_availability(std::vector<event> const& history, std::vector<nemesis_ev
                                    lock, fault, t, ms(*next - t), bound_ms, still));
         }
     }
-    r.counts = {{"faults_ended", ended},
-                {"waits_checked", checked},
-                {"undecided", undecided},
-                {"gave_up", gave_up},
-                {"max_gap_ms", ms_ceil(max_gap)},
-                {"bound_ms", bound_ms}};
+    r.counts = {{"faults_ended", ended}, {"waits_checked", checked},       {"undecided", undecided},
+                {"gave_up", gave_up},    {"max_gap_ms", ms_ceil(max_gap)}, {"bound_ms", bound_ms}};
     return r;
 }
 
@@ -913,8 +920,8 @@ std::optional<std::string> raw_engine_error(std::string const& message) {
         std::string_view code;
         bool alone;  // distinctive enough without context
     };
-    static code_rule const codes[] = {{"40p01", true}, {"55p03", true}, {"40001", false}, {"1205", false},
-                                      {"1213", false}};
+    static code_rule const codes[] = {
+        {"40p01", true}, {"55p03", true}, {"40001", false}, {"1205", false}, {"1213", false}};
     for (auto const& [code, alone] : codes) {
         for (auto p = lower.find(code); p != std::string::npos; p = lower.find(code, p + 1)) {
             char const before = p == 0 ? ' ' : lower[p - 1];
@@ -938,15 +945,15 @@ std::optional<std::string> raw_engine_error(std::string const& message) {
 
 report k9_typed_errors(std::vector<event> const& history) {
     report r{"K9"};
-    static std::set<std::string> const typed{"timeout",    "cancelled", "stale_token", "lease_lost",
-                                             "schema_missing", "backend_unavailable", "in_doubt", "usage_error",
-                                             "busy"};
+    static std::set<std::string> const typed{"timeout",    "cancelled",      "stale_token",
+                                             "lease_lost", "schema_missing", "backend_unavailable",
+                                             "in_doubt",   "usage_error",    "busy"};
     std::int64_t errors = 0;
     for (auto const& e : history) {
         if (e.type != "fail" && e.type != "info") continue;
         ++errors;
-        auto const where = fmt::format("{}(pid {}, thread {}) {} {} of lock '{}' at {}", e.proc, e.pid, e.thread,
-                                       e.op, e.type, e.lock, e.mono_ns);
+        auto const where = fmt::format("{}(pid {}, thread {}) {} {} of lock '{}' at {}", e.proc, e.pid, e.thread, e.op,
+                                       e.type, e.lock, e.mono_ns);
         if (e.error.empty()) {
             add(r, where + " carries no error: every fail/info must say which typed error the library reported");
             continue;
@@ -972,16 +979,15 @@ std::vector<report> check_directory(std::string const& dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-        throw std::invalid_argument("check_directory: " + dir + " is not a directory (give the run directory a "
+        throw std::invalid_argument("check_directory: " + dir +
+                                    " is not a directory (give the run directory a "
                                     "failed test printed)");
     std::vector<std::string> histories, audits, nemeses, remainders;
     std::optional<std::string> final_path;
     for (auto const& entry : fs::directory_iterator(dir)) {
         if (!entry.is_regular_file()) continue;
         auto const name = entry.path().filename().string();
-        auto matches = [&](std::string_view prefix) {
-            return name.starts_with(prefix) && name.ends_with(".jsonl");
-        };
+        auto matches = [&](std::string_view prefix) { return name.starts_with(prefix) && name.ends_with(".jsonl"); };
         if (matches("history")) histories.push_back(entry.path().string());
         else if (matches("audit")) audits.push_back(entry.path().string());
         else if (matches("nemesis")) nemeses.push_back(entry.path().string());
@@ -1017,9 +1023,8 @@ std::vector<report> check_directory(std::string const& dir) {
         final_state.has_remaining = true;
     }
     auto asserted = [&](std::string const& checker) {
-        return !final_state.asserted ||
-               std::find(final_state.asserted->begin(), final_state.asserted->end(), checker) !=
-                   final_state.asserted->end();
+        return !final_state.asserted || std::find(final_state.asserted->begin(), final_state.asserted->end(),
+                                                  checker) != final_state.asserted->end();
     };
     bool const k2_expect_zero = final_state.asserted ? asserted("K2") : final_state.k2_expect_zero;
 

@@ -107,17 +107,19 @@ protected:
         ASSERT_TRUE(granted.has_value()) << "no lock row for the first holder";
 
         // The first renewal went through: from here on nothing of this sqlock reaches the server.
-        bool const renewed = eventually([&] {
-            auto r = row(name);
-            return (r && r->token == granted->token && r->expires_us > granted->expires_us) || first.finished();
-        }, 30s);
+        bool const renewed = eventually(
+            [&] {
+                auto r = row(name);
+                return (r && r->token == granted->token && r->expires_us > granted->expires_us) || first.finished();
+            },
+            30s);
         proxy->stall();
         ASSERT_TRUE(renewed && !first.finished()) << "the first holder did not renew: " << first.wait(1s).describe();
         if (tree.to_sqlock != 0) ::kill(first.pid(), tree.to_sqlock);
 
-        cli_process second(
-            {"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh", (dir / "probe.sh").string(), dir.string()},
-            dir);
+        cli_process second({"run", "--db", url_, "--name", name, "--wait", "60s", "--", "sh",
+                            (dir / "probe.sh").string(), dir.string()},
+                           dir);
         auto const r2 = second.wait(90s);
         proxy->resume();
         if (tree.to_sqlock == SIGSTOP) ::kill(first.pid(), SIGCONT);

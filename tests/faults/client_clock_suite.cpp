@@ -3,9 +3,9 @@
 // A worker process (sqlock_test_worker skew) whose clock runs 90 s ahead tries to take a lock this
 // test holds with a 30 s TTL:
 //   - Engines/ClientClock.ClockAheadCannotTakeOverALiveLease/{postgresql,mysql} (fault-smoke): the
-//     worker runs under libfaketime (tests/skewed_process.hpp: with a fallback if it hangs); expiry is the server's clock, so the worker waits and times
-//     out, and this test's lease stays held. A library comparing the client's clock with
-//     expires_at (ShedLock #231) would fail here.
+//     worker runs under libfaketime (tests/skewed_process.hpp: with a fallback if it hangs); expiry is the server's
+//     clock, so the worker waits and times out, and this test's lease stays held. A library comparing the client's
+//     clock with expires_at (ShedLock #231) would fail here.
 //   - Engines/Characterization.SqliteProcessWithAClockAheadTakesOverALiveLease/sqlite (characterization): on
 //     SQLite the database's clock IS the calling process's (a VFS shifts the worker's SQLite clock
 //     90 s ahead), so the worker sees the row as expired and takes it over while this test still
@@ -47,14 +47,17 @@ TEST_P(ClientClock, ClockAheadCannotTakeOverALiveLease) {
     lease held = holder.acquire(prefix + "0", 10s);
 
     auto skewed = run_with_clock_ahead(
-        [&](int) { return std::vector<std::string>{SQLOCK_TEST_WORKER, "skew", url_, prefix, "1"}; }, ahead, 60s);
+        [&](int) {
+            return std::vector<std::string>{SQLOCK_TEST_WORKER, "skew", url_, prefix, "1"};
+        },
+        ahead, 60s);
     RecordProperty("clock_mover", skewed.clock_mover);
     auto const& r = skewed.run;
     ASSERT_TRUE(r.finished) << "the skewed worker still ran after 60 s (it waits 10 s), killed; it was:\n"
                             << r.diagnosis;
     EXPECT_FALSE(r.ok()) << "a client 90 s ahead got a lock held for another 30 s: expiry was judged by the "
-                                   "client's clock; worker stdout: "
-                                << r.out;
+                            "client's clock; worker stdout: "
+                         << r.out;
     EXPECT_NE(r.err.find("timeout"), std::string::npos)
         << "the skewed worker should have waited its 10 s and timed out; it said: " << r.err;
     EXPECT_EQ(held.state(), lease_state::held);
@@ -72,7 +75,8 @@ TEST_P(ClientClock, ClockAheadCannotTakeOverALiveLease) {
 // expired. PostgreSQL and MariaDB only: SQLite's database clock is the holder's own clock, so a jump
 // moves expiry itself (the documented one-host-clock limit, see Characterization below).
 TEST_P(ClientClock, WallClockJumpsDoNotMoveTheRenewalSchedule) {
-    if (e_ == engine::sqlite) GTEST_SKIP() << "SQLite's database clock is the client's own: see Engines/Characterization.*";
+    if (e_ == engine::sqlite)
+        GTEST_SKIP() << "SQLite's database clock is the client's own: see Engines/Characterization.*";
     fs::path const faketime = libfaketime_path();
     if (client_clock_mover() == clock_mover::libfaketime && !fs::exists(faketime)) {
         if (in_ci()) FAIL() << faketime << " is missing and CI is set: run scripts/deps.sh --servers";
@@ -83,8 +87,8 @@ TEST_P(ClientClock, WallClockJumpsDoNotMoveTheRenewalSchedule) {
     constexpr auto jump = std::chrono::seconds(std::chrono::hours(1));
 
     struct outcome {
-        bool hung = false;        // no "held" within 30 s, or not exited 60 s after: the worker hung
-        std::string diagnosis;    // what the hung worker was doing
+        bool hung = false;         // no "held" within 30 s, or not exited 60 s after: the worker hung
+        std::string diagnosis;     // what the hung worker was doing
         bool jumped_back = false;  // both jumps were made while the worker held the lease
         int status = 0;
         std::string out, err;
@@ -127,7 +131,8 @@ TEST_P(ClientClock, WallClockJumpsDoNotMoveTheRenewalSchedule) {
             auto r = row(name);
             bool const releasing = slurp(files.path() / "out").find("renewed ") != std::string::npos;
             if (!releasing && (!r || r->token != token || !r->live()))
-                o.bad_samples.push_back(!r ? "no row" : "token " + std::to_string(r->token) + (r->live() ? "" : ", expired"));
+                o.bad_samples.push_back(!r ? "no row"
+                                           : "token " + std::to_string(r->token) + (r->live() ? "" : ", expired"));
             std::this_thread::sleep_for(100ms);
         }
         if (!exited) {  // still running 60 s after it held: hung (its hold ends at 7 s)
@@ -149,7 +154,8 @@ TEST_P(ClientClock, WallClockJumpsDoNotMoveTheRenewalSchedule) {
         o = run_once(mover, n("clock-jumps-2"));
     }
     ASSERT_FALSE(o.hung) << "the holder hung under the " << to_string(mover)
-                         << " (no lock within 30 s, or no exit): " << o.out << "\n" << o.diagnosis;
+                         << " (no lock within 30 s, or no exit): " << o.out << "\n"
+                         << o.diagnosis;
     RecordProperty("clock_mover", to_string(mover));
     ASSERT_TRUE(o.jumped_back) << "the holder ended before both clock jumps were made: " << o.out << o.err;
     EXPECT_TRUE(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0)
@@ -176,16 +182,16 @@ TEST_P(Characterization, SqliteProcessWithAClockAheadTakesOverALiveLease) {
     lease held = holder.acquire(prefix + "0", 10s);
     auto const token = held.token();
 
-    auto r = run_in_env(
-        {SQLOCK_TEST_WORKER, "skew", url_, prefix, "1", std::to_string(std::chrono::milliseconds(ahead).count())},
-        environment_with({}), 60s, describe_running_process);
+    auto r = run_in_env({SQLOCK_TEST_WORKER, "skew", url_, prefix, "1",
+                         std::to_string(std::chrono::milliseconds(ahead).count())},
+                        environment_with({}), 60s, describe_running_process);
     ASSERT_TRUE(r.finished) << "the worker still ran after 60 s (it waits 10 s at most), killed; it was:\n"
                             << r.diagnosis;
 
     // The worker got the lock (and released it) while this lease, 30 s long, was still ours.
     ASSERT_TRUE(r.ok()) << "expected the limit to show: a SQLite process 90 s ahead takes over a live lease; "
-                                  "the worker said: "
-                               << r.err;
+                           "the worker said: "
+                        << r.err;
     EXPECT_EQ(held.state(), lease_state::held) << "this lease was still valid by its own clock when the worker took it";
     // Our next renewal finds the row gone: the loss is detected, late.
     EXPECT_THROW(held.renew(), sqlock::lease_lost);

@@ -150,9 +150,9 @@ protected:
                     ADD_FAILURE() << "the lease (token " << l.token() << ") said " << to_string(s)
                                   << " after the database showed "
                                   << (r ? "a row of token " + std::to_string(r->token) + ", owner " + r->owner +
-                                              (r->live() ? ", live" : ", expired " +
-                                                                          std::to_string(r->now_us - r->expires_us) +
-                                                                          " us ago")
+                                              (r->live() ? ", live"
+                                                         : ", expired " + std::to_string(r->now_us - r->expires_us) +
+                                                               " us ago")
                                         : std::string("no row"));
                 }
             }
@@ -172,7 +172,8 @@ protected:
         std::string const& name = l.name();
         auto const renewed_since = [&] { return events.count_after(lease_event::kind::renewed, name, broken_at); };
         EXPECT_TRUE(eventually([&] { return renewed_since() >= renewals; }, 20s))
-            << "fewer than " << renewals << " renewals succeeded after " << how << "; events:\n" << events.dump();
+            << "fewer than " << renewals << " renewals succeeded after " << how << "; events:\n"
+            << events.dump();
         EXPECT_EQ(l.state(), lease_state::held) << events.dump();
         EXPECT_EQ(events.count(lease_event::kind::lost, name), 0u) << events.dump();
         auto const now = read_row(*raw_, e_, name);
@@ -317,20 +318,25 @@ TEST_P(ConnFaults, BlackholedRenewalGoesInDoubtThenLost) {
     std::optional<lease> m = M->try_acquire(n("explicit-renew"));
     ASSERT_TRUE(l && m);
     ASSERT_TRUE(eventually([&] { return events->count(lease_event::kind::renewed, name) >= 1; }, 20s))
-        << "no renewal before the fault; events:\n" << events->dump();
+        << "no renewal before the fault; events:\n"
+        << events->dump();
 
     proxy->blackhole();
     auto const hole = steady::now();
     std::stop_token const stop = l->stop_token();
-    auto seen = sample_belief(*l, [&] { return stop.stop_requested(); }, 30s);
+    auto seen = sample_belief(
+        *l, [&] { return stop.stop_requested(); }, 30s);
     EXPECT_TRUE(stop.stop_requested()) << "the lease was not reported lost 30 s into the black hole (ttl 4 s); "
-                                       << "states seen: " << states_text(seen) << "; events:\n" << events->dump();
+                                       << "states seen: " << states_text(seen) << "; events:\n"
+                                       << events->dump();
     EXPECT_EQ(l->state(), lease_state::lost);
     EXPECT_TRUE(seen.count(lease_state::in_doubt) == 1)
         << "the lease was never in doubt between the failed renewal and its safe deadline; states seen: "
-        << states_text(seen) << "; events:\n" << events->dump();
+        << states_text(seen) << "; events:\n"
+        << events->dump();
     EXPECT_EQ(events->count_after(lease_event::kind::renewed, name, hole), 0u)
-        << "a renewal succeeded through the black hole; events:\n" << events->dump();
+        << "a renewal succeeded through the black hole; events:\n"
+        << events->dump();
     EXPECT_EQ(events->count(lease_event::kind::lost, name), 1u) << events->dump();
 
     call_result renewed;
@@ -415,7 +421,8 @@ TEST_P(ConnFaults, KilledPooledConnectionBetweenRenewalsKeepsTheLease) {
 
     expect_the_lease_kept(*l, *events, kill_done, 2, "its connections were killed", before);
     EXPECT_EQ(events->count(lease_event::kind::renew_failed, name), 0u)
-        << "a killed idle connection should be reopened transparently; events:\n" << events->dump();
+        << "a killed idle connection should be reopened transparently; events:\n"
+        << events->dump();
     for (long long id : sessions_of(marker))
         EXPECT_EQ(std::count(killed.begin(), killed.end(), id), 0) << "session " << id << " was ended, yet shown";
     EXPECT_NO_THROW(l->release());
@@ -468,7 +475,8 @@ TEST_P(ConnFaults, KilledDuringARenewalKeepsTheLease) {
     bool const blocked = eventually([&] { return (renewing = session_waiting_for_a_lock(marker)).has_value(); }, 20s);
     if (!blocked) tx->rollback();
     ASSERT_TRUE(blocked) << "the renewal never queued behind the test's row lock; the server's view:\n"
-                         << server_view() << "events:\n" << events->dump();
+                         << server_view() << "events:\n"
+                         << events->dump();
     end_session(*renewing);
     auto const killed_at = steady::now();
     tx->rollback();
@@ -518,10 +526,13 @@ TEST_P(ConnFaultsPostgres, KilledListenConnectionStillHandsOff) {
     ASSERT_TRUE(eventually([&] { return W.stats().busy >= 1; }, 20s)) << "the waiter never tried";
     for (long long id : first) end_session(id);
     std::vector<long long> second;
-    ASSERT_TRUE(eventually([&] {
-        second = sessions_of(marker, listening);
-        return !second.empty() && std::find(first.begin(), first.end(), second.front()) == first.end();
-    }, 30s)) << "the listener did not LISTEN again after its connection was killed";
+    ASSERT_TRUE(eventually(
+        [&] {
+            second = sessions_of(marker, listening);
+            return !second.empty() && std::find(first.begin(), first.end(), second.front()) == first.end();
+        },
+        30s))
+        << "the listener did not LISTEN again after its connection was killed";
     // The reconnect wakes every waiter once (a release may have been missed): wait
     // until the waiter has tried again and parked again.
     ASSERT_TRUE(eventually([&] { return W.stats().busy >= 2; }, 20s)) << "the waiter was not woken by the re-LISTEN";
@@ -654,7 +665,8 @@ TEST_P(ConnFaults, KilledRowLockHolderIsLostAndItsFencedWriteRefused) {
 
     std::stop_token const stop = a->stop_token();
     EXPECT_TRUE(eventually([&] { return stop.stop_requested(); }, 20s))
-        << "the killed holder's lease was not reported lost; events:\n" << events->dump();
+        << "the killed holder's lease was not reported lost; events:\n"
+        << events->dump();
     EXPECT_EQ(a->state(), lease_state::lost);
     auto const lost = events->of(lease_event::kind::lost, name);
     ASSERT_EQ(lost.size(), 1u) << events->dump();
@@ -675,13 +687,16 @@ TEST_P(ConnFaults, FenceOnAnEndedSessionIsBackendUnavailable) {
     long long id = 0;
     *s << (e_ == engine::postgresql ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()"), soci::into(id);
     end_session(id);
-    ASSERT_TRUE(eventually([&] {
-        long long left = 0;
-        *raw_ << (e_ == engine::postgresql ? "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = :id"
-                                           : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id"),
-            soci::into(left), soci::use(id);
-        return left == 0;
-    }, 10s)) << "the server still shows the ended session " << id;
+    ASSERT_TRUE(eventually(
+        [&] {
+            long long left = 0;
+            *raw_ << (e_ == engine::postgresql ? "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = :id"
+                                               : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id"),
+                soci::into(left), soci::use(id);
+            return left == 0;
+        },
+        10s))
+        << "the server still shows the ended session " << id;
     try {
         fence.check_and_set(*s, resource, 2);
         ADD_FAILURE() << "a fence on an ended session passed";
@@ -769,8 +784,8 @@ protected:
     /// The lower token's write `r` once the higher token has committed: refused
     /// (stale_token; SQLite may refuse the stale snapshot's write otherwise), its
     /// transaction rolled back, and the fence still at the higher token.
-    void expect_refused_after_the_higher(fence_steps& st, fence_steps::side& lo, call_result const& r,
-                                         std::int64_t low, std::int64_t high) {
+    void expect_refused_after_the_higher(fence_steps& st, fence_steps::side& lo, call_result const& r, std::int64_t low,
+                                         std::int64_t high) {
         EXPECT_NE(r.what, call_result::kind::returned)
             << "token " << low << " was accepted after " << high << " committed";
         if (e_ != engine::sqlite) {
@@ -778,8 +793,7 @@ protected:
         }
         try {
             lo.tx->rollback();
-        } catch (std::exception const&) {
-        }
+        } catch (std::exception const&) {}
         EXPECT_EQ(st.stored(), high);
     }
 
@@ -839,7 +853,8 @@ TEST_P(FenceRace, LowerTokenBlockedBehindTheHigherIsRefused) {
     ASSERT_EQ(st.write(hi, high).what, call_result::kind::returned);
     auto lo = st.open();
     bool early = false;
-    auto const r = blocked_write(st, lo, low, [&] { hi.tx->commit(); }, early);
+    auto const r = blocked_write(
+        st, lo, low, [&] { hi.tx->commit(); }, early);
     EXPECT_FALSE(early && r.what == call_result::kind::returned)
         << "token " << low << " was accepted while " << high << " held the resource";
     expect_refused_after_the_higher(st, lo, r, low, high);
@@ -856,7 +871,8 @@ TEST_P(FenceRace, HigherTokenBlockedBehindTheLowerPassesAfterIt) {
     ASSERT_EQ(st.write(lo, low).what, call_result::kind::returned);
     auto hi = st.open();
     bool early = false;
-    auto const r = blocked_write(st, hi, high, [&] { lo.tx->commit(); }, early);
+    auto const r = blocked_write(
+        st, hi, high, [&] { lo.tx->commit(); }, early);
     if (e_ == engine::sqlite && r.what != call_result::kind::returned) {
         // SQLite: a writer waiting on another's write lock may get SQLITE_BUSY; it is not accepted either.
         EXPECT_EQ(st.stored(), low);
@@ -886,8 +902,8 @@ TEST_P(ConnFaults, CliOutageShorterThanTheTtlDoesNotStopTheCommand) {
         "touch \"$1/started\"; trap 'touch \"$1/term\"' TERM; while [ ! -e \"$1/go\" ]; do sleep 0.02; done; "
         "touch \"$1/done\"; exit 42";
     cli_process cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "6s", "--", "sh", "-c", script,
-                 "sh", dir.path().string()},
-                dir.path());
+                     "sh", dir.path().string()},
+                    dir.path());
     ASSERT_TRUE(eventually([&] { return fs::exists(dir.path() / "started") || cli.finished(); }, 30s));
     ASSERT_TRUE(fs::exists(dir.path() / "started")) << cli.report();
 
@@ -898,10 +914,13 @@ TEST_P(ConnFaults, CliOutageShorterThanTheTtlDoesNotStopTheCommand) {
     proxy->unblock();
     ASSERT_TRUE(tried) << "sqlock run did not try the database during the outage; " << cli.report();
     ASSERT_TRUE(during.has_value()) << "the lock row is gone";
-    EXPECT_TRUE(eventually([&] {
-        auto r = read_row(*raw_, e_, name);
-        return r && r->token == during->token && r->expires_us > during->expires_us;
-    }, 20s)) << "no renewal succeeded after the outage; " << cli.report();
+    EXPECT_TRUE(eventually(
+        [&] {
+            auto r = read_row(*raw_, e_, name);
+            return r && r->token == during->token && r->expires_us > during->expires_us;
+        },
+        20s))
+        << "no renewal succeeded after the outage; " << cli.report();
     EXPECT_FALSE(fs::exists(dir.path() / "term")) << "COMMAND was signalled while the lease was only in doubt";
 
     { std::ofstream(dir.path() / "go"); }
@@ -923,8 +942,8 @@ TEST_P(ConnFaults, CliOutagePastTheSafeDeadlineStopsTheCommand) {
     std::string const script =
         "touch \"$1/started\"; trap 'touch \"$1/term\"; exit 0' TERM; while :; do sleep 0.02; done";
     cli_process cli({"run", "--db", proxy->proxied_url(url_), "--name", name, "--ttl", "3s", "--", "sh", "-c", script,
-                 "sh", dir.path().string()},
-                dir.path());
+                     "sh", dir.path().string()},
+                    dir.path());
     ASSERT_TRUE(eventually([&] { return fs::exists(dir.path() / "started") || cli.finished(); }, 30s));
     ASSERT_TRUE(fs::exists(dir.path() / "started")) << cli.report();
     ASSERT_FALSE(fs::exists(dir.path() / "term"));
@@ -954,8 +973,7 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
     auto events = std::make_shared<event_record>();
     // PostgreSQL: the URL asks for synchronous_commit = off; the store's own
     // connections must commit grants durably anyway.
-    std::string const url =
-        e_ == engine::postgresql ? url_ + "?options=-c%20synchronous_commit%3Doff" : url_;
+    std::string const url = e_ == engine::postgresql ? url_ + "?options=-c%20synchronous_commit%3Doff" : url_;
     sqlock::store s(url, {.pool_size = 4, .connect_timeout = 2s, .io_timeout = 2s});
     locker H = sqlock::table_locker(s, {.ttl = 10s, .on_event = event_record::hook(events)});
     locker C = sqlock::table_locker(s, {.ttl = 4s, .backoff_max = 100ms});
@@ -987,8 +1005,7 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
                 }
                 try {
                     l.release();
-                } catch (sqlock::error const&) {
-                }
+                } catch (sqlock::error const&) {}
             } catch (std::exception const& e) {
                 std::lock_guard lock(m);
                 errors.push_back(describe(e));
@@ -1018,8 +1035,8 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
     ASSERT_TRUE(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "the crash command failed: " << crash_cmd;
     raw_ = raw_session(e_, url_);
 
-    EXPECT_TRUE(eventually([&] { return grants_where([&](grant const& g) { return g.invoked > crash_end; }) >= 10; },
-                           60s))
+    EXPECT_TRUE(
+        eventually([&] { return grants_where([&](grant const& g) { return g.invoked > crash_end; }) >= 10; }, 60s))
         << "fewer than 10 grants after the crash";
     stop = true;
     churn.join();
@@ -1040,9 +1057,8 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
     // Holders: renewed after recovery with their own row, or lost.
     for (std::size_t i = 0; i < held.size(); ++i) {
         auto& l = held[i];
-        bool const settled = eventually([&] {
-            return l.lost() || events->count_after(lease_event::kind::renewed, names[i], crash_end) >= 1;
-        }, 30s);
+        bool const settled = eventually(
+            [&] { return l.lost() || events->count_after(lease_event::kind::renewed, names[i], crash_end) >= 1; }, 30s);
         EXPECT_TRUE(settled) << names[i] << " neither renewed after recovery nor was lost; events:\n" << events->dump();
         auto const r = read_row(*raw_, e_, names[i]);
         auto const st = l.state();
@@ -1054,10 +1070,12 @@ TEST_P(ConnFaultsCrash, HoldersAndGrantsAcrossAServerCrash) {
         }
         std::cout << "[ record   ] " << names[i] << " after the crash: " << to_string(st) << "\n";
     }
-    std::cout << "[ record   ] " << grants.size() << " grants, " << errors.size() << " failed acquires during the crash\n";
+    std::cout << "[ record   ] " << grants.size() << " grants, " << errors.size()
+              << " failed acquires during the crash\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, ConnFaults, ::testing::Values(engine::postgresql, engine::mysql), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, ConnFaults, ::testing::Values(engine::postgresql, engine::mysql),
+                         engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, ConnFaultsPostgres, ::testing::Values(engine::postgresql), engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, FenceRace, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});

@@ -46,9 +46,7 @@ using sqlock::engine;
 using sqlock::lease;
 using sqlock::locker;
 
-char const* crash_var(engine e) {
-    return e == engine::postgresql ? "SQLOCK_TEST_PG_CRASH" : "SQLOCK_TEST_MYSQL_CRASH";
-}
+char const* crash_var(engine e) { return e == engine::postgresql ? "SQLOCK_TEST_PG_CRASH" : "SQLOCK_TEST_MYSQL_CRASH"; }
 
 /// Tokens in the order they were handed out, with what handed them out.
 class token_record {
@@ -102,9 +100,7 @@ protected:
         }
     }
 
-    sqlock::store_options options(std::size_t pool = 4) const {
-        return {.pool_size = pool, .table_prefix = tables_};
-    }
+    sqlock::store_options options(std::size_t pool = 4) const { return {.pool_size = pool, .table_prefix = tables_}; }
 
     /// kill -9 the server and start it again (crash recovery); waits until it
     /// serves, then reopens raw_.
@@ -170,9 +166,8 @@ protected:
         require_env("SQLOCK_TEST_PG_PORT", port);
         if (should_stop()) return;
         url_parts p = parse_server_url(url_);
-        soci::session su(*soci::factory_postgresql(),
-                         "host=" + pg_quote_param(dir) + " port=" + port + " dbname=" + pg_quote_param(p.db) +
-                             " user=postgres");
+        soci::session su(*soci::factory_postgresql(), "host=" + pg_quote_param(dir) + " port=" + port +
+                                                          " dbname=" + pg_quote_param(p.db) + " user=postgres");
         su << "CHECKPOINT";
     }
 
@@ -279,8 +274,7 @@ TEST_P(Crash, RowTokensIncreaseAcrossServerCrashes) {
 // same rounds with its default, durable settings (the store's refusal of
 // relaxed ones is RelaxedDurabilityIsRefused).
 TEST_P(Crash, AcknowledgedGrantsSurviveACrash) {
-    std::string const url =
-        e_ == engine::postgresql ? url_ + "?options=-c%20synchronous_commit%3Doff" : url_;
+    std::string const url = e_ == engine::postgresql ? url_ + "?options=-c%20synchronous_commit%3Doff" : url_;
     std::string const hot = n("hot");
     int const rounds = 3;
     int const burst = 40;
@@ -412,9 +406,9 @@ TEST_P(Crash, RelaxedDurabilityIsRefused) {
     if (should_stop()) return;
     auto root = [&] {
         url_parts p = parse_server_url(url_);
-        return std::make_unique<soci::session>(
-            *soci::factory_mysql(),
-            "unix_socket=" + mysql_quote_param(sock) + " user='root' dbname=" + mysql_quote_param(p.db));
+        return std::make_unique<soci::session>(*soci::factory_mysql(),
+                                               "unix_socket=" + mysql_quote_param(sock) +
+                                                   " user='root' dbname=" + mysql_quote_param(p.db));
     };
     // Restores the durable setting whatever happens in between.
     struct restore_flush {
@@ -455,7 +449,6 @@ TEST_P(Crash, RelaxedDurabilityIsRefused) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, Crash, ::testing::Values(engine::postgresql, engine::mysql),
-                         engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, Crash, ::testing::Values(engine::postgresql, engine::mysql), engine_param_name{});
 
 }  // namespace

@@ -11,11 +11,11 @@
 //     acknowledged grant vanished at failover, two holders at once.
 //
 // Both servers are private and stopped in teardown, always. As root the servers run as the postgres user.
-#include "test_env.hpp"
 #include "fault_calls.hpp"
 #include "fault_proxy.hpp"
-#include "test_process.hpp"
 #include "private_server.hpp"
+#include "test_env.hpp"
+#include "test_process.hpp"
 
 #include <sqlock/sqlock.hpp>
 
@@ -42,7 +42,6 @@ using sqlock::engine;
 using sqlock::lease;
 
 // ------------------------------------------------------------------ commands
-
 
 std::string join(std::vector<std::string> const& v) {
     std::string s;
@@ -136,14 +135,14 @@ public:
         }
         must(as_postgres({"/usr/bin/touch", (data_ / "standby.signal").string(), log_.string()}));
         started_ = true;  // stop even a half-started server
-        must(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-l", log_.string(), "-w", "-t", "120",
-                          "start"}));
+        must(as_postgres(
+            {(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-l", log_.string(), "-w", "-t", "120", "start"}));
     }
     ~standby_pg() {
         if (!started_) return;
         pid_t const pid = pid_in(data_ / "postmaster.pid");
-        auto r = run_command(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-m", "immediate", "-w", "-t",
-                                  "60", "stop"}));
+        auto r = run_command(as_postgres(
+            {(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-m", "immediate", "-w", "-t", "60", "stop"}));
         if (!r.ok() && alive(pid) && ::kill(pid, SIGKILL) == 0)  // never leave our server running
             std::cerr << "the standby did not stop (" << r.err << r.out << "): killed its postmaster " << pid << "\n";
     }
@@ -151,7 +150,9 @@ public:
     standby_pg& operator=(standby_pg const&) = delete;
 
     std::string url() const { return "postgresql://sqlock:sqlock@127.0.0.1:" + port_ + "/sqlock"; }
-    void promote() const { must(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-w", "-t", "120", "promote"})); }
+    void promote() const {
+        must(as_postgres({(pg_bin() / "pg_ctl").string(), "-D", data_.string(), "-w", "-t", "120", "promote"}));
+    }
     std::string log() const { return slurp(log_); }
 
 private:
@@ -189,10 +190,12 @@ protected:
 // see this (each store talks to one server); a lock database must not fail over to an asynchronous standby.
 TEST_F(FailoverCharacterization, AsyncStandbyPromotedLosesAnAcknowledgedGrant) {
     if (!fs::exists(pg_bin() / "pg_basebackup")) {
-        if (in_ci()) GTEST_FAIL() << "no pg_basebackup in " << pg_bin() << " and CI is set: run scripts/deps.sh --servers";
+        if (in_ci())
+            GTEST_FAIL() << "no pg_basebackup in " << pg_bin() << " and CI is set: run scripts/deps.sh --servers";
         GTEST_SKIP() << "no pg_basebackup in " << pg_bin() << " (not CI, so skipping): run scripts/deps.sh --servers";
     }
-    private_pg primary({.conf = "wal_level = replica\nmax_wal_senders = 4", .hba = "host replication all 127.0.0.1/32 trust"});
+    private_pg primary(
+        {.conf = "wal_level = replica\nmax_wal_senders = 4", .hba = "host replication all 127.0.0.1/32 trust"});
     fault_proxy proxy("127.0.0.1", std::stoi(primary.port()));
     standby_pg standby(primary, proxy.port());
     ASSERT_TRUE(in_recovery(standby.url())) << "the standby is not in recovery; its log:\n" << standby.log();
@@ -201,7 +204,8 @@ TEST_F(FailoverCharacterization, AsyncStandbyPromotedLosesAnAcknowledgedGrant) {
     sqlock::store db_a(primary.url(), store_opts());
     // The schema reaches the standby before the stall (B's store finds its tables there).
     ASSERT_TRUE(eventually([&] { return has_table(standby.url(), locks_table()); }, 60s))
-        << "the standby did not replay the schema within 60 s; its log:\n" << standby.log();
+        << "the standby did not replay the schema within 60 s; its log:\n"
+        << standby.log();
 
     proxy.stall();  // the replication stream is stuck: nothing more reaches the standby
     sqlock::locker A = sqlock::table_locker(db_a, {.ttl = 60s, .owner = "client-A", .auto_renew = false});
@@ -222,7 +226,8 @@ TEST_F(FailoverCharacterization, AsyncStandbyPromotedLosesAnAcknowledgedGrant) {
     primary.crash();
     standby.promote();
     ASSERT_TRUE(eventually([&] { return !in_recovery(standby.url()); }, 60s))
-        << "the standby was not promoted within 60 s; its log:\n" << standby.log();
+        << "the standby was not promoted within 60 s; its log:\n"
+        << standby.log();
 
     sqlock::store db_b(standby.url(), store_opts());
     sqlock::locker B = sqlock::table_locker(db_b, {.ttl = 60s, .owner = "client-B", .auto_renew = false});

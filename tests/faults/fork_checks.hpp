@@ -84,8 +84,7 @@ inline report unique_grant_tokens(run_record const& rec) {
         std::string list;
         for (auto const& o : who) list += (list.empty() ? "" : ", ") + o;
         r.violations.push_back({"unique-tokens", "lock " + key.first + ": token " + std::to_string(key.second) +
-                                                     " granted to " + std::to_string(who.size()) +
-                                                     " owners: " + list});
+                                                     " granted to " + std::to_string(who.size()) + " owners: " + list});
     }
     r.counts["grants"] = static_cast<std::int64_t>(owners.size());
     return r;

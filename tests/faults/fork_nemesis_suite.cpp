@@ -46,8 +46,10 @@ scenario fork_nemesis(std::string id, std::uint64_t seed, bool row) {
     s.hold_min = 20ms;
     s.hold_max = 300ms;
     s.think_max = 50ms;
-    s.worker_env = {"SQLOCK_FAILPOINTS=renew.before_statement=sleep:60,release.before_statement=sleep:60,"
-                    "row.before_commit=sleep:60", no_leak_check_at_exit()};
+    s.worker_env = {
+        "SQLOCK_FAILPOINTS=renew.before_statement=sleep:60,release.before_statement=sleep:60,"
+        "row.before_commit=sleep:60",
+        no_leak_check_at_exit()};
     s.k2 = true;
     s.min_grants = 20;
     s.extra_checks.push_back([](run_record const& rec) { return fork_children(rec, true); });

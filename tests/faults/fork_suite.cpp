@@ -84,8 +84,7 @@ protected:
             try {
                 fence.check_and_set(*raw_, name, g.token);
                 ++accepted;
-            } catch (sqlock::stale_token const&) {
-            }
+            } catch (sqlock::stale_token const&) {}
         }
         EXPECT_LE(accepted, 1) << "sqlock::fence accepted the writes of two holders";
         if (forced) {
@@ -101,8 +100,9 @@ protected:
     void survive(std::string const& how) {
         std::string row_url = url_;
         if (e_ == engine::sqlite) row_url = sqlite_url(dir_->path() / "rows.db");  // SQLite's row lock takes the file
-        auto r = run_worker(
-            {SQLOCK_FORK_WORKER, "survive", url_, row_url, n("fork-table-" + how), n("fork-row-" + how), how}, {});
+        auto r = run_worker({SQLOCK_FORK_WORKER, "survive", url_, row_url, n("fork-table-" + how), n("fork-row-" + how),
+                             how},
+                            {});
         SCOPED_TRACE("worker output:\n" + r.out + r.err);
         ASSERT_TRUE(r.finished) << "the worker did not finish within 120 s";
         EXPECT_NE(r.out.find("child exited 0"), std::string::npos) << "the forked child did not exit normally";
@@ -132,7 +132,8 @@ TEST_P(Fork, ARowCarryingTheSameAttemptIdIsNoGrant) {
         soci::use(name, "n");
     auto acquire = [&](std::string const& owner, bool retry) {
         return sqlock::detail::access::impl(*db_)->run("probe", [&](sqlock::detail::pooled_session s) {
-            return sqlock::detail::access::impl(*db_)->dialect().acquire(s, name, owner, forced_attempt, 30'000'000, true, retry);
+            return sqlock::detail::access::impl(*db_)->dialect().acquire(s, name, owner, forced_attempt, 30'000'000,
+                                                                         true, retry);
         });
     };
     for (bool retry : {false, true}) {

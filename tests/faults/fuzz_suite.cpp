@@ -14,7 +14,8 @@
 //
 // CI runs the fixed seeds (about 12 s per test); `bash scripts/battery.sh soak` runs random seeds
 // (SQLOCK_SOAK=1: ten times longer) until the first failure, which prints its replay line:
-//     SQLOCK_BATTERY_SEED=<seed> build/tests/faults/sqlock_fork_fuzz_tests --gtest_filter='Engines/Fuzz.<Test>/<engine>'
+//     SQLOCK_BATTERY_SEED=<seed> build/tests/faults/sqlock_fork_fuzz_tests
+//     --gtest_filter='Engines/Fuzz.<Test>/<engine>'
 #include "fork_checks.hpp"
 
 #include <gtest/gtest.h>
@@ -43,8 +44,10 @@ scenario fuzz(std::string id, std::uint64_t seed, bool row) {
     s.hold_min = 0ms;
     s.hold_max = 400ms;
     s.think_max = 50ms;
-    s.worker_env = {"SQLOCK_FAILPOINTS=renew.before_statement=sleep:30,release.before_statement=sleep:30,"
-                    "row.before_commit=sleep:30", no_leak_check_at_exit()};
+    s.worker_env = {
+        "SQLOCK_FAILPOINTS=renew.before_statement=sleep:30,release.before_statement=sleep:30,"
+        "row.before_commit=sleep:30",
+        no_leak_check_at_exit()};
     s.reaper = true;
     s.reaper_interval = 300ms;
     s.nemesis = nemesis_kind::mixed_faults;

@@ -143,8 +143,8 @@ void Hang::hung_renewal(strategy s) {
     std::stop_token const stop = l->stop_token();
     bool const signalled = eventually([&] { return stop.stop_requested(); }, 30s);
     EXPECT_TRUE(signalled) << "30 s after the server stopped answering (ttl 2 s), the lease's stop_token was not "
-                           << "requested: the loss signal waits for the stuck renewal. State "
-                           << to_string(l->state()) << "; events:\n"
+                           << "requested: the loss signal waits for the stuck renewal. State " << to_string(l->state())
+                           << "; events:\n"
                            << events->dump();
     EXPECT_EQ(l->state(), lease_state::lost);
     auto const lost = events->seqs(lease_event::kind::lost, name);
@@ -174,20 +174,15 @@ void Hang::hung_renewal(strategy s) {
     EXPECT_TRUE(returned) << "release() and destroying the lease, locker and store did not return within 30 s "
                           << "while the server was silent";
     if (returned) {
-        EXPECT_NE(released.find("lease_lost"), std::string::npos)
-            << "release() of the lost lease: " << released;
+        EXPECT_NE(released.find("lease_lost"), std::string::npos) << "release() of the lost lease: " << released;
     }
-    std::cout << "[ record   ] " << strategy_name(s) << " events:\n" << events->dump() << "[ record   ] release(): "
-              << released << "\n";
+    std::cout << "[ record   ] " << strategy_name(s) << " events:\n"
+              << events->dump() << "[ record   ] release(): " << released << "\n";
 }
 
-TEST_P(HangServer, HungRenewalIsLostAtTheSafeDeadline) {
-    hung_renewal(strategy::table);
-}
+TEST_P(HangServer, HungRenewalIsLostAtTheSafeDeadline) { hung_renewal(strategy::table); }
 
-TEST_P(HangServer, HungRowKeepAliveIsLostAtTheSafeDeadline) {
-    hung_renewal(strategy::row);
-}
+TEST_P(HangServer, HungRowKeepAliveIsLostAtTheSafeDeadline) { hung_renewal(strategy::row); }
 
 // An explicit keep-alive that gets no answer within io_timeout gives its
 // connection up, which ends the holding transaction: the loss says that (issue
@@ -199,7 +194,8 @@ TEST_P(HangServer, RowKeepAliveWithoutAnswerSaysWhatHappened) {
     std::optional<sqlock::store> db;
     db.emplace(proxy->proxied_url(url_), stall_options());
     std::optional<locker> L;
-    L.emplace(make_locker(strategy::row, *db, {.ttl = 30s, .auto_renew = false, .on_event = event_record::hook(events)}));
+    L.emplace(
+        make_locker(strategy::row, *db, {.ttl = 30s, .auto_renew = false, .on_event = event_record::hook(events)}));
     std::optional<lease> l = L->try_acquire(name);
     cut_on_exit guard{*proxy};
     ASSERT_TRUE(l.has_value()) << "could not take the row lock through the proxy";
@@ -266,9 +262,8 @@ TEST_P(HangServer, TryAcquireOnASilentServerIsBounded) {
         if (!returned) continue;
         record.push_back(strategy_name(s) + ": " + got.text);
         auto const want = s == strategy::table ? call_result::kind::in_doubt : call_result::kind::backend_unavailable;
-        EXPECT_EQ(got.what, want) << "expected sqlock::"
-                                  << (s == strategy::table ? "in_doubt" : "backend_unavailable") << ", got "
-                                  << got.text;
+        EXPECT_EQ(got.what, want) << "expected sqlock::" << (s == strategy::table ? "in_doubt" : "backend_unavailable")
+                                  << ", got " << got.text;
     }
     for (auto const& r : record) std::cout << "[ record   ] " << r << "\n";
 }
@@ -348,8 +343,7 @@ void Hang::late_renewal_reply(strategy s) {
     EXPECT_EQ(lost.size(), 1u) << events->dump();
     EXPECT_EQ(renewed.size(), 1u) << "the late reply was taken as a renewal; events:\n" << events->dump();
     if (!lost.empty() && !renewed.empty()) {
-        EXPECT_LT(renewed.back(), lost.front()) << "a renewal was reported after the loss; events:\n"
-                                                << events->dump();
+        EXPECT_LT(renewed.back(), lost.front()) << "a renewal was reported after the loss; events:\n" << events->dump();
     }
 
     // Later, without latency: still lost, and renew() says so.
@@ -362,13 +356,9 @@ void Hang::late_renewal_reply(strategy s) {
               << events->dump();
 }
 
-TEST_P(HangServer, LateRenewalReplyDoesNotReviveALostLease) {
-    late_renewal_reply(strategy::table);
-}
+TEST_P(HangServer, LateRenewalReplyDoesNotReviveALostLease) { late_renewal_reply(strategy::table); }
 
-TEST_P(HangServer, LateKeepAliveReplyDoesNotReviveALostRowLease) {
-    late_renewal_reply(strategy::row);
-}
+TEST_P(HangServer, LateKeepAliveReplyDoesNotReviveALostRowLease) { late_renewal_reply(strategy::row); }
 
 // The same with the watchdog's own renewal: ttl 3 s, renewed at ~1 s with
 // ~2 s of safe validity left; each chunk is held 1.4 s, so the server accepts
@@ -432,14 +422,14 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
             60s, [&] { holder.reset(); },  // unstick: the file is free again
             [&] { got = run_call([&] { busy = !T.try_acquire(name).has_value(); }); });
         EXPECT_TRUE(returned) << "try_acquire() did not return within 60 s";
-        EXPECT_EQ(got.what, call_result::kind::returned) << "try_acquire() while a row lock holds the file threw "
-                                                         << got.text << " instead of returning empty";
+        EXPECT_EQ(got.what, call_result::kind::returned)
+            << "try_acquire() while a row lock holds the file threw " << got.text << " instead of returning empty";
         if (got.what == call_result::kind::returned) {
             EXPECT_TRUE(busy) << "try_acquire() got the lock";
         }
-        std::cout << "[ record   ] try_acquire(): " << (got.what == call_result::kind::returned
-                                                           ? (busy ? std::string("empty") : std::string("a lease"))
-                                                           : got.text)
+        std::cout << "[ record   ] try_acquire(): "
+                  << (got.what == call_result::kind::returned ? (busy ? std::string("empty") : std::string("a lease"))
+                                                              : got.text)
                   << "\n";
     }
     if (!holder) return;
@@ -451,8 +441,8 @@ TEST_P(HangSqlite, SqliteBusyUnderARowLockIsBusyWithinTheDeadline) {
         sqlock::store patient(url_, {.lock_wait_timeout = 30s});
         locker T = sqlock::table_locker(patient);
         call_result got;
-        bool const returned = returned_within(15s, [&] { holder.reset(); },
-                                              [&] { got = run_call([&] { (void)T.acquire(name, 500ms); }); });
+        bool const returned = returned_within(
+            15s, [&] { holder.reset(); }, [&] { got = run_call([&] { (void)T.acquire(name, 500ms); }); });
         EXPECT_TRUE(returned) << "acquire(name, 500ms) did not return within 15 s while a row lock held the file";
         EXPECT_EQ(got.what, call_result::kind::timeout)
             << "acquire(name, 500ms) while a row lock holds the file: expected sqlock::timeout, got " << got.text;
@@ -511,7 +501,8 @@ TEST_P(HangServer, RowAcquireWithMaxWaitDoesNotOverflow) {
     max_wait(strategy::row, db, n("forever-row"), [&] {
         long long k = 0;
         if (e_ == engine::postgresql) {
-            *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(:t in query) > 0",
+            *raw_
+                << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(:t in query) > 0",
                 soci::into(k), soci::use(rows);
         } else {
             // The waiting lock is a prepared statement (COMMAND 'Execute'), bounded
@@ -580,12 +571,12 @@ void Hang::fork_cannot_release(strategy s) {
         ::waitpid(pid, &st, 0);
     }
     ASSERT_TRUE(exited) << "the child did not exit within 30 s";
-    std::string const child = !WIFEXITED(st)                              ? exit_text(st)
-                              : WEXITSTATUS(st) == refused                ? "release() threw usage_error"
-                              : WEXITSTATUS(st) == released_by_child      ? "release() returned"
-                              : WEXITSTATUS(st) == other_sqlock_error     ? "release() threw another sqlock::error"
-                              : WEXITSTATUS(st) == other_exception        ? "release() threw something else"
-                                                                          : exit_text(st);
+    std::string const child = !WIFEXITED(st)                          ? exit_text(st)
+                              : WEXITSTATUS(st) == refused            ? "release() threw usage_error"
+                              : WEXITSTATUS(st) == released_by_child  ? "release() returned"
+                              : WEXITSTATUS(st) == other_sqlock_error ? "release() threw another sqlock::error"
+                              : WEXITSTATUS(st) == other_exception    ? "release() threw something else"
+                                                                      : exit_text(st);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == refused) << "in the forked child: " << child;
 
     if (s == strategy::table) {
@@ -609,7 +600,8 @@ TEST_P(Hang, ForkedChildCannotReleaseTheParentsRowLock) { fork_cannot_release(st
 
 INSTANTIATE_TEST_SUITE_P(Engines, Hang, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
-INSTANTIATE_TEST_SUITE_P(Engines, HangServer, ::testing::Values(engine::postgresql, engine::mysql), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, HangServer, ::testing::Values(engine::postgresql, engine::mysql),
+                         engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, HangPostgres, ::testing::Values(engine::postgresql), engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, HangSqlite, ::testing::Values(engine::sqlite), engine_param_name{});
 

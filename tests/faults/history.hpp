@@ -36,9 +36,9 @@ inline std::int64_t raw_monotonic_ns() noexcept {
 /// write_unfenced | read. `type`: invoke | ok | fail | info. Optional fields are left out
 /// of the line when unset.
 struct event {
-    std::string proc;                      ///< worker name, unique in the run ("w3", "reaper")
+    std::string proc;  ///< worker name, unique in the run ("w3", "reaper")
     std::int64_t pid = 0;
-    std::int64_t thread = 0;               ///< worker-local thread number
+    std::int64_t thread = 0;  ///< worker-local thread number
     std::string op;
     std::string type;
     std::string lock;
@@ -53,9 +53,8 @@ struct event {
 };
 
 inline nlohmann::json to_json(event const& e) {
-    nlohmann::json j{{"proc", e.proc}, {"pid", e.pid},   {"thread", e.thread},
-                     {"op", e.op},     {"type", e.type}, {"lock", e.lock},
-                     {"owner", e.owner}, {"mono_ns", e.mono_ns}};
+    nlohmann::json j{{"proc", e.proc}, {"pid", e.pid},   {"thread", e.thread}, {"op", e.op},
+                     {"type", e.type}, {"lock", e.lock}, {"owner", e.owner},   {"mono_ns", e.mono_ns}};
     if (e.token) j["token"] = *e.token;
     if (e.db_time_us) j["db_time_us"] = *e.db_time_us;
     if (e.expires_at_us) j["expires_at_us"] = *e.expires_at_us;

@@ -363,8 +363,8 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     std::string const name = n("c03");
     auto const dir = work();
     // The waiters' store: a short engine wait and I/O bound, a connection for every thread and lease.
-    sqlock::store waiters_db(url_, {.pool_size = 12, .table_prefix = tables_, .lock_wait_timeout = 1s,
-                                    .io_timeout = 2s});
+    sqlock::store waiters_db(url_,
+                             {.pool_size = 12, .table_prefix = tables_, .lock_wait_timeout = 1s, .io_timeout = 2s});
     auto row_locks = sqlock::row_locker(waiters_db, {.ttl = 2s});
     auto table_locks = sqlock::table_locker(waiters_db, {.ttl = 1s});
     // SQLite: a table lock of another name, held from before the stop, must be lost at its local
@@ -378,8 +378,7 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
                   name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000", "--out",
                   (dir / "holder.out").string()},
                  {"SQLOCK_FAILPOINTS=row.before_commit=stop"}, dir / "holder");
-    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: "
-                                          << holder.stderr_text();
+    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: " << holder.stderr_text();
     auto const stopped_at = steady::now();
     auto out = lines_of(dir / "holder.out");
     ASSERT_FALSE(out.empty()) << "the holder stopped before it reported its grant";
@@ -442,7 +441,8 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
                      ")",
             soci::into(sessions);
         *raw_ << "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p "
-                 "ON p.ID = t.trx_mysql_thread_id WHERE SUBSTRING_INDEX(p.HOST, ':', -1) IN (" + in + ")",
+                 "ON p.ID = t.trx_mysql_thread_id WHERE SUBSTRING_INDEX(p.HOST, ':', -1) IN (" +
+                     in + ")",
             soci::into(open_trx);
         EXPECT_GE(sessions, 2) << "the waiters' sessions were not found in the processlist";
         EXPECT_EQ(open_trx, 0) << open_trx << " of this process's " << sessions << " MariaDB sessions still have a "
@@ -482,8 +482,8 @@ TEST_P(HolderReaper, C03_StoppedRowHolderInOpenTransaction) {
     pool->resume();
     ASSERT_TRUE(pool->wait_grant(holder_ttl + 15s))
         << "nobody got the lock in " << ms_since(stopped_at) << " ms after the holder stopped inside its "
-        << "transaction: the server never ended the stopped session (idle-in-transaction limit "
-        << holder_ttl.count() << " ms)";
+        << "transaction: the server never ended the stopped session (idle-in-transaction limit " << holder_ttl.count()
+        << " ms)";
     auto const gap = duration_cast<milliseconds>(pool->granted_at() - stopped_at).count();
     EXPECT_LE(gap, (holder_ttl + 4s).count())
         << "the lock came free " << gap << " ms after the holder stopped, over its idle limit + 4 s";
@@ -526,11 +526,10 @@ TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
     std::string const name = n("c07-child");
     auto const dir = work();
     child holder({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--spawn-child", "--url", worker_url(), "--tables",
-                  tables_, "--lock", name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000", "--out",
-                  (dir / "holder.out").string()},
+                  tables_, "--lock", name, "--ttl-ms", std::to_string(holder_ttl.count()), "--wait-ms", "10000",
+                  "--out", (dir / "holder.out").string()},
                  {"SQLOCK_FAILPOINTS=row.before_commit=stop"}, dir / "holder");
-    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: "
-                                          << holder.stderr_text();
+    ASSERT_TRUE(holder.wait_stopped(30s)) << "the holder never stopped at row.before_commit: " << holder.stderr_text();
     auto out = lines_of(dir / "holder.out");
     ASSERT_EQ(out.size(), 2u) << testing::PrintToString(out);
     long long const holder_token = std::stoll(out[0].substr(9));
@@ -605,7 +604,8 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
     }
     sqlock::store(res_url, {.create_schema = true, .table_prefix = res_tables_});
     res_raw_ = raw_session(e_ == engine::sqlite ? engine::sqlite : engine::postgresql, res_url);
-    *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ + "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
+    *res_raw_ << "CREATE TABLE IF NOT EXISTS " + res_tables_ +
+                     "_values (lock_name TEXT PRIMARY KEY, value BIGINT NOT NULL)";
     if (e_ == engine::sqlite) res_raw_.reset();  // nothing to drop; don't hold the file
 
     // The churn's own server sessions: PostgreSQL by application_name (the URL's parameter overrides the
@@ -639,12 +639,29 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
         while (static_cast<int>(running.size()) < parallel && next < total) {
             int const i = next++;
             std::string const name = std::string("c").append(std::to_string(i));
-            std::vector<std::string> args{SQLOCK_HOLDER_WORKER, "--mode", "churn", "--url", wurl, "--tables", tables_,
-                                          "--lock", n(std::string("c07/L").append(std::to_string((i / 2) % locks))), "--ttl-ms",
-                                          std::to_string(ttl.count()), "--wait-ms", "8000", "--name", name,
-                                          "--history", (dir / ("history-" + name + ".jsonl")).string(),
-                                          "--resource-backend", res_backend, "--resource-connect", res_connect,
-                                          "--resource-tables", res_tables_};
+            std::vector<std::string> args{SQLOCK_HOLDER_WORKER,
+                                          "--mode",
+                                          "churn",
+                                          "--url",
+                                          wurl,
+                                          "--tables",
+                                          tables_,
+                                          "--lock",
+                                          n(std::string("c07/L").append(std::to_string((i / 2) % locks))),
+                                          "--ttl-ms",
+                                          std::to_string(ttl.count()),
+                                          "--wait-ms",
+                                          "8000",
+                                          "--name",
+                                          name,
+                                          "--history",
+                                          (dir / ("history-" + name + ".jsonl")).string(),
+                                          "--resource-backend",
+                                          res_backend,
+                                          "--resource-connect",
+                                          res_connect,
+                                          "--resource-tables",
+                                          res_tables_};
             if (i % 2 == 1) args.push_back("--abandon");
             if (e_ != engine::sqlite) {
                 args.push_back("--server-port");
@@ -670,8 +687,11 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
                 failures.push_back(std::string("c").append(std::to_string(i)) + ": " + exit_text(st) + ": " +
                                    slurp(work() / (std::string("c").append(std::to_string(i)) + ".err")));
             if (i % 2 == 1)
-                nemesis << to_json(nemesis_event{.fault = "exit", .target = std::string("c").append(std::to_string(i)), .phase = "instant",
-                                                 .mono_ns = raw_monotonic_ns(), .detail = "_exit(0) holding the lock"})
+                nemesis << to_json(nemesis_event{.fault = "exit",
+                                                 .target = std::string("c").append(std::to_string(i)),
+                                                 .phase = "instant",
+                                                 .mono_ns = raw_monotonic_ns(),
+                                                 .detail = "_exit(0) holding the lock"})
                                .dump()
                         << '\n'
                         << std::flush;
@@ -771,8 +791,9 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
                              ports + ")",
                     soci::use(tables_, "a"), soci::into(c);
             else
-                *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE SUBSTRING_INDEX(HOST, ':', -1) IN (" +
-                             ports + ")",
+                *raw_
+                    << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE SUBSTRING_INDEX(HOST, ':', -1) IN (" +
+                           ports + ")",
                     soci::into(c);
             return c;
         };
@@ -800,40 +821,52 @@ TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
     long long const now_us = db_now_us(*raw_, e_);
     std::string const cols = " (name, owner, token, holds, attempt, created_at, expires_at) ";
     switch (e_) {
-    case engine::postgresql:
-        *raw_ << "INSERT INTO " + locks + cols + "SELECT :p || lpad(g::text, 5, '0'), 'dead', g + 1, 1, 0, "
-                 "clock_timestamp() - interval '2 hours', clock_timestamp() - interval '1 hour' + g * interval "
-                 "'1 millisecond' FROM generate_series(0, " + std::to_string(expired - 1) + ") g",
-            soci::use(p, "p");
-        *raw_ << "INSERT INTO " + locks + cols + "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, clock_timestamp(), "
-                 "clock_timestamp() + interval '1 hour' FROM generate_series(1, " + std::to_string(live) + ") g",
-            soci::use(p, "p");
-        break;
-    case engine::mysql: {
-        std::string const digit = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL "
-                                  "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 "
-                                  "UNION ALL SELECT 9)";
-        std::string const seq = "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS g FROM " + digit + " a, " + digit +
-                                " b, " + digit + " c, " + digit + " e) s";
-        *raw_ << "INSERT INTO " + locks + cols + "SELECT CONCAT(:p, LPAD(g, 5, '0')), 'dead', g + 1, 1, 0, "
-                 "NOW(6) - INTERVAL 2 HOUR, TIMESTAMPADD(MICROSECOND, g * 1000, NOW(6) - INTERVAL 1 HOUR) FROM " + seq,
-            soci::use(p, "p");
-        *raw_ << "INSERT INTO " + locks + cols + "SELECT CONCAT(:p, 'live', g), 'alive', g + 1, 1, 0, NOW(6), "
-                 "NOW(6) + INTERVAL 1 HOUR FROM " + seq + std::string(" WHERE g BETWEEN 1 AND ").append(std::to_string(live)),
-            soci::use(p, "p");
-        break;
-    }
-    case engine::sqlite: {
-        long long const hour = 3600LL * 1000000;
-        *raw_ << "WITH RECURSIVE seq(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM seq WHERE g < " +
-                     std::to_string(expired - 1) + ") INSERT INTO " + locks + cols +
-                     "SELECT :p || printf('%05d', g), 'dead', g + 1, 1, 0, :c, :e + g * 1000 FROM seq",
-            soci::use(p, "p"), soci::use(now_us - 2 * hour, "c"), soci::use(now_us - hour, "e");
-        *raw_ << std::string("WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ").append(std::to_string(live)) +
-                     ") INSERT INTO " + locks + cols + "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, :c, :e FROM seq",
-            soci::use(p, "p"), soci::use(now_us, "c"), soci::use(now_us + hour, "e");
-        break;
-    }
+        case engine::postgresql:
+            *raw_ << "INSERT INTO " + locks + cols +
+                         "SELECT :p || lpad(g::text, 5, '0'), 'dead', g + 1, 1, 0, "
+                         "clock_timestamp() - interval '2 hours', clock_timestamp() - interval '1 hour' + g * interval "
+                         "'1 millisecond' FROM generate_series(0, " +
+                         std::to_string(expired - 1) + ") g",
+                soci::use(p, "p");
+            *raw_ << "INSERT INTO " + locks + cols +
+                         "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, clock_timestamp(), "
+                         "clock_timestamp() + interval '1 hour' FROM generate_series(1, " +
+                         std::to_string(live) + ") g",
+                soci::use(p, "p");
+            break;
+        case engine::mysql: {
+            std::string const digit =
+                "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL "
+                "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 "
+                "UNION ALL SELECT 9)";
+            std::string const seq = "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS g FROM " + digit + " a, " +
+                                    digit + " b, " + digit + " c, " + digit + " e) s";
+            *raw_
+                << "INSERT INTO " + locks + cols +
+                       "SELECT CONCAT(:p, LPAD(g, 5, '0')), 'dead', g + 1, 1, 0, "
+                       "NOW(6) - INTERVAL 2 HOUR, TIMESTAMPADD(MICROSECOND, g * 1000, NOW(6) - INTERVAL 1 HOUR) FROM " +
+                       seq,
+                soci::use(p, "p");
+            *raw_ << "INSERT INTO " + locks + cols +
+                         "SELECT CONCAT(:p, 'live', g), 'alive', g + 1, 1, 0, NOW(6), "
+                         "NOW(6) + INTERVAL 1 HOUR FROM " +
+                         seq + std::string(" WHERE g BETWEEN 1 AND ").append(std::to_string(live)),
+                soci::use(p, "p");
+            break;
+        }
+        case engine::sqlite: {
+            long long const hour = 3600LL * 1000000;
+            *raw_ << "WITH RECURSIVE seq(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM seq WHERE g < " +
+                         std::to_string(expired - 1) + ") INSERT INTO " + locks + cols +
+                         "SELECT :p || printf('%05d', g), 'dead', g + 1, 1, 0, :c, :e + g * 1000 FROM seq",
+                soci::use(p, "p"), soci::use(now_us - 2 * hour, "c"), soci::use(now_us - hour, "e");
+            *raw_ << std::string("WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ")
+                             .append(std::to_string(live)) +
+                         ") INSERT INTO " + locks + cols +
+                         "SELECT :p || 'live' || g, 'alive', g + 1, 1, 0, :c, :e FROM seq",
+                soci::use(p, "p"), soci::use(now_us, "c"), soci::use(now_us + hour, "e");
+            break;
+        }
     }
     auto count = [&](std::string const& where) {
         long long c = 0;
@@ -890,8 +923,8 @@ TEST_P(HolderReaper, E05_ReaperKilledMidPurge) {
     EXPECT_FALSE(no.has_value()) << "a live row was taken over";
 
     // The next pass completes: every expired row gone, the live and taken ones kept.
-    sqlock::reaper r(*db_, {.grace = 0ms, .batch_size = batch, .token_horizon = std::nullopt,
-                            .row_lock_warning = std::nullopt});
+    sqlock::reaper r(
+        *db_, {.grace = 0ms, .batch_size = batch, .token_horizon = std::nullopt, .row_lock_warning = std::nullopt});
     auto res = r.reap_once();
     EXPECT_TRUE(res.complete);
     EXPECT_EQ(res.purged, static_cast<std::uint64_t>(expired - kill_at * batch - 10));
@@ -1007,10 +1040,8 @@ std::vector<nlohmann::json> json_lines(fs::path const& file, std::vector<std::st
     for (auto const& l : lines_of(file)) {
         if (l.empty()) continue;
         auto j = nlohmann::json::parse(l, nullptr, false);
-        if (j.is_discarded() || !j.is_object())
-            bad.push_back(file.filename().string() + ": " + l);
-        else
-            out.push_back(std::move(j));
+        if (j.is_discarded() || !j.is_object()) bad.push_back(file.filename().string() + ": " + l);
+        else out.push_back(std::move(j));
     }
     return out;
 }
@@ -1062,9 +1093,10 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     reapers[1].skew = skewed ? -60s : 0s;
     auto start = [&](std::size_t i, clock_mover m) {
         auto& r = reapers[i];
-        fs::path const base = dir / (std::string("reaper").append(std::to_string(i)) + std::string("-").append(std::to_string(r.outs.size())));
-        std::vector<std::string> args{SQLOCK_REAPER_BIN, "--db", url_, "--interval", "200ms", "--grace", "0s",
-                                      "--json", "--table-prefix", tables_};
+        fs::path const base = dir / (std::string("reaper").append(std::to_string(i)) +
+                                     std::string("-").append(std::to_string(r.outs.size())));
+        std::vector<std::string> args{SQLOCK_REAPER_BIN, "--db", url_,     "--interval",     "200ms",
+                                      "--grace",         "0s",   "--json", "--table-prefix", tables_};
         std::vector<std::string> env;
         if (r.skew != 0s) {
             fs::path const clock = base.string() + ".clock";
@@ -1110,16 +1142,16 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
         if (eventually([&] { return passes(i) >= 1; }, hang_limit)) continue;
         ASSERT_FALSE(r.proc->wait_exit(50ms).has_value())
             << "the reaper (" << r.label << ") ended before its first pass: " << slurp(r.errs.back());
-        ASSERT_EQ(r.mover, to_string(clock_mover::libfaketime))
-            << "the reaper (" << r.label << ") reported no pass in " << hang_limit.count() << " s: "
-            << slurp(r.errs.back());
+        ASSERT_EQ(r.mover, to_string(clock_mover::libfaketime)) << "the reaper (" << r.label << ") reported no pass in "
+                                                                << hang_limit.count() << " s: " << slurp(r.errs.back());
         r.hang = describe_running_process(r.proc->pid());
-        report_libfaketime_hang("sqlock-reaper (" + r.label + std::string(") for ").append(std::to_string(hang_limit.count())) + " s",
+        report_libfaketime_hang("sqlock-reaper (" + r.label +
+                                    std::string(") for ").append(std::to_string(hang_limit.count())) + " s",
                                 r.hang);
         start(i, clock_mover::system_clock_preload);
         ASSERT_TRUE(eventually([&] { return passes(i) >= 1; }, hang_limit))
-            << "the reaper (" << r.label << ") reported no pass under the system_clock preload either: "
-            << slurp(r.errs.back());
+            << "the reaper (" << r.label
+            << ") reported no pass under the system_clock preload either: " << slurp(r.errs.back());
     }
 
     // The clients. What each thread did; the (owner, token) of every grant it released itself.
@@ -1135,7 +1167,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     std::vector<client_log> logs(threads);
     // Leases given up without a release (abandoned, or lost at a renewal): kept alive until the audit is
     // read, so that no destructor's release deletes their rows (battery_worker.cpp's abandon()).
-    std::vector<std::vector<lease>> kept(threads);
+    std::vector<std::vector<lease> > kept(threads);
     auto const until = steady::now() + run_for;
     std::vector<std::thread> pool;
     for (int k = 0; k < threads; ++k)
@@ -1204,7 +1236,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
                     // "had run out": the lease's local validity ended before the release, which then
                     // deleted the row if it was still there (lease_row::release_hold). Otherwise the
                     // row was no longer ours and the client deleted nothing.
-                    if (std::string_view(e.what()).find("had run out") != std::string_view::npos) log.ran_out.insert(key);
+                    if (std::string_view(e.what()).find("had run out") != std::string_view::npos)
+                        log.ran_out.insert(key);
                 } catch (sqlock::timeout const&) {
                     ++log.timeouts;
                     log.ran_out.insert(key);  // whether its DELETE ran is not known
@@ -1231,8 +1264,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     std::string const locks_table = tables_ + "_locks";
     auto const live_rows = [&] {
         long long c = 0;
-        *raw_ << "SELECT COUNT(*) FROM " + locks_table + " WHERE " + col_us_expr(e_, "expires_at") + " >= " +
-                     db_now_us_expr(e_),
+        *raw_ << "SELECT COUNT(*) FROM " + locks_table + " WHERE " + col_us_expr(e_, "expires_at") +
+                     " >= " + db_now_us_expr(e_),
             soci::into(c);
         return c;
     };
@@ -1242,8 +1275,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     for (std::size_t i = 0; i < reapers.size(); ++i) mark.push_back(passes(i));
     for (std::size_t i = 0; i < reapers.size(); ++i)
         ASSERT_TRUE(eventually([&] { return passes(i) >= mark[i] + 2; }, 20s))
-            << "the reaper (" << reapers[i].label << ") did not complete two passes in 20 s: "
-            << slurp(reapers[i].errs.back());
+            << "the reaper (" << reapers[i].label
+            << ") did not complete two passes in 20 s: " << slurp(reapers[i].errs.back());
     auto const remaining = lock_table_rows(*raw_, e_, tables_);
     std::string left;
     for (auto const& r : remaining)
@@ -1340,8 +1373,8 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
               << maybe_client_deletes << " either; " << k1.summary() << "\n";
     for (std::size_t i = 0; i < reapers.size(); ++i)
         std::cout << "E02 " << engine_name(e_) << ": reaper " << reapers[i].label << " (clock moved by "
-                  << reapers[i].mover << (reapers[i].hang.empty() ? "" : ", after libfaketime hung it") << "): "
-                  << pass_count[i] << " passes, " << purged[i] << " purged\n";
+                  << reapers[i].mover << (reapers[i].hang.empty() ? "" : ", after libfaketime hung it")
+                  << "): " << pass_count[i] << " passes, " << purged[i] << " purged\n";
     kept.clear();  // the given-up leases last: their destructors may delete nothing the audit was read for
 #endif
 }

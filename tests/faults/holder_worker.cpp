@@ -19,10 +19,10 @@
 #include <sqlock/fence.hpp>
 #include <sqlock/sqlock.hpp>
 
-#include <CLI/CLI.hpp>
 #include <soci/postgresql/soci-postgresql.h>
 #include <soci/soci.h>
 #include <soci/sqlite3/soci-sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <spawn.h>
 #include <unistd.h>
@@ -199,15 +199,16 @@ int churn(config const& c) {
             long long serial = 0;
             try {
                 fence.check_and_set(res, c.lock, l->token());
-                res << "INSERT INTO " + values + " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO "
-                       "UPDATE SET value = " + values + ".value + 1 RETURNING value",
+                res << "INSERT INTO " + values +
+                           " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO "
+                           "UPDATE SET value = " +
+                           values + ".value + 1 RETURNING value",
                     soci::use(c.lock), soci::into(serial);
                 res << "COMMIT";
             } catch (...) {
                 try {
                     res << "ROLLBACK";
-                } catch (...) {
-                }
+                } catch (...) {}
                 throw;
             }
             w.type = "ok";
@@ -249,7 +250,9 @@ int churn(config const& c) {
 int reap(config const& c) {
     out_file out(c.out);
     sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables});
-    sqlock::reaper r(db, {.grace = 0ms, .batch_size = static_cast<std::size_t>(c.batch), .token_horizon = std::nullopt,
+    sqlock::reaper r(db, {.grace = 0ms,
+                          .batch_size = static_cast<std::size_t>(c.batch),
+                          .token_horizon = std::nullopt,
                           .row_lock_warning = std::nullopt});
     out.line("start");
     auto res = r.reap_once();

@@ -101,7 +101,8 @@ protected:
         if (!raw_ || e_ == engine::sqlite) return;
         try {
             if (open_) *raw_ << "ROLLBACK";
-            for (auto t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+            for (auto t :
+                 {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
                 *raw_ << "DROP TABLE IF EXISTS " + tp_ + t;
             if (e_ == engine::mysql)
                 for (auto p : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;
@@ -117,11 +118,9 @@ protected:
     /// SQL for the database's now plus `seconds`, in the lock table's units.
     std::string now_plus(int seconds) const {
         switch (e_) {
-        case engine::postgresql:
-            return "clock_timestamp() + interval '" + std::to_string(seconds) + " seconds'";
-        case engine::mysql: return "NOW(6) + INTERVAL " + std::to_string(seconds) + " SECOND";
-        case engine::sqlite:
-            return "(" + db_now_us_expr(e_) + " + " + std::to_string(seconds * 1000000LL) + ")";
+            case engine::postgresql: return "clock_timestamp() + interval '" + std::to_string(seconds) + " seconds'";
+            case engine::mysql: return "NOW(6) + INTERVAL " + std::to_string(seconds) + " SECOND";
+            case engine::sqlite: return "(" + db_now_us_expr(e_) + " + " + std::to_string(seconds * 1000000LL) + ")";
         }
         return {};
     }
@@ -226,8 +225,8 @@ protected:
 
     /// The expected transcript: the library step waits on raw's lock when `waits` and answers
     /// `after` once raw's transaction ends; otherwise it answers `after` while raw's is open.
-    std::string expect(std::string const& raw_label, std::string const& lib_label, bool waits,
-                       std::string const& after, bool commit) const {
+    std::string expect(std::string const& raw_label, std::string const& lib_label, bool waits, std::string const& after,
+                       bool commit) const {
         std::string out = "raw: BEGIN\nraw: " + raw_label + "\n";
         std::string const end = std::string("raw: ") + (commit ? "COMMIT" : "ROLLBACK") + "\n";
         if (waits)
@@ -266,8 +265,10 @@ protected:
             [&] {
                 long long token = 1;
                 std::string owner = other_owner;
-                *raw_ << "INSERT INTO " + locks() + " (name, owner, token, holds, attempt, created_at, expires_at)"
-                             " VALUES (:n, :o, :t, 1, -7, " + now_plus(0) + ", " + now_plus(3600) + ")",
+                *raw_ << "INSERT INTO " + locks() +
+                             " (name, owner, token, holds, attempt, created_at, expires_at)"
+                             " VALUES (:n, :o, :t, 1, -7, " +
+                             now_plus(0) + ", " + now_plus(3600) + ")",
                     soci::use(name), soci::use(owner), soci::use(token);
             },
             lib_label,
@@ -283,7 +284,9 @@ protected:
                                   ? expect(raw_label, lib_label, false, "busy", commit)
                                   : expect(raw_label, lib_label, true, commit ? "busy" : "granted", commit);
         EXPECT_EQ(transcript, expected) << "permutation insert-vs-insert/" << (commit ? "commit" : "rollback")
-                                        << "\n  expected:\n" << expected << "  got:\n" << transcript;
+                                        << "\n  expected:\n"
+                                        << expected << "  got:\n"
+                                        << transcript;
         if (e_ == engine::sqlite && !commit) {
             EXPECT_FALSE(r.has_value()) << "raw rolled back and the library was busy: no row may be left";
             return;
@@ -334,9 +337,9 @@ protected:
             [&] {
                 std::string owner = other_owner;
                 long long token = raw_token;
-                *raw_ << "UPDATE " + locks() + " SET owner = :o, token = :t, holds = 1, attempt = -7, created_at = " +
-                             now_plus(0) + ", expires_at = " + now_plus(3600) + " WHERE name = :n AND expires_at < " +
-                             now_plus(0),
+                *raw_ << "UPDATE " + locks() +
+                             " SET owner = :o, token = :t, holds = 1, attempt = -7, created_at = " + now_plus(0) +
+                             ", expires_at = " + now_plus(3600) + " WHERE name = :n AND expires_at < " + now_plus(0),
                     soci::use(owner), soci::use(token), soci::use(name);
             },
             lib_label,
@@ -350,7 +353,9 @@ protected:
                                   ? expect(raw_label, lib_label, false, "busy", commit)
                                   : expect(raw_label, lib_label, true, commit ? "busy" : "granted", commit);
         EXPECT_EQ(transcript, expected) << "permutation takeover-vs-takeover/" << (commit ? "commit" : "rollback")
-                                        << "\n  expected:\n" << expected << "  got:\n" << transcript;
+                                        << "\n  expected:\n"
+                                        << expected << "  got:\n"
+                                        << transcript;
         ASSERT_TRUE(r.has_value()) << "no lock row after the permutation";
         if (e_ == engine::sqlite && !commit) {
             EXPECT_EQ(r->token, old_token) << "raw rolled back and the library was busy: the expired row stays";
@@ -408,7 +413,8 @@ TEST_P(ReaperVsRenewal, RenewAfterTheReapersDeleteIsLost) {
     auto const expected = expect(raw_label, lib_label, e_ == engine::mysql,
                                  e_ == engine::sqlite ? "backend_unavailable" : "lease_lost", true);
     EXPECT_EQ(transcript, expected) << "permutation reaper-vs-renewal (E01 permutation 1)\n  expected:\n"
-                                    << expected << "  got:\n" << transcript;
+                                    << expected << "  got:\n"
+                                    << transcript;
     EXPECT_FALSE(row_of(name).has_value()) << "the renewal resurrected the reaped row";
     if (e_ == engine::sqlite) {
         EXPECT_THROW(held->renew(), sqlock::lease_lost) << "a renewal after the reap";
@@ -448,14 +454,13 @@ TEST_P(RenewalVsReaper, ReaperKeepsTheRenewedRow) {
                          " WHERE name = :n AND owner = :o AND token = :t",
                 soci::use(name), soci::use(owner), soci::use(token);
         },
-        lib_label,
-        [&]() -> outcome { return "purged=" + std::to_string(R.reap_once().purged); },
-        true);
+        lib_label, [&]() -> outcome { return "purged=" + std::to_string(R.reap_once().purged); }, true);
     auto const r = row_of(name);
     auto const expected = expect(raw_label, lib_label, e_ == engine::mysql,
                                  e_ == engine::sqlite ? "backend_unavailable" : "purged=0", true);
     EXPECT_EQ(transcript, expected) << "permutation renewal-vs-reaper (E01 permutation 2)\n  expected:\n"
-                                    << expected << "  got:\n" << transcript;
+                                    << expected << "  got:\n"
+                                    << transcript;
     ASSERT_TRUE(r.has_value()) << "the reaper deleted a row that a committed renewal had made live";
     EXPECT_TRUE(r->live());
     EXPECT_EQ(r->token, held->token());
@@ -488,9 +493,9 @@ TEST_P(ReleaseVsTakeover, ReleaseLeavesTheNewOwnersRow) {
         [&] {
             std::string owner = other_owner;
             long long token = raw_token;
-            *raw_ << "UPDATE " + locks() + " SET owner = :o, token = :t, holds = 1, attempt = -7, created_at = " +
-                         now_plus(0) + ", expires_at = " + now_plus(3600) + " WHERE name = :n AND expires_at < " +
-                         now_plus(0),
+            *raw_ << "UPDATE " + locks() +
+                         " SET owner = :o, token = :t, holds = 1, attempt = -7, created_at = " + now_plus(0) +
+                         ", expires_at = " + now_plus(3600) + " WHERE name = :n AND expires_at < " + now_plus(0),
                 soci::use(owner), soci::use(token), soci::use(name);
         },
         lib_label,
@@ -502,7 +507,8 @@ TEST_P(ReleaseVsTakeover, ReleaseLeavesTheNewOwnersRow) {
     auto const r = row_of(name);
     auto const expected = expect(raw_label, lib_label, e_ != engine::sqlite,
                                  e_ == engine::sqlite ? "backend_unavailable" : "lease_lost", true);
-    EXPECT_EQ(transcript, expected) << "permutation release-vs-takeover\n  expected:\n" << expected << "  got:\n"
+    EXPECT_EQ(transcript, expected) << "permutation release-vs-takeover\n  expected:\n"
+                                    << expected << "  got:\n"
                                     << transcript;
     ASSERT_TRUE(r.has_value()) << "the release deleted the row another owner had taken over";
     EXPECT_EQ(r->owner, other_owner);

@@ -228,11 +228,13 @@ void uncommitted_grant_absent(extra_check_input const& in, std::string const& ki
         out.push_back("the killed worker's last event is not a release invoke: the kill was not in the release");
     for (auto const& a : in.audit)
         if (a.token == t)
-            out.push_back("the audit shows token " + std::to_string(t) + " (" + a.kind + ", seq " + std::to_string(a.seq) +
+            out.push_back("the audit shows token " + std::to_string(t) + " (" + a.kind + ", seq " +
+                          std::to_string(a.seq) +
                           "), whose holder was killed before its COMMIT: an uncommitted grant survived");
     long long in_rows = 0;
     long long tok = t;
-    in.lock_db << "SELECT COUNT(*) FROM " + in.tables + "_rows WHERE token = :t", soci::use(tok, "t"), soci::into(in_rows);
+    in.lock_db << "SELECT COUNT(*) FROM " + in.tables + "_rows WHERE token = :t", soci::use(tok, "t"),
+        soci::into(in_rows);
     if (in_rows != 0)
         out.push_back("the rows table still records token " + std::to_string(t) + " of the killed holder");
     bool later = false;

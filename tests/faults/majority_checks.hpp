@@ -39,7 +39,7 @@ struct call {
 /// A grant as its holder saw it: acquire ok until the release completed (or the loss, or never).
 struct held {
     call const* acquire = nullptr;
-    std::int64_t end_ns = never;    // release completion, lost event, or never
+    std::int64_t end_ns = never;  // release completion, lost event, or never
     std::int64_t release_invoke_ns = never;
     call const* release = nullptr;
     std::int64_t lost_ns = never;
@@ -117,8 +117,9 @@ inline digest digest_of(run_record const& r) {
                     cur->end_ns = mono_of(r, a->db_time_us);
                     d.rows.push_back(*cur);
                 }
-                cur = member_row{a->db, a->lock, a->owner, a->token, mono_of(r, a->db_time_us), never,
-                                 mono_of(r, a->expires_at_us), false};
+                cur = member_row{
+                    a->db, a->lock, a->owner, a->token, mono_of(r, a->db_time_us), never, mono_of(r, a->expires_at_us),
+                    false};
             } else if (a->kind == "renew" && cur) {
                 cur->expires_ns = mono_of(r, a->expires_at_us);
             } else if (a->kind == "delete" && cur) {
@@ -193,12 +194,13 @@ inline report member_rows_are_given_back(
         if (excess_ms > bound.count())
             rep.violations.push_back(
                 {"rows-given-back",
-                 fmt::format("lock '{}' on member {}: the row of owner {} (member token {}) granted {} ended {} ms after "
-                             "its attempt ({}, invoked at {}) ended, more than the bound {} ms ({}{})",
-                             row.lock, row.db, row.owner, row.token, orphan ? "to no lease" : "to a lease", excess_ms,
-                             a->type, a->invoke_ns, bound.count(),
-                             row.end_ns == never || row.end_ns > row.expires_ns ? "left to expire" : "deleted late",
-                             orphan ? ", a late or partial grant kept" : "")});
+                 fmt::format(
+                     "lock '{}' on member {}: the row of owner {} (member token {}) granted {} ended {} ms after "
+                     "its attempt ({}, invoked at {}) ended, more than the bound {} ms ({}{})",
+                     row.lock, row.db, row.owner, row.token, orphan ? "to no lease" : "to a lease", excess_ms, a->type,
+                     a->invoke_ns, bound.count(),
+                     row.end_ns == never || row.end_ns > row.expires_ns ? "left to expire" : "deleted late",
+                     orphan ? ", a late or partial grant kept" : "")});
     }
     rep.counts = {{"member_rows", static_cast<std::int64_t>(d.rows.size())},
                   {"orphan_rows", orphans},
@@ -225,13 +227,15 @@ inline report grants_have_majority_support(run_record const& r) {
                 row.grant_ns <= a->complete_ns + slack && row.end_ns >= a->complete_ns - slack)
                 members.insert(row.db);
         if (members.size() < 2)
-            rep.violations.push_back({"majority-support", fmt::format("lock '{}': owner {} reported OK (token {}) at {} "
-                                                                      "with rows on only {} member(s)",
-                                                                      a->lock, a->owner, a->token.value_or(0),
-                                                                      a->complete_ns, members.size())});
+            rep.violations.push_back(
+                {"majority-support",
+                 fmt::format("lock '{}': owner {} reported OK (token {}) at {} "
+                             "with rows on only {} member(s)",
+                             a->lock, a->owner, a->token.value_or(0), a->complete_ns, members.size())});
         std::int64_t rounds = 1;
         for (auto const* b : d.busy)
-            if (b->owner == a->owner && b->lock == a->lock && b->mono_ns >= a->invoke_ns && b->mono_ns <= a->complete_ns)
+            if (b->owner == a->owner && b->lock == a->lock && b->mono_ns >= a->invoke_ns &&
+                b->mono_ns <= a->complete_ns)
                 ++rounds;
         max_rounds = std::max(max_rounds, rounds);
         total_rounds += rounds;
@@ -264,16 +268,17 @@ inline report validity_is_never_above_truth(run_record const& r, std::chrono::mi
         std::int64_t const margin = ttl - elapsed - *c.validity_ms;
         min_margin = std::min(min_margin, margin);
         if (margin < 0)
-            rep.violations.push_back({"validity", fmt::format("lock '{}': owner {} was granted (token {}) {} ms after its "
-                                                              "invoke with validity {} ms reported: above the truth "
-                                                              "TTL {} − {} = {} ms",
-                                                              c.lock, c.owner, c.token.value_or(0), elapsed,
-                                                              *c.validity_ms, ttl, elapsed, ttl - elapsed)});
+            rep.violations.push_back(
+                {"validity", fmt::format("lock '{}': owner {} was granted (token {}) {} ms after its "
+                                         "invoke with validity {} ms reported: above the truth "
+                                         "TTL {} − {} = {} ms",
+                                         c.lock, c.owner, c.token.value_or(0), elapsed, *c.validity_ms, ttl, elapsed,
+                                         ttl - elapsed)});
         if (*c.validity_ms <= 0 || elapsed >= ttl)
-            rep.violations.push_back({"validity", fmt::format("lock '{}': owner {} was granted after {} ms (TTL {}, drift "
-                                                              "{}) with {} ms left: a grant past the window is OK",
-                                                              c.lock, c.owner, elapsed, ttl, drift.count(),
-                                                              *c.validity_ms)});
+            rep.violations.push_back(
+                {"validity", fmt::format("lock '{}': owner {} was granted after {} ms (TTL {}, drift "
+                                         "{}) with {} ms left: a grant past the window is OK",
+                                         c.lock, c.owner, elapsed, ttl, drift.count(), *c.validity_ms)});
     }
     rep.counts = {{"max_elapsed_ms", max_elapsed},
                   {"min_margin_ms", min_margin == never ? -1 : min_margin},
@@ -282,7 +287,8 @@ inline report validity_is_never_above_truth(run_record const& r, std::chrono::mi
 }
 
 /// The stall windows of the nemesis log: per member, [start, stop).
-inline std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> windows_of(run_record const& r, std::string const& fault) {
+inline std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> windows_of(run_record const& r,
+                                                                                   std::string const& fault) {
     std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> out;
     std::map<std::string, std::int64_t> started;
     for (auto const& n : r.nemesis) {
@@ -314,7 +320,7 @@ inline std::vector<std::pair<std::int64_t, std::int64_t>> overlaps_of(run_record
 /// For member_rows_are_given_back: a member is unreachable during its `fault` windows, so a request it
 /// gets then is acted on at the window's end at the earliest.
 inline std::function<std::int64_t(std::string const&, std::int64_t)> unreachable_during(run_record const& r,
-                                                                                      std::string const& fault) {
+                                                                                        std::string const& fault) {
     auto w = windows_of(r, fault);
     return [w](std::string const& db, std::int64_t t) {
         for (auto const& [target, from, to] : w)
@@ -330,7 +336,7 @@ inline std::function<std::int64_t(std::string const&, std::int64_t)> unreachable
 /// lease_lost) by that deadline + slack, never released OK after it. At least one grant must have
 /// run past its deadline this way (the fault bit).
 inline report renew_on_minority_is_lost(run_record const& r, std::chrono::milliseconds member_timeout,
-                                 std::chrono::milliseconds slack) {
+                                        std::chrono::milliseconds slack) {
     report rep{"F10-minority-renew", {}, {}};
     auto const d = digest_of(r);
     // Majority stall windows: where two members' stalls overlap.
@@ -342,10 +348,11 @@ inline report renew_on_minority_is_lost(run_record const& r, std::chrono::millis
             for (auto const& [from, to] : majority_down)
                 if (e->mono_ns > from + (member_timeout + slack).count() * ms_ns && e->mono_ns < to)
                     rep.violations.push_back(
-                        {"F10", fmt::format("lock '{}': owner {} (token {}) logged a renewal OK {} ms into a stall of two "
-                                            "of the three members: renewed on a minority",
-                                            g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0),
-                                            (e->mono_ns - from) / ms_ns)});
+                        {"F10",
+                         fmt::format("lock '{}': owner {} (token {}) logged a renewal OK {} ms into a stall of two "
+                                     "of the three members: renewed on a minority",
+                                     g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0),
+                                     (e->mono_ns - from) / ms_ns)});
         }
         // The safe deadline as the holder was told it.
         std::int64_t deadline = g.acquire->complete_ns + g.acquire->validity_ms.value_or(0) * ms_ns;
@@ -353,24 +360,25 @@ inline report renew_on_minority_is_lost(run_record const& r, std::chrono::millis
             if (e->validity_ms) deadline = std::max(deadline, e->mono_ns + *e->validity_ms * ms_ns);
         bool const held_past = g.release_invoke_ns > deadline + slack.count() * ms_ns;
         if (!held_past) continue;
-        bool const release_lost = g.release && g.release->type == "fail" &&
-                                  g.release->error.find("lease_lost") != std::string::npos;
+        bool const release_lost =
+            g.release && g.release->type == "fail" && g.release->error.find("lease_lost") != std::string::npos;
         if (g.release && g.release->type == "ok")
-            rep.violations.push_back({"F10", fmt::format("lock '{}': owner {} (token {}) released OK {} ms after its safe "
-                                                         "deadline: the lease was not reported lost",
-                                                         g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0),
-                                                         (g.release_invoke_ns - deadline) / ms_ns)});
+            rep.violations.push_back(
+                {"F10", fmt::format("lock '{}': owner {} (token {}) released OK {} ms after its safe "
+                                    "deadline: the lease was not reported lost",
+                                    g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0),
+                                    (g.release_invoke_ns - deadline) / ms_ns)});
         else if (g.lost_ns > deadline + slack.count() * ms_ns && !release_lost)
-            rep.violations.push_back({"F10", fmt::format("lock '{}': owner {} (token {}) held past its safe deadline "
-                                                         "and was not reported lost by deadline + {} ms",
-                                                         g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0),
-                                                         slack.count())});
-        else
-            ++lost_in_time;
+            rep.violations.push_back(
+                {"F10", fmt::format("lock '{}': owner {} (token {}) held past its safe deadline "
+                                    "and was not reported lost by deadline + {} ms",
+                                    g.acquire->lock, g.acquire->owner, g.acquire->token.value_or(0), slack.count())});
+        else ++lost_in_time;
     }
     if (lost_in_time == 0)
-        rep.violations.push_back({"F10", "no holder ran past its safe deadline during a stall of two members: the fault "
-                                         "never bit, the scenario proves nothing"});
+        rep.violations.push_back({"F10",
+                                  "no holder ran past its safe deadline during a stall of two members: the fault "
+                                  "never bit, the scenario proves nothing"});
     rep.counts = {{"majority_stalls", static_cast<std::int64_t>(majority_down.size())},
                   {"renew_ok", renew_ok_total},
                   {"lost_by_deadline", lost_in_time}};
@@ -401,20 +409,21 @@ inline report release_clears_reachable_members(run_record const& r, std::chrono:
             if (was_down(row.db, g.acquire->invoke_ns, to)) {
                 ++left_to_expire;
                 if (row.live_delete && row.end_ns > to + slack.count() * ms_ns)
-                    rep.violations.push_back({"F10", fmt::format("lock '{}' on member {}: the row of owner {} was deleted "
-                                                                 "live {} ms after its release ended",
-                                                                 row.lock, row.db, row.owner, (row.end_ns - to) / ms_ns)});
+                    rep.violations.push_back(
+                        {"F10", fmt::format("lock '{}' on member {}: the row of owner {} was deleted "
+                                            "live {} ms after its release ended",
+                                            row.lock, row.db, row.owner, (row.end_ns - to) / ms_ns)});
                 continue;
             }
             if (row.live_delete && row.end_ns <= to + slack.count() * ms_ns) {
                 ++cleared;
                 continue;
             }
-            rep.violations.push_back({"F10", fmt::format("lock '{}' on member {}: the release of owner {} (token {}) "
-                                                         "returned OK but its row on that reachable member {}",
-                                                         row.lock, row.db, row.owner, g.acquire->token.value_or(0),
-                                                         row.live_delete ? "was deleted only later"
-                                                                         : "was not deleted (left to expire)")});
+            rep.violations.push_back(
+                {"F10", fmt::format("lock '{}' on member {}: the release of owner {} (token {}) "
+                                    "returned OK but its row on that reachable member {}",
+                                    row.lock, row.db, row.owner, g.acquire->token.value_or(0),
+                                    row.live_delete ? "was deleted only later" : "was not deleted (left to expire)")});
         }
     }
     if (left_to_expire == 0)

@@ -90,7 +90,8 @@ inline void form_majority_group(std::vector<std::string> const& urls, std::strin
     try {
         std::vector<sqlock::store> stores;
         stores.reserve(urls.size());
-        for (auto const& url : urls) stores.emplace_back(url, sqlock::store_options{.pool_size = 1, .table_prefix = tables});
+        for (auto const& url : urls)
+            stores.emplace_back(url, sqlock::store_options{.pool_size = 1, .table_prefix = tables});
         std::vector<sqlock::locker> lockers;
         for (auto& st : stores) lockers.push_back(sqlock::table_locker(st, {.ttl = std::chrono::seconds(10)}));
         auto majority = sqlock::majority_locker(std::move(lockers), {.auto_renew = false});

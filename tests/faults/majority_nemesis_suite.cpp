@@ -116,10 +116,11 @@ report k1_majority(run_record const& r, std::size_t quorum = 2) {
             ++segments;
             if (majority_owners.size() > 1 && cuts[i] > reported_until) {
                 reported_until = cuts[i + 1];
-                rep.violations.push_back({"K1-majority", fmt::format("lock '{}': owners {} and {} each had live rows on a "
-                                                                     "majority at once ({} ms long)",
-                                                                     lock, majority_owners[0], majority_owners[1],
-                                                                     (cuts[i + 1] - cuts[i]) / ms_ns)});
+                rep.violations.push_back(
+                    {"K1-majority",
+                     fmt::format("lock '{}': owners {} and {} each had live rows on a "
+                                 "majority at once ({} ms long)",
+                                 lock, majority_owners[0], majority_owners[1], (cuts[i + 1] - cuts[i]) / ms_ns)});
             }
         }
     }
@@ -142,9 +143,10 @@ report grants_continue_while_down(run_record const& r, std::string const& fault,
         ++windows;
         for (auto const& row : d.rows)
             if (row.db == target && row.grant_ns > from && row.grant_ns < to)
-                rep.violations.push_back({"F02", fmt::format("member {} granted lock '{}' to {} {} ms into its "
-                                                             "downtime: the kill did not take it down",
-                                                             target, row.lock, row.owner, (row.grant_ns - from) / ms_ns)});
+                rep.violations.push_back(
+                    {"F02", fmt::format("member {} granted lock '{}' to {} {} ms into its "
+                                        "downtime: the kill did not take it down",
+                                        target, row.lock, row.owner, (row.grant_ns - from) / ms_ns)});
         for (auto const& g : d.grants) {
             auto const& a = *g.acquire;
             if (a.complete_ns < from + settle.count() * ms_ns || a.complete_ns > to) continue;
@@ -153,11 +155,11 @@ report grants_continue_while_down(run_record const& r, std::string const& fault,
             auto members = support_of(d, a);
             members.erase(target);
             if (members.size() < 2)
-                rep.violations.push_back({"F02", fmt::format("lock '{}': owner {} reported OK (token {}) while member "
-                                                             "{} was down, with rows on only {} live member(s): the "
-                                                             "dead member was counted",
-                                                             a.lock, a.owner, a.token.value_or(0), target,
-                                                             members.size())});
+                rep.violations.push_back(
+                    {"F02", fmt::format("lock '{}': owner {} reported OK (token {}) while member "
+                                        "{} was down, with rows on only {} live member(s): the "
+                                        "dead member was counted",
+                                        a.lock, a.owner, a.token.value_or(0), target, members.size())});
         }
     }
     // Rejoin: grants after the restart are held on the restarted member again (it is durable, and sqlock has no
@@ -168,8 +170,8 @@ report grants_continue_while_down(run_record const& r, std::string const& fault,
     for (auto const& g : d.grants)
         if (g.acquire->complete_ns > restarted_at && support_of(d, *g.acquire).count(target) != 0) ++rejoined;
     if (restarted_at == never || rejoined == 0)
-        rep.violations.push_back({"F02", "no grant after the restart of member " + target +
-                                             " had a row on it: the member did not rejoin"});
+        rep.violations.push_back(
+            {"F02", "no grant after the restart of member " + target + " had a row on it: the member did not rejoin"});
     if (windows == 0) rep.violations.push_back({"F02", "member " + target + " was never down: the fault never ran"});
     if (static_cast<std::size_t>(down_grants) < min_grants)
         rep.violations.push_back({"F02", fmt::format("only {} grants while member {} was down (at least {}): grants "
@@ -202,13 +204,13 @@ report attempts_do_not_wait_for_a_frozen_member(run_record const& r, std::string
             if (took != never) max_ms = std::max(max_ms, took);
             if (c.type == "ok") ++granted;
             if (took == never || took > bound.count())
-                rep.violations.push_back({"F03", fmt::format("lock '{}': owner {}'s attempt invoked {} ms into member "
-                                                             "{}'s freeze took {}: more than the bound {} ms (it "
-                                                             "waited for the frozen member)",
-                                                             c.lock, c.owner, (c.invoke_ns - from) / ms_ns, t,
-                                                             took == never ? std::string("for ever")
-                                                                           : std::to_string(took) + " ms",
-                                                             bound.count())});
+                rep.violations.push_back(
+                    {"F03", fmt::format("lock '{}': owner {}'s attempt invoked {} ms into member "
+                                        "{}'s freeze took {}: more than the bound {} ms (it "
+                                        "waited for the frozen member)",
+                                        c.lock, c.owner, (c.invoke_ns - from) / ms_ns, t,
+                                        took == never ? std::string("for ever") : std::to_string(took) + " ms",
+                                        bound.count())});
         }
     }
     if (granted == 0)
@@ -233,8 +235,7 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
             // Its grant on the reachable member, when it was not granted: a partial grant.
             for (auto const& row : d.rows)
                 if (c.type != "ok" && row.db == reachable && row.owner == c.owner && row.lock == c.lock &&
-                    row.grant_ns >= c.invoke_ns &&
-                    row.grant_ns <= c.complete_ns) {
+                    row.grant_ns >= c.invoke_ns && row.grant_ns <= c.complete_ns) {
                     ++partial;
                     if (row.live_delete) ++partial_deleted;
                 }
@@ -247,17 +248,18 @@ report majority_unreachable_fails_promptly(run_record const& r, std::string cons
                                                              "the three members were unreachable",
                                                              c.lock, c.owner, c.token.value_or(0))});
             else if (took == never || took > bound.count())
-                rep.violations.push_back({"F04", fmt::format("lock '{}': owner {}'s attempt with a majority "
-                                                             "unreachable took {}: more than the bound {} ms",
-                                                             c.lock, c.owner,
-                                                             took == never ? std::string("for ever")
-                                                                           : std::to_string(took) + " ms",
-                                                             bound.count())});
+                rep.violations.push_back(
+                    {"F04", fmt::format("lock '{}': owner {}'s attempt with a majority "
+                                        "unreachable took {}: more than the bound {} ms",
+                                        c.lock, c.owner,
+                                        took == never ? std::string("for ever") : std::to_string(took) + " ms",
+                                        bound.count())});
         }
     }
     if (majority_down.empty()) rep.violations.push_back({"F04", "two members were never unreachable together"});
     if (partial == 0)
-        rep.violations.push_back({"F04", "no attempt got a partial grant on the reachable member: the fault never bit"});
+        rep.violations.push_back(
+            {"F04", "no attempt got a partial grant on the reachable member: the fault never bit"});
     if (partial_deleted < partial)
         rep.violations.push_back({"F04", fmt::format("{} of the {} partial grants on member {} were left to expire, "
                                                      "not deleted (the step-5 cleanup)",
@@ -327,8 +329,8 @@ TEST(BatteryMajorityNemesis, F02_MemberKilledAndRestarted) {
 
 // F03 — one member slow: its whole server (postmaster and every backend) frozen by the cgroup v1 freezer for
 // 1.6 s (< TTL 2 s) twice, 1.5 s apart. Each call is one round (single_try), member timeout 200 ms: an attempt
-// invoked during a freeze ends within 1 s (3 member timeouts — acquire, token read, token write — plus 400 ms of slack),
-// not at the thaw; the reported validity is never above TTL − elapsed, and no grant whose elapsed reached the
+// invoked during a freeze ends within 1 s (3 member timeouts — acquire, token read, token write — plus 400 ms of
+// slack), not at the thaw; the reported validity is never above TTL − elapsed, and no grant whose elapsed reached the
 // TTL is OK (validity_is_never_above_truth, drift 22 ms); the frozen member's late grants are given back.
 // K1 per member, K1-majority, K2 = 0, K7, K8.
 TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
@@ -359,9 +361,7 @@ TEST(BatteryMajorityNemesis, F03_MemberFrozenBelowTtl) {
             ctl.log("freeze", "pgf", "stop", "THAWED");
         }
     };
-    s.extra_checks = {[](run_record const& r) {
-                          return attempts_do_not_wait_for_a_frozen_member(r, "freeze", 1000ms);
-                      },
+    s.extra_checks = {[](run_record const& r) { return attempts_do_not_wait_for_a_frozen_member(r, "freeze", 1000ms); },
                       [](run_record const& r) { return validity_is_never_above_truth(r, 22ms); },
                       [](run_record const& r) { return grants_have_majority_support(r); },
                       [](run_record const& r) { return k1_majority(r); },
@@ -481,8 +481,10 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
     // Client 2's members: direct.
     std::vector<std::optional<sqlock::store>> client2_stores(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i)
-        client2_stores[i].emplace(specs[i].url, sqlock::store_options{.pool_size = 2, .table_prefix = tables,
-                                                                      .connect_timeout = 2s, .io_timeout = 5s});
+        client2_stores[i].emplace(specs[i].url, sqlock::store_options{.pool_size = 2,
+                                                                      .table_prefix = tables,
+                                                                      .connect_timeout = 2s,
+                                                                      .io_timeout = 5s});
     // The fenced resource: tables of its own on the shared pg2 database.
     std::string const res_tables = tables + "_res";
     sqlock::store resource(shared.at(1).url, {.pool_size = 1, .create_schema = true, .table_prefix = res_tables});
@@ -492,7 +494,8 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
     recorder h;
     auto majority_of = [&](std::vector<sqlock::store*> stores, std::string const& owner) {
         std::vector<sqlock::locker> ms;
-        for (auto* st : stores) ms.push_back(sqlock::table_locker(*st, {.ttl = ttl, .owner = owner, .auto_renew = false}));
+        for (auto* st : stores)
+            ms.push_back(sqlock::table_locker(*st, {.ttl = ttl, .owner = owner, .auto_renew = false}));
         return sqlock::majority_locker(std::move(ms), {.member_timeout = 500ms, .owner = owner, .auto_renew = false});
     };
     auto acquire = [&](sqlock::locker& l, std::string const& proc, std::string const& owner) {
@@ -539,7 +542,8 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
     auto c1 = majority_of({&*client1_members.at(0).store, &*client1_members.at(1).store, &*client1_members.at(2).store},
                           "client-1");
     auto l1 = acquire(c1, "client-1", "client-1");
-    ASSERT_TRUE(l1.has_value()) << "client 1 was not granted on A and B; rows: " << client1_members.rows_of(name) << "\n"
+    ASSERT_TRUE(l1.has_value()) << "client 1 was not granted on A and B; rows: " << client1_members.rows_of(name)
+                                << "\n"
                                 << h.text();
     ASSERT_TRUE(client1_members.row_on(0, name) && client1_members.row_on(1, name) && !client1_members.row_on(2, name))
         << "client 1's grant is not on A and B only: " << client1_members.rows_of(name);
@@ -553,8 +557,8 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
                                 << client1_members.rows_of(name) << "\n"
                                 << h.text();
     bool const two_holders = l1->state() == sqlock::lease_state::held;
-    std::cout << "[F07] client 1 token " << l1->token() << " (" << sqlock::to_string(l1->state()) << "), client 2 token "
-              << l2->token() << "; rows: " << client1_members.rows_of(name) << "\n";
+    std::cout << "[F07] client 1 token " << l1->token() << " (" << sqlock::to_string(l1->state())
+              << "), client 2 token " << l2->token() << "; rows: " << client1_members.rows_of(name) << "\n";
     // 5. Fenced writes: the newer holder, then the stale one.
     EXPECT_TRUE(fenced_write("client-2", "client-2", l2->token())) << h.text();
     EXPECT_FALSE(fenced_write("client-1", "client-1", l1->token()))
@@ -606,7 +610,8 @@ TEST(BatteryMajorityNemesis, F07_MemberClockJumpTwoHolders) {
         }
     }
     try {
-        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+        for (auto const* t :
+             {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
             *res_raw << "DROP TABLE IF EXISTS " + res_tables + t;
     } catch (std::exception const& ex) {
         ADD_FAILURE() << "could not drop the resource tables " << res_tables << "_*: " << ex.what();

@@ -7,10 +7,12 @@
 // partitions it away from the server meanwhile), then until HEAL_FILE exists (the test healed the
 // partition and the new holder has written through the fence), then tries, with its old lease:
 // renew(), release() and a fenced write (sqlock::fence on a SOCI session opened with
-// FENCE_CONNINFO: libpq keywords, or SOCI MySQL keywords when URL is a mysql:// one). Every step and every lease event is one line on stdout, flushed at once:
+// FENCE_CONNINFO: libpq keywords, or SOCI MySQL keywords when URL is a mysql:// one). Every step and every lease event
+// is one line on stdout, flushed at once:
 //   <steady ns> <what> [details]
-// with what = acquired <token> | deadline <steady ns of the lease's safe deadline, when it moves> | event <kind> <token> <detail> | lost-seen <state> | renew <outcome> |
-// release <outcome> | fence <accepted|stale|error ...> | done. Exit 0 after "done", 2 on a setup error.
+// with what = acquired <token> | deadline <steady ns of the lease's safe deadline, when it moves> | event <kind>
+// <token> <detail> | lost-seen <state> | renew <outcome> | release <outcome> | fence <accepted|stale|error ...> | done.
+// Exit 0 after "done", 2 on a setup error.
 #include "worker_common.hpp"
 
 #include <sqlock/sqlock.hpp>

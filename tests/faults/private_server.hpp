@@ -10,8 +10,9 @@
 //   faked_clock_server   a private_pg with libfaketime preloaded into the postmaster (FAKETIME_TIMESTAMP_FILE,
 //                        FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1): offset("+6s") moves its wall clock at once.
 //   faked_clock_mariadb  the same for a private_mariadb (libfaketime preloaded into mariadbd).
-// Used by server_nemesis_suite.cpp (D03, D04, D07; MariaDB: D03, D07), failover_suite.cpp (D09) and majority_nemesis_suite.cpp
-// (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres user.
+// Used by server_nemesis_suite.cpp (D03, D04, D07; MariaDB: D03, D07), failover_suite.cpp (D09) and
+// majority_nemesis_suite.cpp (F02, F03, F07). Root is needed for the freezer and to run the server as the postgres
+// user.
 #pragma once
 
 #include "../run_command.hpp"
@@ -104,7 +105,8 @@ public:
         settings.insert(settings.begin(), "SQLOCK_TEST_DIR=" + control_.string());
         auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "start"}, settings, 120s);
         started_ = true;  // stop even a half-started server
-        if (!r.ok()) throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
+        if (!r.ok())
+            throw std::runtime_error("scripts/test-servers.sh start failed (" + exit_text(r.status) + "): " + r.err);
         env_ = slurp(control_ / "env.sh");
     }
     scripted_server(scripted_server const&) = delete;
@@ -122,7 +124,7 @@ public:
     void restart(std::string const& engine) {
         using namespace std::chrono_literals;
         auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "restart", engine},
-                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+                             {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
         if (!r.ok())
             throw std::runtime_error("scripts/test-servers.sh restart " + engine + " failed (" + exit_text(r.status) +
                                      "): " + r.err);
@@ -134,7 +136,7 @@ public:
         using namespace std::chrono_literals;
         if (!started_) return;
         auto r = run_command({"/bin/bash", SQLOCK_TEST_SERVERS_SCRIPT, "stop"},
-                                            {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
+                             {"SQLOCK_TEST_DIR=" + control_.string()}, 120s);
         if (!r.ok() && alive(root) && ::kill(root, SIGKILL) == 0)
             std::cerr << "private " << server << " did not stop (" << r.err << "): killed " << process << " " << root
                       << "\n";
@@ -384,8 +386,7 @@ private:
                 } catch (...) {  // it exited meanwhile
                 }
             }
-        } catch (...) {
-        }
+        } catch (...) {}
         for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0; ++i) std::this_thread::sleep_for(50ms);
     }
 

@@ -14,11 +14,11 @@
 //
 // Every wait is a bounded poll, and nothing asserts how fast something
 // happened beyond "it returned, well before an absurd bound".
+#include "fault_calls.hpp"
+#include "fault_proxy.hpp"
+#include "marked_sessions.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
-#include "fault_proxy.hpp"
-#include "fault_calls.hpp"
-#include "marked_sessions.hpp"
 
 #include <sqlock/admin.hpp>
 #include <sqlock/sqlock.hpp>
@@ -188,7 +188,8 @@ TEST_P(Safety, ErrorOnTheHoldingTransactionMeansLost) {
     std::optional<lease> next;
     std::string const what = outcome_of([&] { next = other.acquire(name, 5s); });
     EXPECT_TRUE(next.has_value()) << "another client could not take the row lock within 5 s after the holder's "
-                                     "transaction failed (" << what << "): the failed holder still blocks it";
+                                     "transaction failed ("
+                                  << what << "): the failed holder still blocks it";
 }
 
 // ============================================================ #7: unknown outcomes
@@ -433,9 +434,11 @@ TEST_P(SafetyMariaDB, DeadlineInsideTheAcquireLeavesNoRow) {
         ~drop_on_exit() {
             try {
                 s << "UNLOCK TABLES";
-                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t :
+                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
                     s << "DROP TABLE IF EXISTS " + prefix + t;
-                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
+                    s << "DROP PROCEDURE IF EXISTS " + prefix + r;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the tables of prefix " << prefix << ": " << describe(e);
             }
@@ -443,8 +446,12 @@ TEST_P(SafetyMariaDB, DeadlineInsideTheAcquireLeavesNoRow) {
     };
     auto blocker = raw_session(e_, url_);
     drop_on_exit cleanup{*blocker, prefix};
-    sqlock::store s(url, {.pool_size = 1, .create_schema = true, .table_prefix = prefix, .connect_timeout = 2s,
-                          .lock_wait_timeout = 1s, .io_timeout = 1s});
+    sqlock::store s(url, {.pool_size = 1,
+                          .create_schema = true,
+                          .table_prefix = prefix,
+                          .connect_timeout = 2s,
+                          .lock_wait_timeout = 1s,
+                          .io_timeout = 1s});
     locker L = sqlock::table_locker(s, {.ttl = 30s, .auto_renew = false});
     {
         auto warm = L.try_acquire(n("warm-up"));  // the CALL is prepared and has run
@@ -480,8 +487,10 @@ TEST_P(SafetyMariaDB, PreparedStatementsOnADeadConnectionCloseQuietly) {
         SCOPED_TRACE(cut ? "cut" : "silent");
         auto proxy = fault_proxy::for_url(url_);
         std::optional<sqlock::store> db;
-        db.emplace(proxy->proxied_url(url_), sqlock::store_options{.pool_size = 1, .connect_timeout = 2s,
-                                                                   .lock_wait_timeout = 1s, .io_timeout = 1s});
+        db.emplace(proxy->proxied_url(url_), sqlock::store_options{.pool_size = 1,
+                                                                   .connect_timeout = 2s,
+                                                                   .lock_wait_timeout = 1s,
+                                                                   .io_timeout = 1s});
         {
             locker L = sqlock::table_locker(*db, {.ttl = 30s, .auto_renew = false});
             auto l = L.try_acquire(n(cut ? "cut" : "silent"));
@@ -489,10 +498,8 @@ TEST_P(SafetyMariaDB, PreparedStatementsOnADeadConnectionCloseQuietly) {
             l->renew();
             l->release();
         }
-        if (cut)
-            proxy->block();
-        else
-            proxy->stall();
+        if (cut) proxy->block();
+        else proxy->stall();
         std::atomic<bool> closed{false};
         std::thread closer([&] {
             db.reset();

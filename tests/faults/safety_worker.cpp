@@ -38,10 +38,8 @@ int main(int argc, char** argv) {
         sqlock::store db{url, {.pool_size = 1, .lock_wait_timeout = lock_wait}};
         sqlock::locker locks = sqlock::table_locker(db, {.ttl = ttl, .auto_renew = false});
         std::optional<sqlock::lease> l;
-        if (argc > 5)
-            l = locks.acquire(name, std::chrono::milliseconds(std::atol(argv[5])));
-        else
-            l = locks.try_acquire(name);
+        if (argc > 5) l = locks.acquire(name, std::chrono::milliseconds(std::atol(argv[5])));
+        else l = locks.try_acquire(name);
         if (l) {
             std::cout << "acquired " << l->token() << std::endl;
         } else {

@@ -42,10 +42,10 @@
 // Each step is recorded with its steady-clock time; assertions order events ("lost before the thaw"),
 // they never rely on a sleep's length. Root is needed (cgroups, netns, running the server as
 // postgres): without it these skip outside CI and fail under CI=true.
+#include "audit.hpp"
+#include "private_server.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
-#include "private_server.hpp"
-#include "audit.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -54,8 +54,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -104,7 +104,6 @@ private:
 
 // ------------------------------------------------------------------ commands
 
-
 std::string join(std::vector<std::string> const& v) {
     std::string s;
     for (auto const& a : v) s.append(s.empty() ? "" : " ").append(a);
@@ -115,8 +114,7 @@ std::string join(std::vector<std::string> const& v) {
 std::string must(std::vector<std::string> args, std::vector<std::string> const& extra_env = {}) {
     auto const line = join(args);
     auto r = run_command(std::move(args), extra_env);
-    if (!r.ok())
-        throw std::runtime_error("`" + line + "` failed (" + exit_text(r.status) + "): " + r.err + r.out);
+    if (!r.ok()) throw std::runtime_error("`" + line + "` failed (" + exit_text(r.status) + "): " + r.err + r.out);
     return r.out;
 }
 
@@ -137,7 +135,8 @@ protected:
     // Root, and the tools of this nemesis: otherwise skipped outside CI, failing under CI.
     void require(bool present, std::string const& what) {
         if (present) return;
-        if (in_ci()) GTEST_FAIL() << what << " and CI is set: run the tests as root with scripts/deps.sh --servers installed";
+        if (in_ci())
+            GTEST_FAIL() << what << " and CI is set: run the tests as root with scripts/deps.sh --servers installed";
         GTEST_SKIP() << what << " (not CI, so skipping; with CI set this fails)";
     }
     // Root (cgroups, network namespaces, the postgres user) and the tool `present`; false: the test must stop.
@@ -149,8 +148,8 @@ protected:
     }
 
     static sqlock::store_options store_opts(bool create) {
-        return {.pool_size = 4, .create_schema = create, .connect_timeout = 2s, .lock_wait_timeout = 1s,
-                .io_timeout = 1s};
+        return {
+            .pool_size = 4, .create_schema = create, .connect_timeout = 2s, .lock_wait_timeout = 1s, .io_timeout = 1s};
     }
 
     // A fenced write to `resource` with `token`, in its own transaction on `s`.
@@ -224,9 +223,9 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
 
     std::atomic<int> lost_calls{0};
     auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t t) {
-                                                        ++lost_calls;
-                                                        h_.add("holder on_lost token " + std::to_string(t));
-                                                    }});
+                                                       ++lost_calls;
+                                                       h_.add("holder on_lost token " + std::to_string(t));
+                                                   }});
     auto waiter = sqlock::table_locker(waiter_db, {.ttl = ttl});
     lease held = holder.acquire(name_, 10s);
     h_.add("holder acquired token " + std::to_string(held.token()));
@@ -254,8 +253,9 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
     });
 
     // The holder's deadline thread reports the loss while every renewal hangs on the frozen server.
-    bool const lost_while_frozen = eventually([&] { return held.stop_token().stop_requested(); },
-                                              std::chrono::duration_cast<std::chrono::milliseconds>(thaw_at - steady::now()));
+    bool const lost_while_frozen =
+        eventually([&] { return held.stop_token().stop_requested(); },
+                   std::chrono::duration_cast<std::chrono::milliseconds>(thaw_at - steady::now()));
     h_.add(std::string("lost while frozen: ") + (lost_while_frozen ? "yes" : "no") + ", state " +
            std::string(sqlock::to_string(held.state())));
     std::this_thread::sleep_until(thaw_at);  // the fault's length, not an assertion
@@ -270,7 +270,8 @@ TEST_F(ServerNemesis, D03FrozenServerLeaseIsLostByItsDeadlineAndStaysLost) {
 
     // The renewal in flight at the freeze runs now, on the server: it must not revive the row.
     ASSERT_TRUE(hung_up_connections_drained(pg.port()))
-        << "connections whose clients hung up during the freeze were not drained 10 s after the thaw\n" << h_.text();
+        << "connections whose clients hung up during the freeze were not drained 10 s after the thaw\n"
+        << h_.text();
     ASSERT_TRUE(server_quiet(*raw)) << "statements still running 10 s after the thaw\n" << h_.text();
     h_.add("server drained: no hung-up connection left, no statement running");
     auto row = read_row(*raw, engine::postgresql, name_);
@@ -303,8 +304,9 @@ long long server_ahead_ms(soci::session& s, engine e) {
     auto const before = std::chrono::system_clock::now();
     long long const db = db_now_us(s, e);
     auto const after = std::chrono::system_clock::now();
-    auto const mid = std::chrono::duration_cast<std::chrono::microseconds>(
-                         (before + (after - before) / 2).time_since_epoch()).count();
+    auto const mid =
+        std::chrono::duration_cast<std::chrono::microseconds>((before + (after - before) / 2).time_since_epoch())
+            .count();
     return (db - mid) / 1000;
 }
 
@@ -320,9 +322,9 @@ void ServerNemesis::clock_jumps_forward(engine e, clocked_server& server, std::s
 
     std::atomic<int> lost_calls{0};
     auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
-                                                        ++lost_calls;
-                                                        h_.add("holder on_lost");
-                                                    }});
+                                                       ++lost_calls;
+                                                       h_.add("holder on_lost");
+                                                   }});
     auto other = sqlock::table_locker(other_db, {.ttl = ttl});
     lease held = holder.acquire(name_, 10s);
     h_.add("holder acquired token " + std::to_string(held.token()));
@@ -372,9 +374,9 @@ void ServerNemesis::clock_jumps_backward(engine e, clocked_server& server, std::
 
     std::atomic<int> lost_calls{0};
     auto holder = sqlock::table_locker(holder_db, {.ttl = ttl, .on_lost = [&](std::string_view, std::int64_t) {
-                                                        ++lost_calls;
-                                                        h_.add("holder on_lost");
-                                                    }});
+                                                       ++lost_calls;
+                                                       h_.add("holder on_lost");
+                                                   }});
     auto other = sqlock::table_locker(other_db, {.ttl = ttl});
     lease held = holder.acquire(name_, 10s);
     ASSERT_TRUE(eventually([&] { return holder.stats().renewed >= 1; }, 20s)) << "the watchdog never renewed";
@@ -442,7 +444,8 @@ public:
     }
     ~net_namespace() {
         if (!created_) return;
-        (void)run_command({ip_, "netns", "del", name_});  // takes its end of the veth, its nftables and the pair with it
+        (void)run_command(
+            {ip_, "netns", "del", name_});  // takes its end of the veth, its nftables and the pair with it
         (void)run_command({ip_, "link", "del", outer_});  // in case the pair outlived it
     }
     net_namespace(net_namespace const&) = delete;
@@ -553,11 +556,14 @@ TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealin
             }
         }
     } reaper{worker};
-    auto worker_text = [&] { return "worker stdout:\n" + slurp(out) + "worker stderr:\n" + slurp(files.path() / "worker.err"); };
+    auto worker_text = [&] {
+        return "worker stdout:\n" + slurp(out) + "worker stderr:\n" + slurp(files.path() / "worker.err");
+    };
 
     // The worker holds the lock from inside the namespace, and renews through the veth.
     ASSERT_TRUE(eventually([&] { return first(read_worker(out), "event", "renewed").has_value(); }, 30s))
-        << "the worker never acquired and renewed\n" << worker_text();
+        << "the worker never acquired and renewed\n"
+        << worker_text();
     auto const acquired = first(read_worker(out), "acquired");
     ASSERT_TRUE(acquired.has_value()) << worker_text();
     std::int64_t const old_token = std::stoll(acquired->rest);
@@ -587,7 +593,8 @@ TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealin
     ns.heal();
     write_file(heal_file, "healed");
     ASSERT_TRUE(eventually([&] { return first(read_worker(out), "done").has_value(); }, 60s))
-        << "the worker did not finish after healing\n" << h_.text() << worker_text();
+        << "the worker did not finish after healing\n"
+        << h_.text() << worker_text();
     int status = 0;
     ASSERT_TRUE(eventually([&] { return ::waitpid(worker, &status, WNOHANG) == worker; }, 30s));
     worker = 0;
@@ -605,8 +612,10 @@ TEST_F(ServerNemesis, D07SilentPartitionHolderReportsLossAndIsRefusedAfterHealin
     if (failed) {
         EXPECT_LT(failed->t, healed) << worker_text();
     }
-    h_.add("worker lost at +" + std::to_string((lost->t - partitioned) / 1000000) + " ms after the partition; taker's "
-           "granting attempt sent at +" + std::to_string((sent_before_grant - partitioned) / 1000000) + " ms");
+    h_.add("worker lost at +" + std::to_string((lost->t - partitioned) / 1000000) +
+           " ms after the partition; taker's "
+           "granting attempt sent at +" +
+           std::to_string((sent_before_grant - partitioned) / 1000000) + " ms");
 
     auto const renew = first(lines, "renew"), release = first(lines, "release"), fence = first(lines, "fence");
     ASSERT_TRUE(renew && release && fence) << worker_text();
@@ -648,8 +657,9 @@ public:
     // SOCI connect string of a fence session from `host` (libpq or SOCI MySQL keywords).
     std::string fence_conninfo(std::string const& host) const {
         return pg_ ? pg_->conninfo(host)
-                   : "host=" + host + " port=" + my_->port() + " dbname=sqlock user=sqlock password=sqlock"
-                     " charset=utf8mb4 connect_timeout=2";
+                   : "host=" + host + " port=" + my_->port() +
+                         " dbname=sqlock user=sqlock password=sqlock"
+                         " charset=utf8mb4 connect_timeout=2";
     }
 
 private:
@@ -671,9 +681,9 @@ any_server::any_server(engine e, net_namespace const* ns) : e_(e) {
         return;
     }
     std::string const user = "'sqlock'@'" + ns->ns_addr() + "'";
-    my_.emplace(private_mariadb::settings{
-        .args = "--bind-address=127.0.0.1," + ns->root_addr(),
-        .sql = "CREATE USER " + user + " IDENTIFIED BY 'sqlock'; GRANT ALL ON sqlock.* TO " + user + ";"});
+    my_.emplace(private_mariadb::settings{.args = "--bind-address=127.0.0.1," + ns->root_addr(),
+                                          .sql = "CREATE USER " + user +
+                                                 " IDENTIFIED BY 'sqlock'; GRANT ALL ON sqlock.* TO " + user + ";"});
 }
 
 sqlock::locker make_locker(bool row, sqlock::store const& db, sqlock::locker_options o) {
@@ -732,7 +742,8 @@ protected:
         auto holder = sqlock::row_locker(db, {.ttl = 30s,
                                               .on_lost =
                                                   [&](std::string_view, std::int64_t t) {
-                                                      auto const at = h_.add("holder on_lost token " + std::to_string(t));
+                                                      auto const at =
+                                                          h_.add("holder on_lost token " + std::to_string(t));
                                                       std::lock_guard lock(m);
                                                       if (lost_at == 0) lost_at = at;
                                                   },
@@ -749,12 +760,14 @@ protected:
         srv.crash();
         h_.add("the server's processes are gone");
         ASSERT_TRUE(eventually([&] { return held.stop_token().stop_requested(); }, 20s))
-            << "the holder's lease was not reported lost within 20 s of the crash\n" << h_.text();
+            << "the holder's lease was not reported lost within 20 s of the crash\n"
+            << h_.text();
         std::lock_guard lock(m);
         ASSERT_NE(lost_at, 0) << "the stop token fired without on_lost\n" << h_.text();
         // A liveness bound far below the keep-alive's 10 s: the watch reports in milliseconds.
         EXPECT_LT(lost_at - crashed, std::chrono::nanoseconds(3s).count())
-            << "the holder learnt of the crash " << (lost_at - crashed) / 1000000 << " ms after it\n" << h_.text();
+            << "the holder learnt of the crash " << (lost_at - crashed) / 1000000 << " ms after it\n"
+            << h_.text();
         EXPECT_NE(detail.find("the database session holding the row lock ended ("), std::string::npos)
             << "the lost event does not say the session ended: " << detail;
         EXPECT_EQ(detail.find("someone else"), std::string::npos) << detail;
@@ -807,10 +820,10 @@ protected:
         bool const lost_while_frozen =
             eventually([&] { return held.stop_token().stop_requested(); },
                        std::chrono::duration_cast<std::chrono::milliseconds>(thaw_at - steady::now()));
-        auto const lost_seen = h_.add(std::string("lost while frozen: ") + (lost_while_frozen ? "yes" : "no") +
-                                      ", state " + std::string(sqlock::to_string(held.state())) +
-                                      "; its safe deadline was +" +
-                                      std::to_string((deadline_at_freeze - frozen) / 1000000) + " ms after the freeze");
+        auto const lost_seen =
+            h_.add(std::string("lost while frozen: ") + (lost_while_frozen ? "yes" : "no") + ", state " +
+                   std::string(sqlock::to_string(held.state())) + "; its safe deadline was +" +
+                   std::to_string((deadline_at_freeze - frozen) / 1000000) + " ms after the freeze");
         std::this_thread::sleep_until(thaw_at);  // the fault's length, not an assertion
         caller.join();
         auto const thawed = h_.add("thawing");
@@ -883,10 +896,10 @@ protected:
         fs::path const out = files.path() / "worker.out", heal_file = files.path() / "healed";
         spawn_file_actions actions;
         actions.capture_to_files(out, files.path() / "worker.err");
-        pid_t worker = spawn_process({ns.ip(), "netns", "exec", ns.name(), SQLOCK_NEMESIS_WORKER,
-                                      srv.url(ns.root_addr()), srv.fence_conninfo(ns.root_addr()), name_,
-                                      heal_file.string(), row ? "row" : "table"},
-                                     std::nullopt, actions.get());
+        pid_t worker =
+            spawn_process({ns.ip(), "netns", "exec", ns.name(), SQLOCK_NEMESIS_WORKER, srv.url(ns.root_addr()),
+                           srv.fence_conninfo(ns.root_addr()), name_, heal_file.string(), row ? "row" : "table"},
+                          std::nullopt, actions.get());
         struct reap {
             pid_t& pid;
             ~reap() {
@@ -901,7 +914,8 @@ protected:
         };
 
         ASSERT_TRUE(eventually([&] { return first(read_worker(out), "event", "renewed").has_value(); }, 30s))
-            << "the worker never acquired and renewed\n" << worker_text();
+            << "the worker never acquired and renewed\n"
+            << worker_text();
         auto const acquired = first(read_worker(out), "acquired");
         ASSERT_TRUE(acquired.has_value()) << worker_text();
         std::int64_t const old_token = std::stoll(acquired->rest);
@@ -932,7 +946,8 @@ protected:
         ns.heal();
         write_file(heal_file, "healed");
         ASSERT_TRUE(eventually([&] { return first(read_worker(out), "done").has_value(); }, 60s))
-            << "the worker did not finish after healing\n" << h_.text() << worker_text();
+            << "the worker did not finish after healing\n"
+            << h_.text() << worker_text();
         int status = 0;
         ASSERT_TRUE(eventually([&] { return ::waitpid(worker, &status, WNOHANG) == worker; }, 30s));
         worker = 0;
@@ -964,7 +979,8 @@ protected:
         ASSERT_TRUE(renew && release && fence) << worker_text();
         EXPECT_EQ(renew->rest, "lease_lost") << worker_text();
         EXPECT_EQ(release->rest, "lease_lost") << worker_text();
-        EXPECT_EQ(fence->rest.rfind("stale", 0), 0u) << "the old holder's fenced write was not refused\n" << worker_text();
+        EXPECT_EQ(fence->rest.rfind("stale", 0), 0u) << "the old holder's fenced write was not refused\n"
+                                                     << worker_text();
         if (!row) {
             auto r = read_row(*raw, e, name_);
             ASSERT_TRUE(r.has_value()) << "the old holder's release deleted the new holder's row";
@@ -1006,9 +1022,7 @@ TEST_F(ServerNemesisEngines, D03RowLockFrozenMariaDBLostByItsDeadlineThenTakenOv
 TEST_F(ServerNemesisEngines, D01RowLockPostgreSQLServerCrashLossReportedAtOnce) {
     row_lock_server_crash(engine::postgresql);
 }
-TEST_F(ServerNemesisEngines, D01RowLockMariaDBServerCrashLossReportedAtOnce) {
-    row_lock_server_crash(engine::mysql);
-}
+TEST_F(ServerNemesisEngines, D01RowLockMariaDBServerCrashLossReportedAtOnce) { row_lock_server_crash(engine::mysql); }
 TEST_F(ServerNemesisEngines, D07MariaDBSilentPartitionHolderReportsLossAndIsRefusedAfterHealing) {
     silent_partition(engine::mysql, false);
 }

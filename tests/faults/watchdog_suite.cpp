@@ -36,8 +36,9 @@ protected:
     void stuck_worker_is_bounded(strategy s) {
         if (e_ == engine::sqlite && s == strategy::row) GTEST_SKIP() << "SQLite's row lock is the whole file";
         std::atomic<int> lost_calls{0};
-        locker stuck = make(s, {.ttl = 400ms, .max_hold = 1200ms,
-                                .on_lost = [&](std::string_view, std::int64_t) { ++lost_calls; }});
+        locker stuck =
+            make(s,
+                 {.ttl = 400ms, .max_hold = 1200ms, .on_lost = [&](std::string_view, std::int64_t) { ++lost_calls; }});
         locker other = make(s, {.ttl = 400ms});
         std::string const name = n(s == strategy::table ? "stuck-table" : "stuck-row");
 

@@ -8,8 +8,8 @@ std::string mysql_dialect::connect_string(url_parts const& url) const {
     // A read must outlast the longest server-side wait of one statement.
     auto read_seconds = seconds + (options_.lock_wait_timeout.count() + 999) / 1000 + 30;
     std::string c = "host=" + quote_connect_value(url.host) + " dbname=" + quote_connect_value(url.database) +
-                    " connect_timeout=" + std::to_string(seconds) + " read_timeout=" +
-                    std::to_string(read_seconds) + " write_timeout=" + std::to_string(read_seconds);
+                    " connect_timeout=" + std::to_string(seconds) + " read_timeout=" + std::to_string(read_seconds) +
+                    " write_timeout=" + std::to_string(read_seconds);
     if (url.port != 0) c += " port=" + std::to_string(url.port);
     if (!url.user.empty()) c += " user=" + quote_connect_value(url.user);
     if (!url.password.empty()) c += " password=" + quote_connect_value(url.password);
@@ -43,9 +43,8 @@ void mysql_dialect::open(soci::session& s, std::string const& connect_string) co
     // locks other clients wait for; the server ends such a session instead of
     // letting it block them for wait_timeout (hours). The row lock raises it
     // to its TTL while it holds its transaction.
-    s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " +
-             std::to_string(wait_seconds) + ", SESSION idle_transaction_timeout = " +
-             std::to_string(wait_seconds) +
+    s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " + std::to_string(wait_seconds) +
+             ", SESSION idle_transaction_timeout = " + std::to_string(wait_seconds) +
              ", SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
              "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
 }
@@ -65,16 +64,17 @@ dialect::idle_news mysql_dialect::read_idle(soci::session& s, bool hung_up) cons
         std::array<unsigned char, 512> packet{};
         auto const n = ::recv(fd, packet.data(), packet.size(), MSG_PEEK | MSG_DONTWAIT);
         if (n >= 7 && packet[4] == 0xFF) {
-            auto const length = std::min<std::size_t>(static_cast<std::size_t>(n),
-                                                      4 + (packet[0] | packet[1] << 8 | packet[2] << 16));
+            auto const length =
+                std::min<std::size_t>(static_cast<std::size_t>(n), 4 + (packet[0] | packet[1] << 8 | packet[2] << 16));
             std::string why = "ERROR " + std::to_string(packet[5] | packet[6] << 8);
             std::size_t at = 7;
             if (length >= 13 && packet[7] == '#') {
                 why += " (" + std::string(packet.begin() + 8, packet.begin() + 13) + ")";
                 at = 13;
             }
-            if (length > at) why += ": " + std::string(packet.begin() + static_cast<std::ptrdiff_t>(at),
-                                                       packet.begin() + static_cast<std::ptrdiff_t>(length));
+            if (length > at)
+                why += ": " + std::string(packet.begin() + static_cast<std::ptrdiff_t>(at),
+                                          packet.begin() + static_cast<std::ptrdiff_t>(length));
             return {true, false, why};
         }
     }
@@ -85,26 +85,31 @@ failure mysql_dialect::classify(soci::soci_error const& e, soci::session&) const
     auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
     if (my == nullptr) return failure::other;
     switch (my->err_num_) {
-        case 1213: return failure::transient;   // ER_LOCK_DEADLOCK: the transaction was rolled back
-        case 1205: return failure::lock_wait;   // ER_LOCK_WAIT_TIMEOUT
-        case 1146:                              // ER_NO_SUCH_TABLE
-        case 1305:                              // ER_SP_DOES_NOT_EXIST: <prefix>_acquire_v2 or _renew
+        case 1213: return failure::transient;  // ER_LOCK_DEADLOCK: the transaction was rolled back
+        case 1205: return failure::lock_wait;  // ER_LOCK_WAIT_TIMEOUT
+        case 1146:                             // ER_NO_SUCH_TABLE
+        case 1305:                             // ER_SP_DOES_NOT_EXIST: <prefix>_acquire_v2 or _renew
             return failure::schema;
-        case 1044:                              // ER_DBACCESS_DENIED_ERROR
-        case 1142:                              // ER_TABLEACCESS_DENIED_ERROR
-        case 1143:                              // ER_COLUMNACCESS_DENIED_ERROR
-        case 1370:                              // ER_PROCACCESS_DENIED_ERROR: EXECUTE on a procedure
+        case 1044:  // ER_DBACCESS_DENIED_ERROR
+        case 1142:  // ER_TABLEACCESS_DENIED_ERROR
+        case 1143:  // ER_COLUMNACCESS_DENIED_ERROR
+        case 1370:  // ER_PROCACCESS_DENIED_ERROR: EXECUTE on a procedure
             return failure::permission;
-        case 1290:                              // ER_OPTION_PREVENTS_STATEMENT: --read-only
-        case 1792:                              // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+        case 1290:  // ER_OPTION_PREVENTS_STATEMENT: --read-only
+        case 1792:  // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
             return failure::read_only;
-        case 1053:                              // ER_SERVER_SHUTDOWN
-        case 1927:                              // ER_CONNECTION_KILLED
-        case 2002: case 2003: case 2006: case 2013: case 2055:
-        case 4031:                              // ER_CLIENT_INTERACTION_TIMEOUT
+        case 1053:  // ER_SERVER_SHUTDOWN
+        case 1927:  // ER_CONNECTION_KILLED
+        case 2002:
+        case 2003:
+        case 2006:
+        case 2013:
+        case 2055:
+        case 4031:  // ER_CLIENT_INTERACTION_TIMEOUT
             return failure::connection;
-        default: return my->get_error_category() == soci::soci_error::connection_error ? failure::connection
-                                                                                        : failure::other;
+        default:
+            return my->get_error_category() == soci::soci_error::connection_error ? failure::connection
+                                                                                  : failure::other;
     }
 }
 

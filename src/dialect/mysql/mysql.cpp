@@ -3,8 +3,7 @@
 
 namespace sqlock::detail::mysql_engine {
 
-mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options)
-    : dialect(prefix, options) {
+mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
     release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
@@ -17,7 +16,8 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
                 ") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
     // Equal tokens pass: one holder may write several times. The read-back is a
     // locking read: a plain one would see the caller's REPEATABLE READ snapshot.
-    fence_sql_ = "INSERT INTO " + fences_ + " (resource, token) VALUES (:resource, :token)"
+    fence_sql_ = "INSERT INTO " + fences_ +
+                 " (resource, token) VALUES (:resource, :token)"
                  " ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)";
     fence_seen_sql_ = "SELECT token FROM " + fences_ + " WHERE resource = :resource FOR UPDATE";
 
@@ -38,7 +38,8 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     // SKIP LOCKED answers "busy" without an error (MariaDB 10.6+).
     try_lock_sql_ = lock + " SKIP LOCKED";
     wait_lock_sql_ = lock;
-    record_sql_ = "UPDATE " + rows + " SET token = ?, owner = ?,"
+    record_sql_ = "UPDATE " + rows +
+                  " SET token = ?, owner = ?,"
                   " locked_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') WHERE name = ?";
     exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = ?";
     keep_sql_ = "SELECT ";

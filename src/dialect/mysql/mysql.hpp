@@ -237,8 +237,7 @@ public:
     }
 
     // ---- the fence (fence.cpp) ----
-    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource,
-                                      std::int64_t token) const override;
+    std::optional<std::int64_t> fence(soci::session& s, std::string const& resource, std::int64_t token) const override;
 
     // ---- the reaper and the operator's calls (admin.cpp) ----
     // MySQL has no DELETE ... RETURNING: measure first, then delete the same
@@ -248,8 +247,7 @@ public:
                     bool dry_run) const override;
     // No DELETE ... RETURNING: the purge in steps (purge_tokens_stepwise), in one
     // READ COMMITTED transaction.
-    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
-                                   bool dry_run) const override;
+    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch, bool dry_run) const override;
 
 protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<mysql_cache>(); }
@@ -265,6 +263,7 @@ protected:
     std::string minus_sql(std::string const& timestamp, std::string const& param) const override {
         return "(" + timestamp + " - INTERVAL :" + param + " MICROSECOND)";
     }
+
 private:
     [[nodiscard]] mysql_cache& cache(pooled_session s) const { return static_cast<mysql_cache&>(dialect::cache(s)); }
     // How long the server may spend inside one acquire on `s` (p_budget_us of
@@ -302,7 +301,9 @@ private:
         (void)on(slot, [&](server_statement& st) { return st.execute(nullptr, none); });
     }
     static constexpr long long max_wait_seconds = 30;  // read_timeout is at least 31 s
-    static long long idle_seconds(std::chrono::milliseconds ttl) { return std::max<long long>(1, (ttl.count() + 999) / 1000); }
+    static long long idle_seconds(std::chrono::milliseconds ttl) {
+        return std::max<long long>(1, (ttl.count() + 999) / 1000);
+    }
 };
 
 }  // namespace sqlock::detail::mysql_engine

@@ -54,8 +54,8 @@ std::optional<grant> mysql_dialect::lock_row(pooled_session ps, std::string cons
     if (!got) return std::nullopt;
     long long token = draw(), locked = row[1];
     unsigned long owner_length = 0;
-    std::array<MYSQL_BIND, 4> params{integer_param(token), bytes_param(owner, owner_length),
-                                     integer_param(locked), bytes_param(name, name_length)};
+    std::array<MYSQL_BIND, 4> params{integer_param(token), bytes_param(owner, owner_length), integer_param(locked),
+                                     bytes_param(name, name_length)};
     prepared(c.row_record, ps, record_sql_);
     std::array<long long, 0> none{};
     (void)on(c.row_record, [&](server_statement& st) { return st.execute(params.data(), none); });
@@ -87,10 +87,8 @@ std::int64_t mysql_dialect::keep_row_lock(pooled_session ps, std::string const& 
 
 void mysql_dialect::end_row_lock(pooled_session ps, bool commit) const {
     auto& c = cache(ps);
-    if (commit)
-        run(c.row_commit, ps, "COMMIT");
-    else
-        run(c.row_rollback, ps, "ROLLBACK");
+    if (commit) run(c.row_commit, ps, "COMMIT");
+    else run(c.row_rollback, ps, "ROLLBACK");
     auto const wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
     set_bounds(c, ps, wait_seconds, wait_seconds);  // the session's defaults (see open)
 }

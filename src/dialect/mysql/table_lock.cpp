@@ -9,8 +9,11 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
     prepared(c.call_acquire, ps, acquire_sql_);
     long long id = attempt, again = retry ? 1 : 0, ttl = ttl_us, budget = budget_us(ps.session);
     unsigned long name_length = 0, owner_length = 0;
-    std::array<MYSQL_BIND, 6> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
-                                     integer_param(id), integer_param(again), integer_param(ttl),
+    std::array<MYSQL_BIND, 6> params{bytes_param(name, name_length),
+                                     bytes_param(owner, owner_length),
+                                     integer_param(id),
+                                     integer_param(again),
+                                     integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
     bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });

@@ -50,11 +50,13 @@ private:
         if (PQsendQuery(conn, listen_sql_.c_str()) == 0) return false;
         auto const deadline = std::chrono::steady_clock::now() + io_timeout_;
         while (PQisBusy(conn) != 0) {
-            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            auto const left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
             if (stop.stop_requested() || left <= std::chrono::milliseconds::zero()) return false;
             pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_, POLLIN, 0}};
 
-            if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1000))) < 0 && errno != EINTR) return false;
+            if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1000))) < 0 && errno != EINTR)
+                return false;
             if (fds[1].revents != 0) return false;
             if (fds[0].revents != 0 && PQconsumeInput(conn) == 0) return false;
         }
@@ -139,8 +141,7 @@ int postgresql_dialect::socket_of(soci::session& s) const {
 dialect::idle_news postgresql_dialect::read_idle(soci::session& s, bool hung_up) const {
     auto* backend = static_cast<soci::postgresql_session_backend*>(s.get_backend());
     PGconn* conn = backend == nullptr ? nullptr : backend->conn_;
-    if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD)
-        return {true, false, "its connection was already closed"};
+    if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD) return {true, false, "its connection was already closed"};
     // Parse what came, in libpq (notices, parameter changes, the server's
     // FATAL before it closes): a message received outside a query goes to
     // the notice receiver, which keeps it here instead of on stderr.
@@ -152,7 +153,8 @@ dialect::idle_news postgresql_dialect::read_idle(soci::session& s, bool hung_up)
         auto& into = *static_cast<heard*>(arg);
         char const* m = PQresultErrorMessage(r);
         char const* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
-        bool const fatal = severity != nullptr && (std::string_view(severity) == "FATAL" || std::string_view(severity) == "PANIC");
+        bool const fatal =
+            severity != nullptr && (std::string_view(severity) == "FATAL" || std::string_view(severity) == "PANIC");
         if (m != nullptr && (fatal || !into.fatal)) into.said = m;
         into.fatal = into.fatal || fatal;
     };

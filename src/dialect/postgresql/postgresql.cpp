@@ -14,30 +14,37 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     // connection also takes the row an earlier call of the same attempt and
     // owner wrote, committed after the clean-up had looked (its token is a
     // grant like any).
-    auto const draw = "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " +
-                      first_token_sql() + ") ON CONFLICT (name) DO UPDATE SET token = t.token + 1"
+    auto const draw = "WITH t AS (INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() +
+                      ") ON CONFLICT (name) DO UPDATE SET token = t.token + 1"
                       " RETURNING t.name, t.token),"
-                      " w AS (INSERT INTO " + locks_ + " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
+                      " w AS (INSERT INTO " +
+                      locks_ +
+                      " AS l (name, owner, token, holds, attempt, created_at, expires_at)"
                       " SELECT t.name, :owner, t.token, 1, :attempt, statement_timestamp(),"
                       " statement_timestamp() + CAST(:ttl AS double precision) * interval '1 microsecond' FROM t"
                       " ON CONFLICT (name) DO UPDATE SET ";
-    auto const answer = " RETURNING l.owner, l.token, l.attempt, l.created_at, l.expires_at)"
-                        " SELECT CASE WHEN w.owner = :owner2 AND (w.token = t.token OR"
-                        " (:retry = 1 AND w.attempt = :attempt2)) THEN 1 ELSE 0 END, w.token, " +
-                        epoch_us_sql("w.created_at") + ", " + epoch_us_sql("w.expires_at") + " FROM w CROSS JOIN t";
-    acquire_sql_ = draw + "owner = excluded.owner, token = excluded.token, holds = 1, attempt = excluded.attempt,"
-                          " created_at = excluded.created_at, expires_at = excluded.expires_at"
-                          " WHERE l.expires_at < statement_timestamp()" + answer;
+    auto const answer =
+        " RETURNING l.owner, l.token, l.attempt, l.created_at, l.expires_at)"
+        " SELECT CASE WHEN w.owner = :owner2 AND (w.token = t.token OR"
+        " (:retry = 1 AND w.attempt = :attempt2)) THEN 1 ELSE 0 END, w.token, " +
+        epoch_us_sql("w.created_at") + ", " + epoch_us_sql("w.expires_at") + " FROM w CROSS JOIN t";
+    acquire_sql_ = draw +
+                   "owner = excluded.owner, token = excluded.token, holds = 1, attempt = excluded.attempt,"
+                   " created_at = excluded.created_at, expires_at = excluded.expires_at"
+                   " WHERE l.expires_at < statement_timestamp()" +
+                   answer;
     std::string waiting;
     for (auto column : {"owner", "token", "attempt", "created_at"})
-        waiting += std::string(column) + " = CASE WHEN l.expires_at < statement_timestamp() THEN excluded." +
-                   column + " ELSE l." + column + " END, ";
-    waiting += "holds = CASE WHEN l.expires_at < statement_timestamp() THEN 1 ELSE l.holds END,"
-               " waiters = l.waiters OR l.expires_at >= statement_timestamp(),"
-               " expires_at = CASE WHEN l.expires_at < statement_timestamp() THEN excluded.expires_at"
-               " ELSE l.expires_at END";
+        waiting += std::string(column) + " = CASE WHEN l.expires_at < statement_timestamp() THEN excluded." + column +
+                   " ELSE l." + column + " END, ";
+    waiting +=
+        "holds = CASE WHEN l.expires_at < statement_timestamp() THEN 1 ELSE l.holds END,"
+        " waiters = l.waiters OR l.expires_at >= statement_timestamp(),"
+        " expires_at = CASE WHEN l.expires_at < statement_timestamp() THEN excluded.expires_at"
+        " ELSE l.expires_at END";
     acquire_waiting_sql_ = draw + waiting + answer;
-    draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() + ")"
+    draw_sql_ = "INSERT INTO " + tokens_ + " AS t (name, token) VALUES (:name, " + first_token_sql() +
+                ")"
                 " ON CONFLICT (name) DO UPDATE SET token = t.token + 1 RETURNING t.token";
     // A release need not wait for the disk: lost in a crash, it only delays
     // the next holder until the row expires (grants and renewals stay
@@ -46,10 +53,12 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     release_sql_ = "WITH d AS (DELETE FROM " + locks_ +
                    " WHERE name = :name AND owner = :owner AND token = :token RETURNING name, waiters)"
                    " SELECT 1 FROM d CROSS JOIN LATERAL set_config('synchronous_commit', 'off', true) AS c"
-                   " LEFT JOIN LATERAL (SELECT pg_notify('" + channel() + "', d.name) WHERE d.waiters) AS n ON true";
+                   " LEFT JOIN LATERAL (SELECT pg_notify('" +
+                   channel() + "', d.name) WHERE d.waiters) AS n ON true";
 
     auto const rows = prefix_ + "_rows";
-    ensure_row_sql_ = "INSERT INTO " + rows + " (name, created_at) VALUES (:name, clock_timestamp())"
+    ensure_row_sql_ = "INSERT INTO " + rows +
+                      " (name, created_at) VALUES (:name, clock_timestamp())"
                       " ON CONFLICT (name) DO NOTHING";
     // The holding transaction's settings travel in the lock statement (its
     // FROM list: evaluated before the row is locked or waited for, and kept
@@ -58,22 +67,24 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     // idle in its transaction for a TTL, and probes the connection so that a
     // vanished host is noticed within about a TTL.
     auto settings = [](bool waits) {
-        return std::string(" (SELECT set_config('idle_in_transaction_session_timeout', :idle, true),"
-                           " set_config('tcp_keepalives_idle', :probe, true),"
-                           " set_config('tcp_keepalives_interval', :probe2, true),"
-                           " set_config('tcp_keepalives_count', '3', true),"
-                           " set_config('tcp_user_timeout', :idle2, true)") +
+        return std::string(
+                   " (SELECT set_config('idle_in_transaction_session_timeout', :idle, true),"
+                   " set_config('tcp_keepalives_idle', :probe, true),"
+                   " set_config('tcp_keepalives_interval', :probe2, true),"
+                   " set_config('tcp_keepalives_count', '3', true),"
+                   " set_config('tcp_user_timeout', :idle2, true)") +
                (waits ? ", set_config('lock_timeout', :lock_timeout, true)" : "") + ") AS settings";
     };
     auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
     auto const returning = " RETURNING " + epoch_us_sql("r.locked_at");
     // SKIP LOCKED answers "busy" without an error: NOWAIT would raise one,
     // abort the transaction and log it on the server.
-    try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows + " WHERE name = :name FOR UPDATE SKIP LOCKED)"
-                    " UPDATE " + rows + " AS r" + record + " FROM l," + settings(false) +
-                    " WHERE r.name = l.name" + returning;
-    wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = :name" +
-                     returning;
+    try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows +
+                    " WHERE name = :name FOR UPDATE SKIP LOCKED)"
+                    " UPDATE " +
+                    rows + " AS r" + record + " FROM l," + settings(false) + " WHERE r.name = l.name" + returning;
+    wait_lock_sql_ =
+        "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = :name" + returning;
     record_token_sql_ = "UPDATE " + rows + " SET token = :token WHERE name = :name";
     exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     keep_sql_ = "SELECT ";  // appended: GCC 12 warns falsely on "lit" + string&& (bug 105329)

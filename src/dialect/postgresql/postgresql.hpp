@@ -102,6 +102,7 @@ protected:
     }
     // Rows a renewal or takeover is updating right now are left for the next pass.
     std::string skip_locked_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
+
 private:
     [[nodiscard]] pg_cache& cache(pooled_session s) const { return static_cast<pg_cache&>(dialect::cache(s)); }
     // A statement without parameters or results, prepared on first use.

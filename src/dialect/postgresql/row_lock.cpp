@@ -26,9 +26,8 @@ std::optional<grant> postgresql_dialect::lock_row(pooled_session ps, std::string
         // lock_timeout is an int of milliseconds.
         c.lock_timeout = std::to_string(std::min<long long>(wait.count(), INT32_MAX));
         if (!c.row_wait)
-            c.row_wait.emplace((s.prepare << wait_lock_sql_, soci::use(c.name, "name"),
-                                soci::use(c.owner, "owner"), soci::use(c.idle, "idle"),
-                                soci::use(c.probe, "probe"), soci::use(c.probe, "probe2"),
+            c.row_wait.emplace((s.prepare << wait_lock_sql_, soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+                                soci::use(c.idle, "idle"), soci::use(c.probe, "probe"), soci::use(c.probe, "probe2"),
                                 soci::use(c.idle, "idle2"), soci::use(c.lock_timeout, "lock_timeout"),
                                 soci::into(c.locked)));
         try {
@@ -65,10 +64,8 @@ std::int64_t postgresql_dialect::keep_row_lock(pooled_session ps, std::string co
 
 void postgresql_dialect::end_row_lock(pooled_session ps, bool commit) const {
     auto& c = cache(ps);
-    if (commit)
-        run(c.row_commit, ps.session, "COMMIT");
-    else
-        run(c.row_rollback, ps.session, "ROLLBACK");
+    if (commit) run(c.row_commit, ps.session, "COMMIT");
+    else run(c.row_rollback, ps.session, "ROLLBACK");
 }
 
 }  // namespace sqlock::detail::postgresql_engine

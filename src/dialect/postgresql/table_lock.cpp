@@ -11,8 +11,7 @@ grant postgresql_dialect::acquire(pooled_session s, std::string const& name, std
         st.emplace((s.session.prepare << (waiting ? acquire_waiting_sql_ : acquire_sql_), soci::use(c.name, "name"),
                     soci::use(c.owner, "owner"), soci::use(c.attempt, "attempt"), soci::use(c.ttl, "ttl"),
                     soci::use(c.owner, "owner2"), soci::use(c.retry, "retry"), soci::use(c.attempt, "attempt2"),
-                    soci::into(c.flag), soci::into(c.got_token),
-                    soci::into(c.created), soci::into(c.expires)));
+                    soci::into(c.flag), soci::into(c.got_token), soci::into(c.created), soci::into(c.expires)));
     c.name = name;
     c.owner = owner;
     c.attempt = attempt;

@@ -39,7 +39,8 @@ token_purge_batch sqlite_dialect::purge_tokens(soci::session& s, std::int64_t ho
     return purge_tokens_stepwise(
         s, horizon_us, batch, dry_run,
         {.measure = "SELECT COUNT(*), MAX(token) FROM " + tokens_ + " WHERE name IN (" + pick + ")",
-         .raise_floor = "INSERT INTO " + tokens_ + " (name, token) VALUES ('', :highest)"
+         .raise_floor = "INSERT INTO " + tokens_ +
+                        " (name, token) VALUES ('', :highest)"
                         " ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token)",
          .remove = "DELETE FROM " + tokens_ + " WHERE name IN (" + pick + ") AND token <= :highest"});
 }

@@ -25,8 +25,11 @@ void sqlite_dialect::open(soci::session& s, std::string const& connect_string) c
             // The pragma answers with the mode it could set: an in-memory database
             // or a file system without shared memory stays in another mode.
             if (mode != "wal")
-                throw usage_error("sqlock: the SQLite database " + path_ + " cannot use WAL mode (journal_mode "
-                                  "stayed '" + mode + "'): put the file on a local file system that supports "
+                throw usage_error("sqlock: the SQLite database " + path_ +
+                                  " cannot use WAL mode (journal_mode "
+                                  "stayed '" +
+                                  mode +
+                                  "'): put the file on a local file system that supports "
                                   "shared memory (not an in-memory database or a network share)");
             s << "PRAGMA synchronous = " + synchronous_;
             return;

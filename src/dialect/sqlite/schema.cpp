@@ -4,8 +4,14 @@
 namespace sqlock::detail::sqlite_engine {
 
 std::vector<std::string> sqlite_dialect::required_tables() const {
-    return {locks_,           tokens_,          fences_,           prefix_ + "_rows",
-            majority_table(), identity_table(), majority_members_table(), locks_ + "_tok_ins",
+    return {locks_,
+            tokens_,
+            fences_,
+            prefix_ + "_rows",
+            majority_table(),
+            identity_table(),
+            majority_members_table(),
+            locks_ + "_tok_ins",
             locks_ + "_tok_upd"};
 }
 

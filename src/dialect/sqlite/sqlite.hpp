@@ -30,10 +30,13 @@ inline constexpr std::string_view now_us = "CAST((julianday('now') - 2440587.5) 
 // SOCI declares SQLite's API inside namespace sqlite_api.
 using namespace sqlite_api;
 
-inline sqlite3* handle_of(soci::session& s) { return static_cast<soci::sqlite3_session_backend*>(s.get_backend())->conn_; }
+inline sqlite3* handle_of(soci::session& s) {
+    return static_cast<soci::sqlite3_session_backend*>(s.get_backend())->conn_;
+}
 
 [[noreturn]] inline void fail(sqlite3* db, char const* what) {
-    throw_client_error(engine::sqlite, std::string("sqlite3 ") + what + ": " + sqlite3_errmsg(db), sqlite3_extended_errcode(db));
+    throw_client_error(engine::sqlite, std::string("sqlite3 ") + what + ": " + sqlite3_errmsg(db),
+                       sqlite3_extended_errcode(db));
 }
 
 // A statement prepared once on its connection (SOCI would prepare and finalize
@@ -49,12 +52,14 @@ public:
     // Prepare (first use) and start a run: the caller binds, then steps.
     lite_statement& start(sqlite3* db, std::string const& sql) {
         db_ = db;
-        if (stmt_ == nullptr && sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) != SQLITE_OK)
+        if (stmt_ == nullptr &&
+            sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) != SQLITE_OK)
             fail(db, "prepare");
         return *this;
     }
     lite_statement& bind(char const* param, std::string const& text) {
-        if (sqlite3_bind_text(stmt_, index(param), text.data(), static_cast<int>(text.size()), SQLITE_STATIC) != SQLITE_OK)
+        if (sqlite3_bind_text(stmt_, index(param), text.data(), static_cast<int>(text.size()), SQLITE_STATIC) !=
+            SQLITE_OK)
             fail(db_, "bind");
         return *this;
     }
@@ -164,8 +169,7 @@ public:
                     bool dry_run) const override;
     // No DELETE inside a WITH: the purge in steps (purge_tokens_stepwise), in one
     // write transaction (nobody writes in between).
-    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
-                                   bool dry_run) const override;
+    token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch, bool dry_run) const override;
 
 protected:
     std::unique_ptr<statement_cache> make_cache() const override { return std::make_unique<lite_cache>(); }
@@ -182,6 +186,7 @@ protected:
     std::string minus_sql(std::string const& timestamp, std::string const& param) const override {
         return "(" + timestamp + " - :" + param + ")";
     }
+
 private:
     std::string token_sql_;
     std::string lock_sql_;
