@@ -27,15 +27,20 @@ class function_ref;
 template <class R, class... Args>
 class function_ref<R(Args...)> {
 public:
+    // Implicit, like std::function; the constraint keeps it off copies and moves of function_ref.
+    // clang-format 14 breaks a requires-clause apart:
+    // clang-format off
+    // NOLINTBEGIN(google-explicit-constructor,bugprone-forwarding-reference-overload)
     template <class F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
-        function_ref(F&& f)
-    noexcept  // NOLINT(google-explicit-constructor,bugprone-forwarding-reference-overload): converts like
-              // std::function; the constraint keeps it off copies
-        : object_(static_cast<void const*>(std::addressof(f))), call_([](void const* object, Args... args) -> R {
+        requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
+    function_ref(F&& f) noexcept
+        : object_(static_cast<void const*>(std::addressof(f))),
+          call_([](void const* object, Args... args) -> R {
               return (*static_cast<std::remove_reference_t<F>*>(const_cast<void*>(object)))(
                   std::forward<Args>(args)...);
           }) {}
+    // NOLINTEND(google-explicit-constructor,bugprone-forwarding-reference-overload)
+    // clang-format on
 
     R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
 

@@ -30,11 +30,13 @@ std::string quote_connect_value(std::string const& value) {
     return out + "'";
 }
 
-// NOLINTNEXTLINE(performance-unnecessary-value-param): by value for the engines that keep it
+// By value for the engines that keep it.
+// NOLINTBEGIN(performance-unnecessary-value-param)
 std::unique_ptr<release_listener> engine_driver::listen(std::string const&,
                                                         std::function<void(std::string_view)>) const {
     return nullptr;
 }
+// NOLINTEND(performance-unnecessary-value-param)
 
 int engine_driver::socket_of(soci::session&) const { return -1; }
 
