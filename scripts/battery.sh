@@ -14,6 +14,10 @@
 #                                              --until-failure, new seeds for as long as every round passes.
 #                                              Only the fork nemesis and the operation fuzzer:
 #                                                bash scripts/battery.sh soak --until-failure -- -R 'ForkNemesis|Fuzz'
+#   bash scripts/battery.sh ha                 every test on the replicated topologies (tests/ha/: Galera,
+#                                              Patroni + etcd, PgBouncer, HAProxy), each started by its
+#                                              scripts/ha/ script as a ctest fixture; CI runs only their
+#                                              fault-smoke subset
 #   bash scripts/battery.sh characterization   the documented limits (relaxed durability, majority without
 #                                              delayed rejoin, client-time negative controls): tests that
 #                                              assert the limit is real
@@ -22,7 +26,7 @@
 # command; safety failures are never retried (no --repeat until-pass anywhere).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage="usage: battery.sh conformance|fault-smoke|soak|characterization [--under-load] [--rounds N | --until-failure] [--seed S] [-- CTEST-ARGS...]"
+usage="usage: battery.sh conformance|fault-smoke|soak|characterization|ha [--under-load] [--rounds N | --until-failure] [--seed S] [-- CTEST-ARGS...]"
 (($#)) || { echo "$usage" >&2; exit 64; }
 tier=$1
 shift
@@ -55,7 +59,7 @@ if ((under_load)); then
 fi
 
 case $tier in
-  conformance | fault-smoke | characterization)
+  conformance | fault-smoke | characterization | ha)
     bash scripts/with-servers.sh ctest --test-dir build --output-on-failure -L "^$tier\$" "${ctest_args[@]}" ;;
   soak)
     export SQLOCK_SOAK=1

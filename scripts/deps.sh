@@ -20,8 +20,11 @@ pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-dat
 for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
+    # The replicated topologies of tests/ha/ (scripts/ha/): Galera (galera-4, rsync, mariadb-backup),
+    # Patroni with etcd, PgBouncer, HAProxy. Their own services do not start on install (policy-rc.d).
     --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin faketime libfaketime nftables iproute2
-                         stress-ng) ;;
+                         stress-ng galera-4 rsync mariadb-backup patroni etcd-server python3-etcd3 pgbouncer
+                         haproxy) ;;
     --spin) pkgs+=(spin) ;;
     # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
     # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.

@@ -51,42 +51,9 @@ MY_ENV=${SQLOCK_TEST_MY_ENV:-}
 want_my() { [[ " $ENGINES " == *" mariadb "* ]]; }
 want_pg() { [[ " $ENGINES " == *" postgresql "* ]]; }
 
-say() { echo "test-servers.sh: $*" >&2; }
-die() { say "error: $*"; exit 1; }
-show_log() { [[ -f $1 ]] || return 0; say "--- last lines of $1 ---"; tail -n 40 "$1" >&2 || true; }
-
-# PostgreSQL refuses to run as root, and mariadbd drops to --user=mysql: as root, run the
-# servers as their system users. As anyone else, run everything as the current user.
-as_user() { # USER CMD...: cd first so tools don't complain about an unreadable cwd (e.g. /root)
-  local u=$1; shift
-  if ((EUID == 0)); then (cd "$RUN" && runuser -u "$u" -- "$@"); else (cd "$RUN" && "$@"); fi
-}
-give_to() { if ((EUID == 0)); then chown -R "$1:" "${@:2}"; fi; }
-
-alive() { # process $1 exists and is not a zombie (a killed server is one until its parent reaps it)
-  local state
-  kill -0 "$1" 2>/dev/null || return 1
-  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
-  [[ -n $state && $state != Z ]]
-}
-
-port_free() { # no socket at all (listening or connected) uses this local port
-  if command -v ss >/dev/null; then
-    [[ -z $(ss -Htan "sport = :$1") ]]
-  else
-    if grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf %04X "$1") " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-      return 1
-    fi
-  fi
-}
-pick_port() { # random free port in 20000-60000, different from $1
-  local p i
-  for ((i = 0; i < 200; i++)); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
-    [[ $p != "${1:-}" ]] && port_free "$p" && { echo "$p"; return; }
-  done
-  die "found no free TCP port in 20000-60000 after 200 tries (see: ss -tan)"
-}
+NAME=test-servers.sh
+# shellcheck source=scripts/lib/servers.sh
+source "$ROOT/scripts/lib/servers.sh"
 
 load_state() {
   [[ -f $DIR/state ]] || die "no servers recorded in $DIR (run: $SELF start)"
