@@ -232,7 +232,8 @@ url_parts parse_url(std::string_view url) {
         auto const which = "host " + std::to_string(n) + " of the host list";
         auto port_colon = entry.rfind(':');
         unsigned port = 0;
-        if (port_colon != std::string_view::npos && entry.find(']') == std::string_view::npos) {
+        auto const bracket = entry.rfind(']');
+        if (port_colon != std::string_view::npos && (bracket == std::string_view::npos || port_colon > bracket)) {
             auto port_text = entry.substr(port_colon + 1);
             auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
             if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
@@ -245,6 +246,7 @@ url_parts parse_url(std::string_view url) {
             bad(url, comma == std::string_view::npos && n == 1
                          ? std::string("no host")
                          : which + " is empty (write host1:port1,host2:port2 with no empty entry)");
+        if (entry.size() > 2 && entry.front() == '[' && entry.back() == ']') entry = entry.substr(1, entry.size() - 2);
         parts.hosts.push_back(percent_decode(url, entry));
         if (parts.hosts.back().find(',') != std::string::npos) bad(url, which + " contains an encoded ','");
         parts.ports.push_back(port);

@@ -286,7 +286,7 @@ TEST(RedactUrl, StoreErrorsShowTheRedactedUrl) {
 TEST(ParseUrl, TakesALibpqHostList) {
     auto parts = sqlock::detail::parse_url(
         "postgresql://u:p%2Cw@127.0.0.1:5001,db-2:5002,[::1]:5003,db-4/app?target_session_attrs=read-write");
-    EXPECT_EQ(parts.hosts, (std::vector<std::string>{"127.0.0.1", "db-2", "[::1]", "db-4"}));
+    EXPECT_EQ(parts.hosts, (std::vector<std::string>{"127.0.0.1", "db-2", "::1", "db-4"}));
     EXPECT_EQ(parts.ports, (std::vector<unsigned>{5001, 5002, 5003, 0}));
     EXPECT_EQ(parts.host, "127.0.0.1");
     EXPECT_EQ(parts.port, 5001u);

@@ -10,13 +10,17 @@
 #   status                The members as Patroni sees them; exit 0 only if a leader answers.
 #   wait-leader [SECS]    Waits (default 60 s) for a node whose Patroni says it is the primary and whose
 #                         PostgreSQL accepts writes; prints its number (1..3).
+#   wait-healthy [SECS]   Waits for a leader with both replicas streaming (and one its sync standby unless
+#                         --async): Patroni promotes only a sync standby in synchronous_mode. Prints the leader.
 #   crash-postmaster      kill -9 of the leader's postmaster only: its Patroni restarts it in place (no
 #                         failover). Prints the leader's number.
-#   failover              kill -9 of the leader's Patroni agent and its postmaster together: a replica takes
-#                         over after the leader key's ttl. Prints the old leader's number.
+#   failover              Waits until healthy, then kill -9 of the leader's Patroni agent, its postmaster and
+#                         the postmaster's children: a replica takes over after the leader key's ttl. Prints the
+#                         old leader.
 #   restart-node N        Starts node N's agent again (after failover): it rejoins as a replica (pg_rewind).
-#   pause-replication N   SIGSTOP of node N's WAL receiver: it stops receiving WAL (the primary keeps
-#                         accepting writes with --async). resume-replication N sends SIGCONT.
+#   pause-replication     Waits until healthy, then SIGSTOP of the leader's WAL senders: no replica receives
+#                         WAL written from then on (with --async the leader still acknowledges commits). Only a
+#                         failover (which kills them) ends it. Prints the leader's number.
 #   replay-lsn N          Node N's pg_last_wal_replay_lsn(), for a test that must know what a replica saw.
 # Environment: SQLOCK_HA_DIR (default <repo>/build/ha/patroni), SQLOCK_HA_TIMEOUT (start, default 90 s).
 # Processes run in a fresh /tmp/sqlock-patroni.XXXXXX (short socket paths, readable by postgres) recorded in
@@ -72,6 +76,29 @@ wait_leader() { # SECS
     sleep 0.3
   done
   die "no leader within $1 s; $(status_text)"
+}
+
+sync_standby() { # the node Patroni's sync key names (its /sync answers 200), if any
+  local n
+  for n in 1 2 3; do
+    [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$(rest_port "$n")/sync") == 200 ]] &&
+      { echo "$n"; return 0; }
+  done
+  return 1
+}
+
+wait_healthy() { # SECS: a leader with two streaming replicas, one of them its sync standby unless --async
+  local end=$((SECONDS + $1)) n want=2 got=
+  [[ $MODE == sync ]] && want=2/1
+  n=$(wait_leader "$1")
+  until got=$(sql "$n" "SELECT count(*) FILTER (WHERE state = 'streaming') || '/' ||
+      count(*) FILTER (WHERE sync_state = 'sync') FROM pg_stat_replication") && [[ $got == "$want"* ]] &&
+      { [[ $MODE == async ]] || sync_standby >/dev/null; }; do
+    ((SECONDS < end)) || die "node$n leads but its replicas do not all stream (streaming/sync: $got); $(status_text)"
+    sleep 0.3
+    n=$(wait_leader $((end - SECONDS > 1 ? end - SECONDS : 1)))
+  done
+  echo "$n"
 }
 
 status_text() { curl -s --max-time 2 "http://127.0.0.1:$REST1/cluster" || curl -s --max-time 2 "http://127.0.0.1:$REST2/cluster" || true; }
@@ -238,16 +265,9 @@ EOF
   (exec haproxy -db -f "$RUN/haproxy.cfg" >"$RUN/haproxy.log" 2>&1) &
   echo $! >"$RUN/haproxy.pid"
 
+  wait_healthy "$TIMEOUT" >/dev/null || { for n in 1 2 3; do show_log "$RUN/node$n/patroni.log"; done; exit 1; }
   local leader_n
-  leader_n=$(wait_leader "$TIMEOUT") || { for n in 1 2 3; do show_log "$RUN/node$n/patroni.log"; done; exit 1; }
-  end=$((SECONDS + TIMEOUT))
-  local want=2 got
-  [[ $MODE == sync ]] && want=2/1
-  until got=$(sql "$leader_n" "SELECT count(*) FILTER (WHERE state = 'streaming') || '/' ||
-      count(*) FILTER (WHERE sync_state = 'sync') FROM pg_stat_replication") && [[ $got == "$want"* ]]; do
-    ((SECONDS < end)) || { for n in 1 2 3; do show_log "$RUN/node$n/patroni.log"; done; die "replicas did not stream ($got)"; }
-    sleep 0.3
-  done
+  leader_n=$(leader)
   local hosts="127.0.0.1:$PG1,127.0.0.1:$PG2,127.0.0.1:$PG3"
   cat >"$DIR/env.sh" <<EOF
 export SQLOCK_HA_PG_URL=postgresql://sqlock:sqlock@$hosts/sqlock?target_session_attrs=read-write
@@ -265,13 +285,12 @@ EOF
   echo "$DIR/env.sh"
 }
 
-walreceiver_pid() { # N
+walsender_pids() { # N: node N's WAL senders
   local pm c
   pm=$(postmaster_pid "$1") || die "node$1's postmaster is not running"
   for c in $(pgrep -P "$pm"); do
-    if tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -q '^postgres: .*walreceiver'; then echo "$c"; return 0; fi
+    if tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -q '^postgres: .*walsender'; then echo "$c"; fi
   done
-  die "node$1 has no WAL receiver (is it a replica?)"
 }
 
 node_arg() { [[ ${1:-} =~ ^[123]$ ]] || die "give a node number 1..3"; echo "$1"; }
@@ -288,6 +307,7 @@ case $verb in
     leader >/dev/null
     ;;
   wait-leader) load_state; wait_leader "${1:-60}" ;;
+  wait-healthy) load_state; wait_healthy "${1:-60}" ;;
   crash-postmaster)
     load_state
     n=$(wait_leader 30)
@@ -298,10 +318,13 @@ case $verb in
     ;;
   failover)
     load_state
-    n=$(wait_leader 30)
+    n=$(wait_healthy 60)
     a=$(agent_pid "$n") || die "node$n's agent is not running"
     p=$(postmaster_pid "$n") || die "node$n's postmaster is not running"
-    kill -9 "$a" "$p"
+    # The whole instance dies, as with its machine: its backends and WAL senders too, not only the postmaster.
+    kids=$(pgrep -P "$p" || true)
+    # shellcheck disable=SC2086
+    kill -9 "$a" "$p" $kids
     while alive "$a" || alive "$p"; do sleep 0.05; done
     echo "$n"
     ;;
@@ -311,8 +334,15 @@ case $verb in
     agent_pid "$n" >/dev/null && die "node$n's agent runs already"
     start_agent "$n"
     ;;
-  pause-replication) load_state; n=$(node_arg "${1:-}"); kill -STOP "$(walreceiver_pid "$n")" ;;
-  resume-replication) load_state; n=$(node_arg "${1:-}"); kill -CONT "$(walreceiver_pid "$n")" ;;
+  pause-replication)
+    load_state
+    n=$(wait_healthy 60)
+    pids=$(walsender_pids "$n")
+    [[ -n $pids ]] || die "node$n has no WAL sender"
+    # shellcheck disable=SC2086
+    kill -STOP $pids
+    echo "$n"
+    ;;
   replay-lsn) load_state; n=$(node_arg "${1:-}"); sql "$n" "SELECT pg_last_wal_replay_lsn()" ;;
-  *) die "usage: $0 start [--async] | stop | status | wait-leader [SECS] | crash-postmaster | failover | restart-node N | pause-replication N | resume-replication N | replay-lsn N" ;;
+  *) die "usage: $0 start [--async] | stop | status | wait-leader [SECS] | crash-postmaster | failover | restart-node N | pause-replication | replay-lsn N" ;;
 esac
