@@ -17,6 +17,7 @@
 #   failover              Waits until healthy, then kill -9 of the leader's Patroni agent, its postmaster and
 #                         the postmaster's children: a replica takes over after the leader key's ttl. Prints the
 #                         old leader.
+#   heal [SECS]           Starts every node whose agent is gone, then waits as wait-healthy (default 120 s).
 #   restart-node N        Starts node N's agent again (after failover): it rejoins as a replica (pg_rewind).
 #   pause-replication     Waits until healthy, then SIGSTOP of the leader's WAL senders: no replica receives
 #                         WAL written from then on (with --async the leader still acknowledges commits). Only a
@@ -334,6 +335,11 @@ case $verb in
     agent_pid "$n" >/dev/null && die "node$n's agent runs already"
     start_agent "$n"
     ;;
+  heal)
+    load_state
+    for n in 1 2 3; do agent_pid "$n" >/dev/null || start_agent "$n"; done
+    wait_healthy "${1:-120}"
+    ;;
   pause-replication)
     load_state
     n=$(wait_healthy 60)
@@ -344,5 +350,5 @@ case $verb in
     echo "$n"
     ;;
   replay-lsn) load_state; n=$(node_arg "${1:-}"); sql "$n" "SELECT pg_last_wal_replay_lsn()" ;;
-  *) die "usage: $0 start [--async] | stop | status | wait-leader [SECS] | crash-postmaster | failover | restart-node N | pause-replication | replay-lsn N" ;;
+  *) die "usage: $0 start [--async] | stop | status | wait-leader [SECS] | crash-postmaster | failover | restart-node N | heal [SECS] | pause-replication | replay-lsn N" ;;
 esac
