@@ -88,12 +88,19 @@ sync_standby() { # the node Patroni's sync key names (its /sync answers 200), if
   return 1
 }
 
+replicas_answer() { # LEADER: every other node takes queries (a standby streams before it is consistent)
+  local r
+  for r in 1 2 3; do ((r == $1)) || [[ $(sql "$r" "SELECT pg_is_in_recovery()") == t ]] || return 1; done
+}
+
+# (A replica's pg_basebackup streams too, as application_name pg_basebackup: only the members' own count.)
 wait_healthy() { # SECS: a leader with two streaming replicas, one of them its sync standby unless --async
   local end=$((SECONDS + $1)) n want=2 got=
   [[ $MODE == sync ]] && want=2/1
   n=$(wait_leader "$1")
   until got=$(sql "$n" "SELECT count(*) FILTER (WHERE state = 'streaming') || '/' ||
-      count(*) FILTER (WHERE sync_state = 'sync') FROM pg_stat_replication") && [[ $got == "$want"* ]] &&
+      count(*) FILTER (WHERE sync_state = 'sync') FROM pg_stat_replication WHERE application_name LIKE 'node_'") &&
+      [[ $got == "$want"* ]] && replicas_answer "$n" &&
       { [[ $MODE == async ]] || sync_standby >/dev/null; }; do
     ((SECONDS < end)) || die "node$n leads but its replicas do not all stream (streaming/sync: $got); $(status_text)"
     sleep 0.3
