@@ -297,10 +297,9 @@ TEST_F(PatroniAsync, FailoverToALaggingReplicaLosesAGrant) {
     // A's counter row was lost with its grant; B's new counter starts at the database's clock in µs, so B's
     // token still exceeds A's here (one host, one clock): fencing orders them although both hold.
     EXPECT_GT(b->token(), a.token()) << "a lost counter did not restart above A's token from the clock";
-    try {
-        a.release();
-    } catch (sqlock::error const&) {  // A's row is B's now: lease_lost, as the loss makes it
-    }
+    // A learns it at its next renewal: the row it renews is B's.
+    EXPECT_THROW(a.renew(), sqlock::lease_lost);
+    EXPECT_EQ(a.state(), sqlock::lease_state::lost);
     must("heal", {"120"});
 }
 
