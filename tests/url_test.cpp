@@ -325,8 +325,8 @@ TEST(BadUrl, AHostListWithAnEmptyOrBadEntryIsAUsageErrorNamingIt) {
 
 TEST(Unreachable, AHostListOfClosedPortsIsBackendUnavailable) {
     std::string const p1 = std::to_string(closed_port());
-    std::string const url = "postgresql://u:S3cr3t@127.0.0.1:" + p1 + ",127.0.0.1:" + p1 +
-                            "/db?target_session_attrs=read-write";
+    std::string const url =
+        "postgresql://u:S3cr3t@127.0.0.1:" + p1 + ",127.0.0.1:" + p1 + "/db?target_session_attrs=read-write";
     try {
         sqlock::store s(url, {.connect_timeout = 2s});
         ADD_FAILURE() << "connected to closed ports";

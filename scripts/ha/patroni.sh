@@ -350,10 +350,10 @@ case $verb in
   pause-replication)
     load_state
     n=$(wait_healthy 60)
-    pids=$(walsender_pids "$n")
-    [[ -n $pids ]] || die "node$n has no WAL sender"
+    senders=$(walsender_pids "$n")
+    [[ -n $senders ]] || die "node$n has no WAL sender"
     # shellcheck disable=SC2086
-    kill -STOP $pids
+    kill -STOP $senders
     echo "$n"
     ;;
   replay-lsn) load_state; n=$(node_arg "${1:-}"); sql "$n" "SELECT pg_last_wal_replay_lsn()" ;;

@@ -71,8 +71,8 @@ protected:
     }
 
     sqlock::store_options opts(bool create = false) const {
-        return {.pool_size = 4, .create_schema = create, .table_prefix = prefix_, .connect_timeout = 5s,
-                .io_timeout = 10s};
+        return {
+            .pool_size = 4, .create_schema = create, .table_prefix = prefix_, .connect_timeout = 5s, .io_timeout = 10s};
     }
 
     std::string node_url(int n) const { return var("SQLOCK_HA_PG_NODE_URL" + std::to_string(n)); }
@@ -94,11 +94,19 @@ protected:
             h.write({.op = "renew", .type = "invoke", .lock = l.name(), .owner = l.owner(), .token = l.token()});
             try {
                 l.renew();
-                h.write({.op = "renew", .type = "ok", .lock = l.name(), .owner = l.owner(), .token = l.token(),
+                h.write({.op = "renew",
+                         .type = "ok",
+                         .lock = l.name(),
+                         .owner = l.owner(),
+                         .token = l.token(),
                          .validity_ms = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining()).count()});
                 return;
             } catch (std::exception const& e) {
-                h.write({.op = "renew", .type = "info", .lock = l.name(), .owner = l.owner(), .token = l.token(),
+                h.write({.op = "renew",
+                         .type = "info",
+                         .lock = l.name(),
+                         .owner = l.owner(),
+                         .token = l.token(),
                          .error = error_text(e)});
                 std::this_thread::sleep_for(300ms);
             }
@@ -116,12 +124,20 @@ protected:
                 try {
                     auto l = locks.acquire(name, std::chrono::duration_cast<std::chrono::milliseconds>(
                                                      until - std::chrono::steady_clock::now()));
-                    h.write({.thread = thread, .op = "acquire", .type = "ok", .lock = name, .owner = l.owner(),
-                             .token = l.token(),
-                             .validity_ms =
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining()).count()});
+                    h.write(
+                        {.thread = thread,
+                         .op = "acquire",
+                         .type = "ok",
+                         .lock = name,
+                         .owner = l.owner(),
+                         .token = l.token(),
+                         .validity_ms = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining()).count()});
                     ++granted;
-                    h.write({.thread = thread, .op = "release", .type = "invoke", .lock = name, .owner = l.owner(),
+                    h.write({.thread = thread,
+                             .op = "release",
+                             .type = "invoke",
+                             .lock = name,
+                             .owner = l.owner(),
                              .token = l.token()});
                     l.release();
                     h.write({.thread = thread, .op = "release", .type = "ok", .lock = name, .owner = l.owner()});
@@ -174,7 +190,11 @@ TEST_F(PatroniSync, LeaderPostmasterCrashKeepsTheGrantAndHandsTheLockOn) {
     std::string const name = "ha:crash";
     h.write({.op = "acquire", .type = "invoke", .lock = name});
     auto held = locks.acquire(name, 10s);
-    h.write({.op = "acquire", .type = "ok", .lock = name, .owner = held.owner(), .token = held.token(),
+    h.write({.op = "acquire",
+             .type = "ok",
+             .lock = name,
+             .owner = held.owner(),
+             .token = held.token(),
              .validity_ms = std::chrono::duration_cast<std::chrono::milliseconds>(held.remaining()).count()});
     std::atomic<int> granted{0};
     std::vector<std::thread> waiters;
@@ -205,8 +225,7 @@ TEST_F(PatroniSync, AStandbyRefusesALockAsBackendUnavailable) {
     } catch (sqlock::in_doubt const& e) {
         EXPECT_NE(std::string(e.what()).find("read-only"), std::string::npos) << e.what();
     } catch (std::exception const& e) {
-        ADD_FAILURE() << "expected backend_unavailable (a standby: retry, the cluster moved), got "
-                      << error_text(e);
+        ADD_FAILURE() << "expected backend_unavailable (a standby: retry, the cluster moved), got " << error_text(e);
     }
 }
 
@@ -224,10 +243,14 @@ TEST_F(PatroniSync, FailoverKeepsAcknowledgedGrants) {
         std::string const name = locks == &hosts_locks ? "ha:failover:hosts" : "ha:failover:haproxy";
         h.write({.thread = thread, .op = "acquire", .type = "invoke", .lock = name});
         held.push_back(locks->acquire(name, 10s));
-        h.write({.thread = thread, .op = "acquire", .type = "ok", .lock = name, .owner = held.back().owner(),
-                 .token = held.back().token(),
-                 .validity_ms =
-                     std::chrono::duration_cast<std::chrono::milliseconds>(held.back().remaining()).count()});
+        h.write(
+            {.thread = thread,
+             .op = "acquire",
+             .type = "ok",
+             .lock = name,
+             .owner = held.back().owner(),
+             .token = held.back().token(),
+             .validity_ms = std::chrono::duration_cast<std::chrono::milliseconds>(held.back().remaining()).count()});
         ++thread;
         waiters.push_back(waiter(*locks, name, h, thread++, granted));
     }

@@ -198,7 +198,7 @@ failure postgresql_dialect::classify(soci::soci_error const& e, soci::session& s
     if (code == "55P03") return failure::lock_wait;
     if (code == "42P01") return failure::schema;
     if (code == "42501") return failure::permission;  // insufficient_privilege
-    if (code == "25006") {  // read_only_sql_transaction
+    if (code == "25006") {                            // read_only_sql_transaction
         // On a hot standby (a replica, or a primary demoted by a failover) the refusal is the cluster's
         // state, not its settings: drop the connection, and the reconnect (a host list with
         // target_session_attrs=read-write) finds the primary. A read-only setting stays a backend_error.
