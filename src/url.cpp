@@ -10,7 +10,8 @@ namespace sqlock::detail {
 namespace {
 
 constexpr std::string_view accepted =
-    "use postgresql://user:pass@host:port/db, mysql://user:pass@host:port/db, "
+    "use postgresql://user:pass@host:port/db (or host1:port1,host2:port2,... with "
+    "?target_session_attrs=read-write), mysql://user:pass@host:port/db, "
     "sqlite:///abs/path.db or sqlite:relative/path.db";
 
 [[noreturn]] void bad(std::string_view url, std::string_view why) {
@@ -222,18 +223,40 @@ url_parts parse_url(std::string_view url) {
         if (c != std::string_view::npos) parts.password = percent_decode(url, userinfo.substr(c + 1));
     }
 
-    auto port_colon = authority.rfind(':');
-    if (port_colon != std::string_view::npos && authority.find(']') == std::string_view::npos) {
-        auto port_text = authority.substr(port_colon + 1);
-        unsigned port = 0;
-        auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-        if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
-            bad(url, "the port is not a number in 1..65535");  // its text may be a password
-        parts.port = port;
-        authority = authority.substr(0, port_colon);
-    }
     if (authority.empty()) bad(url, "no host");
-    parts.host = percent_decode(url, authority);
+    std::size_t n = 0;
+    for (;;) {
+        ++n;
+        auto const comma = authority.find(',');
+        auto entry = authority.substr(0, comma);
+        auto const which = "host " + std::to_string(n) + " of the host list";
+        auto port_colon = entry.rfind(':');
+        unsigned port = 0;
+        auto const bracket = entry.rfind(']');
+        if (port_colon != std::string_view::npos && (bracket == std::string_view::npos || port_colon > bracket)) {
+            auto port_text = entry.substr(port_colon + 1);
+            auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+            if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
+                bad(url, n == 1 && comma == std::string_view::npos
+                             ? "the port is not a number in 1..65535"  // its text may be a password
+                             : "the port of " + which + " is not a number in 1..65535");
+            entry = entry.substr(0, port_colon);
+        }
+        if (entry.empty())
+            bad(url, comma == std::string_view::npos && n == 1
+                         ? std::string("no host")
+                         : which + " is empty (write host1:port1,host2:port2 with no empty entry)");
+        if (entry.size() > 2 && entry.front() == '[' && entry.back() == ']') entry = entry.substr(1, entry.size() - 2);
+        parts.hosts.push_back(percent_decode(url, entry));
+        if (parts.hosts.back().find(',') != std::string::npos) bad(url, which + " contains an encoded ','");
+        parts.ports.push_back(port);
+        if (comma == std::string_view::npos) break;
+        authority = authority.substr(comma + 1);
+    }
+    parts.host = parts.hosts.front();
+    parts.port = parts.ports.front();
+    if (parts.engine == engine::mysql && parts.hosts.size() > 1)
+        bad(url, "a MySQL/MariaDB URL takes one host; a host list (h1:p1,h2:p2) is for PostgreSQL (libpq) only");
     if (parts.engine == engine::mysql) {
         for (auto const& [key, value] : parts.params)
             if (key != "charset" && key != "sslca" && key != "unix_socket")

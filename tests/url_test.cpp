@@ -283,6 +283,61 @@ TEST(RedactUrl, StoreErrorsShowTheRedactedUrl) {
     }
 }
 
+TEST(ParseUrl, TakesALibpqHostList) {
+    auto parts = sqlock::detail::parse_url(
+        "postgresql://u:p%2Cw@127.0.0.1:5001,db-2:5002,[::1]:5003,db-4/app?target_session_attrs=read-write");
+    EXPECT_EQ(parts.hosts, (std::vector<std::string>{"127.0.0.1", "db-2", "::1", "db-4"}));
+    EXPECT_EQ(parts.ports, (std::vector<unsigned>{5001, 5002, 5003, 0}));
+    EXPECT_EQ(parts.host, "127.0.0.1");
+    EXPECT_EQ(parts.port, 5001u);
+    EXPECT_EQ(parts.password, "p,w");
+    EXPECT_EQ(parts.database, "app");
+    EXPECT_EQ(parts.params.at("target_session_attrs"), "read-write");
+    auto one = sqlock::detail::parse_url("postgresql://u@h/app");
+    EXPECT_EQ(one.hosts, std::vector<std::string>{"h"});
+    EXPECT_EQ(one.ports, std::vector<unsigned>{0});
+    EXPECT_EQ(sqlock::redact_url("postgresql://u:S3cr3t@h1:1,h2:2,h3:3/db?target_session_attrs=read-write"),
+              "postgresql://u:***@h1:1,h2:2,h3:3/db?target_session_attrs=read-write");
+}
+
+TEST(BadUrl, AHostListWithAnEmptyOrBadEntryIsAUsageErrorNamingIt) {
+    for (auto const& [url, says] : std::vector<std::pair<std::string, std::string>>{
+             {"postgresql://u:p@h1:5432,,h3:5434/db", "host 2 of the host list is empty"},
+             {"postgresql://u:p@h1:5432,/db", "host 2 of the host list is empty"},
+             {"postgresql://u:p@,h2/db", "host 1 of the host list is empty"},
+             {"postgresql://u:p@h1:5432,h2:x/db", "the port of host 2 of the host list is not a number"},
+             {"postgresql://u:p@h1,h2:0/db", "the port of host 2 of the host list is not a number"},
+             {"postgresql://u:p@h1,h%2C2/db", "host 2 of the host list contains an encoded ','"},
+             {"mysql://u:S3cr3t@h1:3306,h2:3306/db", "a MySQL/MariaDB URL takes one host"},
+         }) {
+        SCOPED_TRACE(url);
+        try {
+            sqlock::store s(url, {.connect_timeout = 2s});
+            ADD_FAILURE() << "accepted";
+        } catch (sqlock::usage_error const& e) {
+            EXPECT_TRUE(contains(e.what(), says)) << e.what();
+            EXPECT_FALSE(contains(e.what(), "S3cr3t")) << e.what();
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "expected sqlock::usage_error, got " << describe(e);
+        }
+    }
+}
+
+TEST(Unreachable, AHostListOfClosedPortsIsBackendUnavailable) {
+    std::string const p1 = std::to_string(closed_port());
+    std::string const url =
+        "postgresql://u:S3cr3t@127.0.0.1:" + p1 + ",127.0.0.1:" + p1 + "/db?target_session_attrs=read-write";
+    try {
+        sqlock::store s(url, {.connect_timeout = 2s});
+        ADD_FAILURE() << "connected to closed ports";
+    } catch (sqlock::backend_unavailable const& e) {
+        EXPECT_TRUE(contains(e.what(), "postgresql://u:***@127.0.0.1:" + p1 + ",127.0.0.1:" + p1 + "/db")) << e.what();
+        EXPECT_FALSE(contains(e.what(), "S3cr3t")) << e.what();
+    } catch (std::exception const& e) {
+        ADD_FAILURE() << "expected sqlock::backend_unavailable, got " << describe(e);
+    }
+}
+
 // ------------------------------------------------------------------ bad URLs and options (before any I/O)
 
 TEST(BadUrl, IsAUsageError) {

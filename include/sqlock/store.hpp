@@ -36,7 +36,9 @@ enum class engine { postgresql, mysql, sqlite };
 ///
 /// URLs:
 ///   - `postgresql://user:pass@host:port/db[?libpq-param=value...]` (also `postgres://`)
-///   - `mysql://user:pass@host:port/db` (MariaDB and MySQL; also `mariadb://`)
+///   - `postgresql://user:pass@h1:p1,h2:p2,h3:p3/db?target_session_attrs=read-write`: libpq's
+///     host list, tried in turn; with `read-write` it keeps a cluster's primary (docs/ha.md)
+///   - `mysql://user:pass@host:port/db` (MariaDB and MySQL; also `mariadb://`; one host)
 ///   - `sqlite:///abs/path.db` or `sqlite:relative/path.db` (WAL mode, synchronous=FULL)
 /// User and password are percent-decoded.
 ///

@@ -103,10 +103,22 @@ std::string postgresql_dialect::connect_string(url_parts const& url) const {
     auto seconds = std::max<long long>(2, (options_.connect_timeout.count() + 999) / 1000);
     // Client-side keepalives: a holder learns within about a minute that the
     // server vanished, instead of waiting on a dead socket for hours.
-    std::string c = "host=" + quote_connect_value(url.host) + " dbname=" + quote_connect_value(url.database) +
+    // A host list (a Patroni cluster's nodes) goes to libpq as host=h1,h2 port=p1,p2: it tries
+    // them in turn, and target_session_attrs=read-write from the URL makes it keep the primary.
+    std::string hosts;
+    std::string ports;
+    bool any_port = false;
+    auto const& list = url.hosts.empty() ? std::vector<std::string>{url.host} : url.hosts;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        auto const port = i < url.ports.size() ? url.ports[i] : url.port;
+        hosts += (i == 0 ? "" : ",") + list[i];
+        ports += (i == 0 ? "" : ",") + (port == 0 ? std::string() : std::to_string(port));
+        any_port = any_port || port != 0;
+    }
+    std::string c = "host=" + quote_connect_value(hosts) + " dbname=" + quote_connect_value(url.database) +
                     " connect_timeout=" + std::to_string(seconds) + " application_name='sqlock'" +
                     " keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3";
-    if (url.port != 0) c += " port=" + std::to_string(url.port);
+    if (any_port) c += " port=" + quote_connect_value(ports);
     if (!url.user.empty()) c += " user=" + quote_connect_value(url.user);
     if (!url.password.empty()) c += " password=" + quote_connect_value(url.password);
     for (auto const& [key, value] : url.params) {
@@ -186,7 +198,13 @@ failure postgresql_dialect::classify(soci::soci_error const& e, soci::session& s
     if (code == "55P03") return failure::lock_wait;
     if (code == "42P01") return failure::schema;
     if (code == "42501") return failure::permission;  // insufficient_privilege
-    if (code == "25006") return failure::read_only;   // read_only_sql_transaction (also a hot standby)
+    if (code == "25006") {                            // read_only_sql_transaction
+        // On a hot standby (a replica, or a primary demoted by a failover) the refusal is the cluster's
+        // state, not its settings: drop the connection, and the reconnect (a host list with
+        // target_session_attrs=read-write) finds the primary. A read-only setting stays a backend_error.
+        char const* standby = PQparameterStatus(backend->conn_, "in_hot_standby");
+        return standby != nullptr && std::string_view(standby) == "on" ? failure::connection : failure::read_only;
+    }
     if (code.starts_with("08") || code.starts_with("57P")) return failure::connection;
     return failure::other;
 }
