@@ -43,7 +43,8 @@ export SQLOCK_TEST_DIR=${SQLOCK_TEST_DIR:-$root/build/asan/test-servers}
 if (($# > 0)); then
   exec bash scripts/with-servers.sh ctest --test-dir build/asan --output-on-failure "$@"
 fi
-# Two passes. The majority suite runs with full malloc stacks (fast_unwind_on_malloc=0): libpq has
+# Two passes. The first runs two tests at a time, like the main test run (RUN_SERIAL tests alone).
+# The majority suite runs with full malloc stacks (fast_unwind_on_malloc=0): libpq has
 # no frame pointers, and only a full stack shows which member call a leak report comes from (until
 # issue 19 they ran on detached threads that a test process could exit under). Majority.ProcessContentionIsExclusive
 # (four processes over three databases) is liveness-bound: under ASan's slowdown split votes make it run
@@ -55,7 +56,7 @@ fi
 # two CI tiers, which every test carries; a program left unbuilt shows up as an unlabelled <target>_NOT_BUILT.
 exclude=${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model|nemesis|characterization|battery|ha}
 bash scripts/with-servers.sh bash -c '
-  ctest --test-dir build/asan --output-on-failure -L "conformance|fault-smoke" -LE "$1" \
+  ctest --test-dir build/asan --output-on-failure -j2 -L "conformance|fault-smoke" -LE "$1" \
     -E "^Majority\.|^BatteryMajorityF\." || exit
   ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0 \
     ctest --test-dir build/asan --output-on-failure -L "conformance|fault-smoke" -LE "$1" -R "^Majority\." \
