@@ -96,6 +96,7 @@ struct schema_args {
 
 struct doctor_args {
     std::vector<std::string> dbs;
+    std::string table_prefix = "sqlock";
     bool json = false;
 };
 

@@ -85,7 +85,7 @@ long long number(std::optional<std::string> const& v, long long otherwise = 0) {
     return end != nullptr && *end == '\0' ? n : otherwise;
 }
 
-void schema_findings(database_facts const& d, std::vector<finding>& out) {
+void schema_findings(database_facts const& d, std::string const& prefix, std::vector<finding>& out) {
     auto const& f = d.facts;
     auto const missing = fact(f, "schema_missing");
     bool const can_create = is_on(fact(f, "can_create"));
@@ -105,7 +105,9 @@ void schema_findings(database_facts const& d, std::vector<finding>& out) {
     } else {
         out.push_back({"schema", severity::error,
                        "'" + *missing + "' (a table of the lock schema) does not exist: stores refuse to open",
-                       can_create || d.engine == engine::sqlite
+                       prefix != "sqlock" ? "create them with store_options{.create_schema = true, .table_prefix = \"" +
+                                                prefix + "\"}, or apply " + schema_file + " with that prefix"
+                       : can_create || d.engine == engine::sqlite
                            ? "sqlock schema --apply --db " + d.url
                            : "this account cannot create tables: have the schema's owner apply " + schema_file +
                                  " (sqlock schema --engine " + std::string(to_string(d.engine)) + ")"});
@@ -355,18 +357,18 @@ void clock_findings(facts_t const& f, std::vector<finding>& out) {
                    far ? "synchronise both clocks (NTP, chrony)" : ""});
 }
 
-report examine(std::string const& url) {
+report examine(std::string const& url, std::string const& table_prefix) {
     report r;
     r.url = redacted_url(url);
     if (auto e = engine_of_url(url)) r.engine = to_string(*e);
     try {
-        auto const d = sqlock::inspect_database(url);
+        auto const d = sqlock::inspect_database(url, table_prefix);
         r.engine = to_string(d.engine);
         r.version = fact(d.facts, "version");
         auto& out = r.findings;
         out.push_back({"engine", severity::ok,
                        std::string(to_string(d.engine)) + " " + r.version.value_or("(version unknown)"), ""});
-        schema_findings(d, out);
+        schema_findings(d, table_prefix, out);
         durability_findings(d, out);
         if (d.engine == engine::postgresql) postgresql_replication(d.facts, out);
         if (d.engine == engine::mysql) mysql_replication(d.facts, url, out);
@@ -394,7 +396,7 @@ int doctor_command(doctor_args const& args) {
     if (urls.size() > 1) reject_duplicate_databases(urls);
     else urls = {resolve_database(args.dbs).url};
     std::vector<report> reports(urls.size());
-    for_each_in_parallel(urls.size(), [&](std::size_t i) { reports[i] = examine(urls[i]); });
+    for_each_in_parallel(urls.size(), [&](std::size_t i) { reports[i] = examine(urls[i], args.table_prefix); });
 
     severity worst = severity::ok;
     int failure = exit_code::ok;

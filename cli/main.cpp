@@ -132,6 +132,9 @@ int dispatch(int argc, char** argv) {
         "doctor", "Inspect each database and say what is safe: schema, privileges, durability, replication, "
                   "poolers, clock");
     doctor_cmd->add_option("--db", doctor.dbs, dbs_help)->type_name("URL");
+    doctor_cmd->add_option("--table-prefix", doctor.table_prefix, "prefix of the lock tables")
+        ->type_name("NAME")
+        ->capture_default_str();
     doctor_cmd->add_flag("--json", doctor.json, "one JSON object: databases, their findings, the worst severity");
     doctor_cmd->footer(
         "One line per finding (check, severity ok|info|warning|error, what was found, what to change), grouped "

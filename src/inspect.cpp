@@ -190,7 +190,8 @@ void sqlite_facts(detail::store_impl& impl, facts_t& facts) {
 
 }  // namespace
 
-database_facts inspect_database(std::string_view url, std::chrono::milliseconds connect_timeout) {
+database_facts inspect_database(std::string_view url, std::string_view table_prefix,
+                                std::chrono::milliseconds connect_timeout) {
     auto const parts = detail::parse_url(url);
     if (parts.engine == engine::sqlite) {
         struct stat st {};
@@ -200,7 +201,10 @@ database_facts inspect_database(std::string_view url, std::chrono::milliseconds 
                                       "");
     }
     auto impl = std::make_shared<detail::store_impl>(
-        url, store_options{.pool_size = 2, .connect_timeout = connect_timeout, .allow_relaxed_durability = true},
+        url, store_options{.pool_size = 2,
+                      .table_prefix = std::string(table_prefix),
+                      .connect_timeout = connect_timeout,
+                      .allow_relaxed_durability = true},
         detail::store_impl::unchecked_t{});
     database_facts out{impl->engine(), impl->url(), {}};
     auto& facts = out.facts;

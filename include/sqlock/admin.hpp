@@ -59,10 +59,12 @@ struct SQLOCK_EXPORT database_facts {
 /// replication, a pooler in between, and its clock against this host's.
 /// Read-only: creates no table (nor an SQLite file: it must exist) and opens
 /// even where a `store` would refuse (relaxed durability, tables missing).
-/// @throws usage_error (bad URL), backend_unavailable (cannot connect within
-/// `connect_timeout`)
+/// `table_prefix`: that of the lock tables (store_options::table_prefix).
+/// @throws usage_error (bad URL or prefix), backend_unavailable (cannot connect
+/// within `connect_timeout`)
 /// Thread safety: any thread.
 [[nodiscard]] SQLOCK_EXPORT database_facts inspect_database(
-    std::string_view url, std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
+    std::string_view url, std::string_view table_prefix = "sqlock",
+    std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
 
 }  // namespace sqlock
