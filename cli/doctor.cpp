@@ -43,14 +43,14 @@ struct report {
 };
 
 // What sqlock does behind a pooler or proxy; adjust here when the library's behaviour there changes.
+constexpr severity transaction_pooling_severity = severity::error;
 constexpr char const* transaction_pooling_message =
-    "two client connections opened at once share one server session (backend {pid}): a transaction pooler "
-    "(PgBouncer pool_mode = transaction) is in between. The table lock works (one statement per decision); the "
-    "row lock holds its lock in an open transaction on a session of its own and PostgreSQL's LISTEN wake-up "
-    "needs a session too: neither holds through transaction pooling";
+    "two client connections opened at once were served by one server session (backend {pid}): a pooler per "
+    "transaction or statement (PgBouncer pool_mode = transaction) is in between. sqlock keeps state per "
+    "session (prepared statements, LISTEN, session settings, a row lock's open transaction), so its stores "
+    "refuse to open through it";
 constexpr char const* transaction_pooling_fix =
-    "use session pooling (pool_mode = session) or connect to the server directly for row locks; table locks "
-    "may stay on this URL";
+    "point the URL at a pool in session mode (PgBouncer pool_mode = session) or at the server itself";
 constexpr char const* proxy_message =
     "the server listens on port {server} but the URL says {url}: a proxy or pooler (PgBouncer in session mode, "
     "HAProxy, ProxySQL) is in between. Locks hold as long as it keeps one server session per client "
@@ -278,10 +278,10 @@ void mysql_replication(facts_t const& f, std::string_view url, std::vector<findi
             out.push_back({"galera", severity::warning,
                            "Galera cluster of " + size +
                                " nodes: a row lock (SELECT ... FOR UPDATE) is local to the node that takes it, so "
-                               "two nodes can grant it at once; it is exclusive only when every client locks on one "
-                               "writer node",
-                           "send every lock to one node and add galera_single_writer=true to the URL, or use the "
-                           "table lock"});
+                               "two nodes could grant it at once; sqlock refuses the row lock here unless the URL "
+                               "declares a single writer node",
+                           "use the table lock, or send every lock to one node and add galera_single_writer=true "
+                           "to the URL"});
         auto const wait = number(fact(f, "wsrep_sync_wait"), -1);
         if (wait == 0)
             out.push_back({"galera", severity::info,
@@ -319,7 +319,7 @@ void pooler_findings(facts_t const& f, std::vector<finding>& out) {
     auto const p2 = fact(f, "backend_pid_2");
     bool const shared = p1 && p2 && !p1->empty() && *p1 == *p2;
     if (shared)
-        out.push_back({"pooler", severity::warning, replace_all(transaction_pooling_message, "{pid}", *p1),
+        out.push_back({"pooler", transaction_pooling_severity, replace_all(transaction_pooling_message, "{pid}", *p1),
                        transaction_pooling_fix});
     auto const server = fact(f, "server_port").value_or("");
     auto const url = fact(f, "url_port").value_or("");
