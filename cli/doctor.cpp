@@ -378,13 +378,12 @@ report examine(std::string const& url, std::string const& table_prefix) {
         }
     } catch (sqlock::usage_error const& e) {
         r.failure = exit_code::usage;
-        r.findings.push_back({"connect", severity::error, sqlock::tools::one_line(e.what()), "fix the URL"});
+        r.findings.push_back({"connect", severity::error, sqlock::tools::one_line(e.what()), ""});
     } catch (...) {
         auto const failure = failure_of_current_exception(url);
         r.failure = failure.code;
-        r.findings.push_back({"connect", severity::error, failure.message,
-                              r.engine == "sqlite" ? "check the path"
-                                                   : "check the URL, the credentials and that the server is up"});
+        // The library's message already says what to check.
+        r.findings.push_back({"connect", severity::error, failure.message, ""});
     }
     return r;
 }
