@@ -91,15 +91,16 @@ void schema_findings(database_facts const& d, std::string const& prefix, std::ve
     bool const can_create = is_on(fact(f, "can_create"));
     std::string const schema_file = "schema/" + std::string(to_string(d.engine)) + ".sql";
     if (!missing) {
-        out.push_back({"schema", severity::warning, "could not tell whether the lock tables exist: " +
-                                                         why_unknown(f, "schema_missing"),
+        out.push_back({"schema", severity::warning,
+                       "could not tell whether the lock tables exist: " + why_unknown(f, "schema_missing"),
                        "check the account's privileges"});
     } else if (missing->empty()) {
         out.push_back({"schema", severity::ok, "the lock tables are complete (this sqlock's schema)", ""});
     } else if (auto dot = missing->find('.'); dot != std::string::npos) {
         auto const table = missing->substr(0, dot);
         out.push_back({"schema", severity::error,
-                       "table '" + table + "' has no column '" + missing->substr(dot + 1, missing->find(' ') - dot - 1) +
+                       "table '" + table + "' has no column '" +
+                           missing->substr(dot + 1, missing->find(' ') - dot - 1) +
                            "': it was created by an older sqlock, and stores refuse to open",
                        "ALTER TABLE " + table + " ADD COLUMN " + missing->substr(dot + 1)});
     } else {
@@ -123,9 +124,8 @@ void schema_findings(database_facts const& d, std::string const& prefix, std::ve
             out.push_back({"privileges", severity::error, "privileges missing on " + *p,
                            "GRANT SELECT, INSERT, UPDATE, DELETE ON the lock tables TO this account"});
     } else {
-        out.push_back({"privileges", severity::info, "could not read the privileges: " +
-                                                         why_unknown(f, "privileges_missing"),
-                       ""});
+        out.push_back({"privileges", severity::info,
+                       "could not read the privileges: " + why_unknown(f, "privileges_missing"), ""});
     }
     if (missing && !missing->empty() && !can_create)
         out.push_back({"privileges", severity::error,
@@ -143,8 +143,7 @@ void durability_findings(database_facts const& d, std::vector<finding>& out) {
                        d.engine == engine::postgresql ? "set fsync = on" : "set innodb_flush_log_at_trx_commit = 1"});
     switch (d.engine) {
         case engine::postgresql: {
-            if (fact(f, "fsync") == "on")
-                out.push_back({"durability", severity::ok, "fsync = on", ""});
+            if (fact(f, "fsync") == "on") out.push_back({"durability", severity::ok, "fsync = on", ""});
             if (auto fpw = fact(f, "full_page_writes"); fpw == "off")
                 out.push_back({"durability", severity::warning,
                                "full_page_writes = off: a crash during a page write can corrupt the lock tables",
@@ -155,8 +154,7 @@ void durability_findings(database_facts const& d, std::vector<finding>& out) {
                                "synchronous_commit = off on the server: sqlock turns it on for its own sessions, so "
                                "its grants stay durable; other applications' commits are not",
                                ""});
-            else if (sc)
-                out.push_back({"durability", severity::ok, "synchronous_commit = " + *sc, ""});
+            else if (sc) out.push_back({"durability", severity::ok, "synchronous_commit = " + *sc, ""});
             break;
         }
         case engine::mysql: {
@@ -178,12 +176,11 @@ void durability_findings(database_facts const& d, std::vector<finding>& out) {
             if (jm && *jm != "wal")
                 out.push_back({"durability", severity::warning, "journal_mode = " + *jm + ", not WAL",
                                "put the file on a local file system that supports WAL"});
-            else
-                out.push_back({"durability", severity::ok, "journal_mode = wal", ""});
+            else out.push_back({"durability", severity::ok, "journal_mode = wal", ""});
             auto const sync = number(fact(f, "synchronous"), -1);
             if (sync >= 2)
-                out.push_back({"durability", severity::ok, std::string("synchronous = ") + (sync == 2 ? "full" : "extra"),
-                               ""});
+                out.push_back(
+                    {"durability", severity::ok, std::string("synchronous = ") + (sync == 2 ? "full" : "extra"), ""});
             else
                 out.push_back({"durability", severity::warning,
                                std::string("synchronous = ") + (sync == 1 ? "normal" : "off") +
@@ -207,9 +204,8 @@ void postgresql_replication(facts_t const& f, std::vector<finding>& out) {
     auto const names = fact(f, "synchronous_standby_names").value_or("");
     auto const states = fact(f, "sync_states").value_or("");
     if (!fact(f, "replicas")) {
-        out.push_back({"replication", severity::info, "could not read pg_stat_replication: " +
-                                                          why_unknown(f, "replicas"),
-                       ""});
+        out.push_back(
+            {"replication", severity::info, "could not read pg_stat_replication: " + why_unknown(f, "replicas"), ""});
         return;
     }
     if (replicas == 0) {
@@ -240,8 +236,7 @@ void postgresql_replication(facts_t const& f, std::vector<finding>& out) {
                        "synchronous_commit = local: commits do not wait for the synchronous standby, so a failover "
                        "can lose a granted lock",
                        "set synchronous_commit = on (or remote_apply)"});
-    if (visible == replicas && states.find("sync") == std::string::npos &&
-        states.find("quorum") == std::string::npos)
+    if (visible == replicas && states.find("sync") == std::string::npos && states.find("quorum") == std::string::npos)
         out.push_back({"replication", severity::warning,
                        "synchronous_standby_names = '" + names + "' but no standby is in sync now (" + states +
                            "): commits wait until one is",
@@ -268,8 +263,8 @@ void mysql_replication(facts_t const& f, std::string_view url, std::vector<findi
                            "wsrep_local_state_comment = " + state + ": this node is not synced with the cluster",
                            "wait until it is Synced, or use another node"});
         else
-            out.push_back({"galera", severity::ok,
-                           "Galera node, Synced, in the primary component of " + size + " nodes", ""});
+            out.push_back(
+                {"galera", severity::ok, "Galera node, Synced, in the primary component of " + size + " nodes", ""});
         bool const single_writer = url.find("galera_single_writer=true") != std::string_view::npos;
         if (single_writer)
             out.push_back({"galera", severity::info,
@@ -300,8 +295,7 @@ void mysql_replication(facts_t const& f, std::string_view url, std::vector<findi
                                fact(f, "replica_io_running").value_or("?") +
                                "): locks taken here are not seen on the primary",
                            "point --db at the primary"});
-        else
-            out.push_back({"replication", severity::ok, "not a replica", ""});
+        else out.push_back({"replication", severity::ok, "not a replica", ""});
     } else {
         out.push_back({"replication", severity::info,
                        "could not read SHOW REPLICA STATUS: " + why_unknown(f, "replica_channels"),
@@ -324,11 +318,11 @@ void pooler_findings(facts_t const& f, std::vector<finding>& out) {
     auto const server = fact(f, "server_port").value_or("");
     auto const url = fact(f, "url_port").value_or("");
     if (!server.empty() && server != url && !shared)
-        out.push_back({"pooler", severity::info,
-                       replace_all(replace_all(proxy_message, "{server}", server), "{url}", url), ""});
+        out.push_back(
+            {"pooler", severity::info, replace_all(replace_all(proxy_message, "{server}", server), "{url}", url), ""});
     if (!shared && (server.empty() || server == url))
-        out.push_back({"pooler", severity::ok, "connected to the server directly (one server session per connection)",
-                       ""});
+        out.push_back(
+            {"pooler", severity::ok, "connected to the server directly (one server session per connection)", ""});
 }
 
 /// Beyond this the host's and the database's clocks disagree enough to confuse people reading times.
@@ -337,9 +331,8 @@ constexpr long long clock_warning_us = 1'000'000;
 void clock_findings(facts_t const& f, std::vector<finding>& out) {
     auto const offset = fact(f, "clock_offset_us");
     if (!offset) {
-        out.push_back({"clock", severity::info, "could not read the database's clock: " +
-                                                    why_unknown(f, "clock_offset_us"),
-                       ""});
+        out.push_back(
+            {"clock", severity::info, "could not read the database's clock: " + why_unknown(f, "clock_offset_us"), ""});
         return;
     }
     long long const us = number(offset);
@@ -348,13 +341,13 @@ void clock_findings(facts_t const& f, std::vector<finding>& out) {
     std::snprintf(text, sizeof text, "the database's clock is %+.1f ms off this host's (round trip %.1f ms)",
                   static_cast<double>(us) / 1000.0, static_cast<double>(rtt) / 1000.0);
     bool const far = us > clock_warning_us || us < -clock_warning_us;
-    out.push_back({"clock", far ? severity::warning : severity::ok,
-                   std::string(text) +
-                       (far ? ": leases are timed by the database's clock and this host's steady clock, so locks "
-                              "still hold, but times in sqlock list, logs and fencing checks that compare "
-                              "timestamps disagree by that much"
-                            : ""),
-                   far ? "synchronise both clocks (NTP, chrony)" : ""});
+    out.push_back(
+        {"clock", far ? severity::warning : severity::ok,
+         std::string(text) + (far ? ": leases are timed by the database's clock and this host's steady clock, so locks "
+                                    "still hold, but times in sqlock list, logs and fencing checks that compare "
+                                    "timestamps disagree by that much"
+                                  : ""),
+         far ? "synchronise both clocks (NTP, chrony)" : ""});
 }
 
 report examine(std::string const& url, std::string const& table_prefix) {

@@ -128,9 +128,10 @@ int dispatch(int argc, char** argv) {
     schema_cmd->add_flag("--apply", schema.apply, "create the tables (idempotent) instead of printing the DDL");
 
     doctor_args doctor;
-    auto* doctor_cmd = app.add_subcommand(
-        "doctor", "Inspect each database and say what is safe: schema, privileges, durability, replication, "
-                  "poolers, clock");
+    auto* doctor_cmd =
+        app.add_subcommand("doctor",
+                           "Inspect each database and say what is safe: schema, privileges, durability, replication, "
+                           "poolers, clock");
     doctor_cmd->add_option("--db", doctor.dbs, dbs_help)->type_name("URL");
     doctor_cmd->add_option("--table-prefix", doctor.table_prefix, "prefix of the lock tables")
         ->type_name("NAME")

@@ -122,8 +122,8 @@ void mysql_facts(detail::store_impl& impl, detail::url_parts const& url, facts_t
             ask(s, facts, v, std::string("SELECT CAST(@@global.") + v + " AS CHAR)");
         for (char const* v : {"wsrep_cluster_size", "wsrep_cluster_status", "wsrep_local_state_comment"})
             ask(s, facts, v,
-                std::string("SELECT variable_value FROM information_schema.global_status WHERE variable_name = '") +
-                    v + "'");
+                std::string("SELECT variable_value FROM information_schema.global_status WHERE variable_name = '") + v +
+                    "'");
         try {
             soci::rowset<soci::row> rows = (s.prepare << "SHOW REPLICA STATUS");
             int channels = 0;
@@ -131,7 +131,8 @@ void mysql_facts(detail::store_impl& impl, detail::url_parts const& url, facts_t
                 ++channels;
                 for (std::size_t i = 0; i < r.size(); ++i) {
                     auto const& name = r.get_properties(i).get_name();
-                    if ((name == "Slave_IO_Running" || name == "Replica_IO_Running") && r.get_indicator(i) == soci::i_ok)
+                    if ((name == "Slave_IO_Running" || name == "Replica_IO_Running") &&
+                        r.get_indicator(i) == soci::i_ok)
                         facts["replica_io_running"] = r.get<std::string>(i);
                 }
             }
@@ -200,12 +201,12 @@ database_facts inspect_database(std::string_view url, std::string_view table_pre
                                           " does not exist: check the path (sqlock schema --apply creates it)",
                                       "");
     }
-    auto impl = std::make_shared<detail::store_impl>(
-        url, store_options{.pool_size = 2,
-                      .table_prefix = std::string(table_prefix),
-                      .connect_timeout = connect_timeout,
-                      .allow_relaxed_durability = true},
-        detail::store_impl::unchecked_t{});
+    auto impl = std::make_shared<detail::store_impl>(url,
+                                                     store_options{.pool_size = 2,
+                                                                   .table_prefix = std::string(table_prefix),
+                                                                   .connect_timeout = connect_timeout,
+                                                                   .allow_relaxed_durability = true},
+                                                     detail::store_impl::unchecked_t{});
     database_facts out{impl->engine(), impl->url(), {}};
     auto& facts = out.facts;
     switch (impl->engine()) {

@@ -79,8 +79,7 @@ store_impl::store_impl(std::string_view url, store_options const& options, unche
       main_(options.pool_size),
       reserved_(reserved_pool_size) {}
 
-store_impl::store_impl(std::string_view url, store_options const& options)
-    : store_impl(url, options, unchecked_t{}) {
+store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
     auto missing = run("opening the store", [&](soci::session& s) {
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))

@@ -125,8 +125,7 @@ TEST_P(Doctor, TestServerIsHealthyAndEveryCheckSaysOk) {
     EXPECT_EQ(t.code(), 0) << t.describe();
     EXPECT_EQ(t.out.rfind(sqlock::redact_url(url_), 0), 0u) << t.describe();
     EXPECT_NE(t.out.find("\n  ok      schema: "), std::string::npos) << t.describe();
-    EXPECT_NE(t.out.find("\nworst: " + r.out["worst"].get<std::string>() + "\n"), std::string::npos)
-        << t.describe();
+    EXPECT_NE(t.out.find("\nworst: " + r.out["worst"].get<std::string>() + "\n"), std::string::npos) << t.describe();
 }
 
 TEST_P(Doctor, MissingLockTablesAreAnErrorAndExit2) {

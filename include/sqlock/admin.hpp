@@ -63,8 +63,8 @@ struct SQLOCK_EXPORT database_facts {
 /// @throws usage_error (bad URL or prefix), backend_unavailable (cannot connect
 /// within `connect_timeout`)
 /// Thread safety: any thread.
-[[nodiscard]] SQLOCK_EXPORT database_facts inspect_database(
-    std::string_view url, std::string_view table_prefix = "sqlock",
-    std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
+[[nodiscard]] SQLOCK_EXPORT database_facts
+inspect_database(std::string_view url, std::string_view table_prefix = "sqlock",
+                 std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
 
 }  // namespace sqlock
