@@ -280,8 +280,9 @@ void mysql_replication(facts_t const& f, std::string_view url, std::vector<findi
         auto const wait = number(fact(f, "wsrep_sync_wait"), -1);
         if (wait == 0)
             out.push_back({"galera", severity::info,
-                           "wsrep_sync_wait = 0: reads on this node may miss commits of other nodes (sqlock list)",
-                           "set wsrep_sync_wait = 1 for causal reads"});
+                           "wsrep_sync_wait = 0 on the server: sqlock sets it on its own sessions, so its reads see "
+                           "the other nodes' commits; other clients' reads on this node may not",
+                           ""});
         return;
     }
     if (is_on(fact(f, "read_only")))
