@@ -17,6 +17,8 @@
 
 #include <soci/soci.h>
 
+#include <fstream>
+
 #include <unistd.h>
 
 #include <string>
@@ -190,6 +192,33 @@ TEST(DoctorFires, ARelayInFrontOfTheServerIsSeen) {
         EXPECT_FALSE(r.has("pooler", "ok")) << r.describe();
         EXPECT_EQ(r.result.code(), code_for(r.out["worst"])) << r.describe();
     }
+}
+
+TEST(DoctorFires, HostClockOffByAMinuteIsAWarning) {
+    std::string url;
+    require_env(url_var(engine::postgresql), url);
+    if (should_stop()) return;
+    sqlock::store(url, {.create_schema = true});
+    temp_dir dir;
+    // tests/clock_shift_preload.cpp: this host's std::chrono::system_clock, the one wall clock sqlock reads, 60 s
+    // ahead in doctor's process.
+    auto const shift = dir.path() / "shift";
+    std::ofstream(shift) << 60000 << "\n";
+    auto const inherited = getenv_nonempty("LD_PRELOAD");
+    env_changes env{{"LD_PRELOAD", std::string(SQLOCK_TEST_CLOCK_SHIFT_LIB) + (inherited ? ":" + *inherited : "")},
+                    {"SQLOCK_TEST_CLOCK_SHIFT_FILE", shift.string()}};
+    auto r = cli_process({"doctor", "--db", url, "--json"}, dir.path(), env).wait();
+    auto const out = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(out.is_discarded()) << r.describe();
+    bool warned = false;
+    for (auto const& f : out["databases"][0]["findings"])
+        if (f["check"] == "clock") {
+            warned = f["severity"] == "warning" && f["message"].get<std::string>().find("-6") != std::string::npos;
+            EXPECT_TRUE(warned) << "the database's clock is about 60 s behind doctor's: " << f.dump();
+        }
+    EXPECT_TRUE(warned) << r.describe();
+    EXPECT_EQ(r.code(), code_for(out["worst"])) << r.describe();
+    EXPECT_GE(r.code(), 1) << r.describe();
 }
 
 TEST(DoctorFires, PostgresqlMissingPrivilegeIsAnError) {
