@@ -94,12 +94,20 @@ struct schema_args {
     bool apply = false;
 };
 
+struct doctor_args {
+    std::vector<std::string> dbs;
+    std::string table_prefix = "sqlock";
+    bool json = false;
+};
+
 /// Each returns the process's exit code or throws exit_error / sqlock errors
 /// (mapped to exit codes by main).
 int run_command(run_args const& args);
 int list_command(list_args const& args);
 int release_command(release_args const& args);
 int schema_command(schema_args const& args);
+/// doctor: 0 when the worst finding is ok or info, 1 a warning, 2 an error (69/64 as the others).
+int doctor_command(doctor_args const& args);
 
 /// Opens the store of `db` for list and release: never creates a SQLite file
 /// or tables (exit 78 when they are missing).

@@ -7,6 +7,7 @@
 //
 // Several --db: majority mode over independent databases (sqlock::majority_locker).
 //   sqlock schema  [--db URL] [--engine postgresql|mysql|sqlite] [--apply]
+//   sqlock doctor  [--db URL]... [--json]
 //
 // Exit codes and behaviour: docs/cli.md.
 #include "cli.hpp"
@@ -126,8 +127,23 @@ int dispatch(int argc, char** argv) {
         ->check(CLI::IsMember({"postgresql", "mysql", "sqlite"}));
     schema_cmd->add_flag("--apply", schema.apply, "create the tables (idempotent) instead of printing the DDL");
 
+    doctor_args doctor;
+    auto* doctor_cmd =
+        app.add_subcommand("doctor",
+                           "Inspect each database and say what is safe: schema, privileges, durability, replication, "
+                           "poolers, clock");
+    doctor_cmd->add_option("--db", doctor.dbs, dbs_help)->type_name("URL");
+    doctor_cmd->add_option("--table-prefix", doctor.table_prefix, "prefix of the lock tables")
+        ->type_name("NAME")
+        ->capture_default_str();
+    doctor_cmd->add_flag("--json", doctor.json, "one JSON object: databases, their findings, the worst severity");
+    doctor_cmd->footer(
+        "One line per finding (check, severity ok|info|warning|error, what was found, what to change), grouped "
+        "per database. Exit 0 when the worst finding is ok or info, 1 for a warning, 2 for an error; 69 when a "
+        "database could not be reached (the others are still examined), 64 for a bad URL. See docs/ha/doctor.md.");
+
     if (before.empty() && !separator)
-        fail(exit_code::usage, "give a command: run, list, release or schema (see `sqlock --help`)");
+        fail(exit_code::usage, "give a command: run, list, release, schema or doctor (see `sqlock --help`)");
     std::vector<std::string> reversed(before.rbegin(), before.rend());  // CLI11 parses a reversed vector
     try {
         app.parse(reversed);
@@ -152,7 +168,8 @@ int dispatch(int argc, char** argv) {
     if (list_cmd->parsed()) return list_command(list);
     if (release_cmd->parsed()) return release_command(release);
     if (schema_cmd->parsed()) return schema_command(schema);
-    fail(exit_code::usage, "give a command: run, list, release or schema (see `sqlock --help`)");
+    if (doctor_cmd->parsed()) return doctor_command(doctor);
+    fail(exit_code::usage, "give a command: run, list, release, schema or doctor (see `sqlock --help`)");
 }
 
 }  // namespace

@@ -70,14 +70,16 @@ std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_st
 
 }  // namespace
 
-store_impl::store_impl(std::string_view url, store_options const& options)
+store_impl::store_impl(std::string_view url, store_options const& options, unchecked_t)
     : pid_(process_id()),
       options_((validate(options), options)),
       url_(redact_url(url)),
       dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
       connect_string_(dialect_->connect_string(parse_url(url))),
       main_(options.pool_size),
-      reserved_(reserved_pool_size) {
+      reserved_(reserved_pool_size) {}
+
+store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
     auto missing = run("opening the store", [&](soci::session& s) {
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))

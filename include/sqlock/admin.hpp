@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,5 +43,28 @@ struct SQLOCK_EXPORT lock_info {
 /// @warning The holder may still be inside its critical section: only fencing
 /// tokens protect the resource from it.
 [[nodiscard]] SQLOCK_EXPORT std::optional<lock_info> force_release(store const& db, std::string_view name);
+
+/// What a database says about itself, for `sqlock doctor` (docs/ha/doctor.md):
+/// facts by name ("version", "fsync", "wsrep_cluster_size", ...), each as the
+/// database wrote it. A fact it would not give (no privilege, no such
+/// setting) is absent, and "<name>!" holds why.
+struct SQLOCK_EXPORT database_facts {
+    sqlock::engine engine = sqlock::engine::sqlite;
+    std::string url;  ///< redacted
+    std::map<std::string, std::string> facts;
+};
+
+/// Asks the database at `url` how it is set up: engine and version, whether
+/// the lock tables are complete and the privileges they need, durability,
+/// replication, a pooler in between, and its clock against this host's.
+/// Read-only: creates no table (nor an SQLite file: it must exist) and opens
+/// even where a `store` would refuse (relaxed durability, tables missing).
+/// `table_prefix`: that of the lock tables (store_options::table_prefix).
+/// @throws usage_error (bad URL or prefix), backend_unavailable (cannot connect
+/// within `connect_timeout`)
+/// Thread safety: any thread.
+[[nodiscard]] SQLOCK_EXPORT database_facts
+inspect_database(std::string_view url, std::string_view table_prefix = "sqlock",
+                 std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
 
 }  // namespace sqlock

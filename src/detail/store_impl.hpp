@@ -142,6 +142,10 @@ public:
     using clock = std::chrono::steady_clock;
 
     store_impl(std::string_view url, store_options const& options);
+    /// Opens nothing and checks nothing (no durability or schema check): for
+    /// `inspect_database`, which reports what those checks would refuse.
+    struct unchecked_t {};
+    store_impl(std::string_view url, store_options const& options, unchecked_t);
     ~store_impl();
     store_impl(store_impl const&) = delete;
     store_impl& operator=(store_impl const&) = delete;
