@@ -62,7 +62,11 @@ node_args() { # the options of node $1, the same for --wsrep-recover and the rea
     --wsrep-on=ON --wsrep-provider="$PROVIDER" --wsrep-cluster-name=sqlock-ha \
     --wsrep-cluster-address="$gcomm" --wsrep-node-name="node$n" --wsrep-node-address="127.0.0.1:${!g}" \
     --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${!g};ist.recv_addr=127.0.0.1:${!i};gcache.size=32M;evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S" \
-    --wsrep-sst-method=rsync --wsrep-sst-receive-address="127.0.0.1:${!s}" --wsrep-slave-threads=2
+    --wsrep-sst-method=rsync --wsrep-sst-receive-address="127.0.0.1:${!s}" --wsrep-slave-threads=2 \
+    --log-bin-trust-function-creators=1
+  # log_bin_trust_function_creators: Galera logs like a binlog, which makes CREATE TRIGGER need SUPER; the
+  # tests' audit triggers (tests/faults/audit.hpp) are created by the user sqlock. sqlock itself creates
+  # only tables and procedures, which do not need it.
 }
 
 start_node() { # N [EXTRA...]: start node N's mariadbd in its own session; wait until it answers on its socket
