@@ -237,8 +237,8 @@ url_parts parse_url(std::string_view url) {
     if (parts.engine == engine::mysql) {
         for (auto const& [key, value] : parts.params) {
             if (key != "charset" && key != "sslca" && key != "unix_socket" && key != "galera_single_writer")
-                bad(url, "unknown MySQL parameter '" + key +
-                             "' (known: charset, sslca, unix_socket, galera_single_writer)");
+                bad(url,
+                    "unknown MySQL parameter '" + key + "' (known: charset, sslca, unix_socket, galera_single_writer)");
             if (key == "galera_single_writer" && value != "true" && value != "false")
                 bad(url, "galera_single_writer must be true or false (got '" + value + "')");
         }

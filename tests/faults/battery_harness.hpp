@@ -629,8 +629,9 @@ private:
                                    ms(s_.io_timeout)};
         for (auto const& d : dbs_) {
             a.push_back("--url");
-            a.push_back(s_.worker_urls.empty() ? d.worker_url
-                                               : s_.worker_urls[static_cast<std::size_t>(w.slot) % s_.worker_urls.size()]);
+            a.push_back(s_.worker_urls.empty()
+                            ? d.worker_url
+                            : s_.worker_urls[static_cast<std::size_t>(w.slot) % s_.worker_urls.size()]);
         }
         if (w.reaper) {
             a.insert(a.end(), {"--mode", "reaper", "--reaper-interval-ms", ms(s_.reaper_interval), "--reaper-grace-ms",

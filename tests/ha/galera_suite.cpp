@@ -95,7 +95,8 @@ TEST_F(GaleraTest, CounterStormAcrossNodes) {
 }
 
 TEST_F(GaleraTest, RowLockRefusedByDefault) {
-    for (auto const& url : {var("SQLOCK_HA_GALERA_URL1"), var("SQLOCK_HA_GALERA_URL2") + "?galera_single_writer=false"}) {
+    for (auto const& url :
+         {var("SQLOCK_HA_GALERA_URL1"), var("SQLOCK_HA_GALERA_URL2") + "?galera_single_writer=false"}) {
         sqlock::store db(url, {.create_schema = true});
         try {
             (void)sqlock::row_locker(db, {.ttl = 5s});
@@ -134,19 +135,17 @@ TEST_F(GaleraTest, CliNineRunsOverThreeNodes) {
     fs::create_directories(dir);
     auto const counter = dir / "counter";
     std::ofstream(counter) << 0 << "\n";
-    std::string const section = "n=$(cat " + counter.string() + "); sleep 0.02; echo $((n + 1)) > " +
-                                counter.string() + ".tmp && mv " + counter.string() + ".tmp " + counter.string();
+    std::string const section = "n=$(cat " + counter.string() + "); sleep 0.02; echo $((n + 1)) > " + counter.string() +
+                                ".tmp && mv " + counter.string() + ".tmp " + counter.string();
     std::string const name = "galera-cli-" + sqlock_test::random_hex(6);
-    {
-        sqlock::store create(urls[0], {.create_schema = true});
-    }
+    { sqlock::store create(urls[0], {.create_schema = true}); }
     std::vector<std::vector<sqlock_test::cli_result>> results(9);
     std::vector<std::thread> loops;
     for (std::size_t i = 0; i < 9; ++i)
         loops.emplace_back([&, i] {
             for (int k = 0; k < 5; ++k) {
-                sqlock_test::cli_process p({"run", "--db", urls[i % 3], "--name", name, "--ttl", "30s", "--wait", "120s",
-                                            "--", "/bin/sh", "-c", section},
+                sqlock_test::cli_process p({"run", "--db", urls[i % 3], "--name", name, "--ttl", "30s", "--wait",
+                                            "120s", "--", "/bin/sh", "-c", section},
                                            dir);
                 results[i].push_back(p.wait(180s));
             }
@@ -159,9 +158,9 @@ TEST_F(GaleraTest, CliNineRunsOverThreeNodes) {
     in >> value;
     EXPECT_EQ(value, 45) << "the counter file after 45 critical sections under the table lock";
 
-    auto refused = sqlock_test::cli_process({"run", "--db", urls[1], "--name", name, "--strategy", "row", "--", "/bin/true"},
-                                            dir)
-                       .wait(60s);
+    auto refused =
+        sqlock_test::cli_process({"run", "--db", urls[1], "--name", name, "--strategy", "row", "--", "/bin/true"}, dir)
+            .wait(60s);
     EXPECT_EQ(refused.code(), 64) << refused.describe();
     EXPECT_NE(refused.err.find("Galera"), std::string::npos) << refused.describe();
     EXPECT_NE(refused.err.find("galera_single_writer"), std::string::npos) << refused.describe();

@@ -100,15 +100,15 @@ failure mysql_dialect::classify(soci::soci_error const& e, soci::session&) const
     auto* my = dynamic_cast<soci::mysql_soci_error const*>(&e);
     if (my == nullptr) return failure::other;
     switch (my->err_num_) {
-        case 1213: return failure::transient;  // ER_LOCK_DEADLOCK: the transaction was rolled back
         // Galera: a certification conflict at COMMIT comes as 1213; a write set
         // aborted by a conflicting one may come as 1180 (ER_ERROR_DURING_COMMIT,
         // "Deadlock: wsrep aborted transaction"), and a node outside the primary
         // component (joining, partitioned) refuses statements with 1047
         // (ER_UNKNOWN_COM_ERROR, "WSREP has not yet prepared node for application
-        // use"). Nothing was committed in either case: retry.
+        // use"). Nothing was committed in any of them: retry.
         case 1180:
-        case 1047: return failure::transient;
+        case 1047:
+        case 1213: return failure::transient;  // ER_LOCK_DEADLOCK: the transaction was rolled back
         case 1205: return failure::lock_wait;  // ER_LOCK_WAIT_TIMEOUT
         case 1146:                             // ER_NO_SUCH_TABLE
         case 1305:                             // ER_SP_DOES_NOT_EXIST: <prefix>_acquire_v2 or _renew
