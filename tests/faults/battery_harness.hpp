@@ -443,7 +443,29 @@ private:
             install_audit(*d.raw, d.e, tables_);
             if (s_.row && s_.row_audit) install_row_audit(*d.raw, d.e, tables_);
         }
+        if (!s_.worker_urls.empty() && e_ == engine::mysql) await_triggers_on_every_node();
         if (!s_.mysql_globals.empty()) set_mysql_globals();
+    }
+
+    /// A cluster's other nodes create the audit's triggers a moment after the first (Galera applies DDL on each
+    /// node in turn): a worker there that opened the lock table meanwhile would read a half-written trigger.
+    void await_triggers_on_every_node() {
+        std::string const count = "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = "
+                                  "DATABASE() AND TRIGGER_NAME LIKE '" +
+                                  tables_ + "%'";
+        long long want = 0;
+        *dbs_.front().raw << count, soci::into(want);
+        for (auto const& url : s_.worker_urls) {
+            auto node = sqlock_test::raw_session(e_, url);
+            long long seen = -1;
+            bool const there = sqlock_test::eventually(
+                [&] {
+                    *node << count, soci::into(seen);
+                    return seen == want;
+                },
+                30s);
+            ASSERT_TRUE(there) << url << " shows " << seen << " of the run's " << want << " audit triggers after 30 s";
+        }
     }
 
     static std::string with_query(std::string url, std::string const& kv) {

@@ -78,6 +78,8 @@ scenario storm(std::string id, std::vector<std::string> urls, milliseconds durat
     s.duration = duration;
     s.ttl = 10s;
     s.acquire_wait = 10s;
+    s.lock_wait_timeout = 5s;  // a loaded machine: the storm is about conflicts between nodes, not timeouts
+    s.io_timeout = 10s;
     s.fenced = false;  // the fenced resource lives on the shared test servers, not started for this topology
     s.worker_urls = std::move(urls);
     s.min_grants = 30;
