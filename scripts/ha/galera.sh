@@ -56,7 +56,7 @@ node_args() { # the options of node $1, the same for --wsrep-recover and the rea
   local g="GCOMM$n" i="IST$n" s="SST$n"
   printf '%s\n' --no-defaults --datadir="$d/data" ${MYUSER:+--user=$MYUSER} --port="$(port "$n")" \
     --bind-address=127.0.0.1 --socket="$(sock "$n")" --pid-file="$(pidfile "$n")" --skip-name-resolve \
-    --log-error="$d/mariadb.log" --innodb-buffer-pool-size=32M --innodb-log-file-size=16M \
+    --tmpdir="$d/tmp" --log-error="$d/mariadb.log" --innodb-buffer-pool-size=32M --innodb-log-file-size=16M \
     --innodb-flush-log-at-trx-commit=1 --max-connections=300 \
     --binlog-format=ROW --innodb-autoinc-lock-mode=2 --default-storage-engine=InnoDB \
     --wsrep-on=ON --wsrep-provider="$PROVIDER" --wsrep-cluster-name=sqlock-ha \
@@ -194,10 +194,13 @@ cmd_start() {
   say "3 Galera nodes on 127.0.0.1:$PORT1,$PORT2,$PORT3, files in $RUN"
 
   for n in "${NODES[@]}"; do
-    mkdir -p "$(ndir "$n")/data" && chmod 755 "$(ndir "$n")" && touch "$(ndir "$n")/mariadb.log"
+    # A tmpdir of its own: /tmp is shared with other servers and their clean-ups.
+    mkdir -p "$(ndir "$n")/data" "$(ndir "$n")/tmp" && chmod 755 "$(ndir "$n")" && touch "$(ndir "$n")/mariadb.log"
   done
   # Only node 1 is initialised: 2 and 3 receive its data by SST when they join.
+  give_to mysql "$RUN"
   mariadb-install-db --no-defaults --datadir="$(ndir 1)/data" ${MYUSER:+--user=$MYUSER} --skip-test-db \
+    --tmpdir="$(ndir 1)/tmp" \
     --auth-root-authentication-method=normal >"$(ndir 1)/install.log" 2>&1 ||
     { show_log "$(ndir 1)/install.log"; die "mariadb-install-db failed"; }
   give_to mysql "$RUN"
