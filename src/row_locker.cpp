@@ -299,6 +299,14 @@ private:
 }  // namespace detail
 
 locker row_locker(store const& db, locker_options options) {
+    auto const& impl = *detail::access::impl(db);
+    if (impl.multi_writer_cluster() && !impl.options().galera_single_writer)
+        throw usage_error("sqlock: row_locker refused: " + impl.url() +
+                          " is a node of a Galera cluster, where a row lock taken on one node does not block "
+                          "clients of another (each node would grant the row at once; the loser learns only at "
+                          "COMMIT). Use table_locker, which is exclusive across the nodes; or, if every client "
+                          "writes through this one node, declare it: store_options::galera_single_writer = true "
+                          "or the URL parameter galera_single_writer=true");
     return detail::access::make_locker(
         detail::make_fork_safe<detail::row_locker_impl>(detail::access::impl(db), std::move(options)));
 }

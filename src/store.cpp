@@ -80,7 +80,10 @@ store_impl::store_impl(std::string_view url, store_options const& options, unche
       reserved_(reserved_pool_size) {}
 
 store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
+    if (auto const params = parse_url(url).params; params.contains("galera_single_writer"))
+        options_.galera_single_writer = params.at("galera_single_writer") == "true";
     auto missing = run("opening the store", [&](soci::session& s) {
+        multi_writer_cluster_ = dialect_->multi_writer_cluster(s);
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))
                 throw backend_error("sqlock: " + url_ + " does not make commits durable (" + *relaxed +

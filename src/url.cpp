@@ -258,9 +258,13 @@ url_parts parse_url(std::string_view url) {
     if (parts.engine == engine::mysql && parts.hosts.size() > 1)
         bad(url, "a MySQL/MariaDB URL takes one host; a host list (h1:p1,h2:p2) is for PostgreSQL (libpq) only");
     if (parts.engine == engine::mysql) {
-        for (auto const& [key, value] : parts.params)
-            if (key != "charset" && key != "sslca" && key != "unix_socket")
-                bad(url, "unknown MySQL parameter '" + key + "' (known: charset, sslca, unix_socket)");
+        for (auto const& [key, value] : parts.params) {
+            if (key != "charset" && key != "sslca" && key != "unix_socket" && key != "galera_single_writer")
+                bad(url,
+                    "unknown MySQL parameter '" + key + "' (known: charset, sslca, unix_socket, galera_single_writer)");
+            if (key == "galera_single_writer" && value != "true" && value != "false")
+                bad(url, "galera_single_writer must be true or false (got '" + value + "')");
+        }
     }
     return parts;
 }

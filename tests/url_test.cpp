@@ -368,6 +368,30 @@ TEST(BadUrl, IsAUsageError) {
     }
 }
 
+// galera_single_writer (MySQL only): true or false, accepted and not passed on to Connector/C (which would refuse it).
+TEST(MysqlUrl, GaleraSingleWriterIsTrueOrFalse) {
+    std::string const base = "mysql://u:p@127.0.0.1:" + std::to_string(closed_port()) + "/db?galera_single_writer=";
+    for (std::string const v : {"true", "false"}) {
+        try {
+            sqlock::store s(base + v, {.connect_timeout = 2s});
+            ADD_FAILURE() << "connected to a closed port";
+        } catch (sqlock::backend_unavailable const&) {
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << v << ": expected sqlock::backend_unavailable (the URL accepted), got " << describe(e);
+        }
+    }
+    for (std::string const url : {base + "yes", base, std::string("sqlite:/tmp/x.db?galera_single_writer=true")}) {
+        try {
+            sqlock::store s(url, {.connect_timeout = 2s});
+            ADD_FAILURE() << url << ": accepted";
+        } catch (sqlock::usage_error const& e) {
+            if (url.starts_with("mysql")) EXPECT_TRUE(contains(e.what(), "galera_single_writer")) << e.what();
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << url << ": expected sqlock::usage_error, got " << describe(e);
+        }
+    }
+}
+
 TEST(BadOptions, TablePrefixIsCheckedBeforeConnecting) {
     // The URLs cannot connect: a usage_error (not backend_unavailable) proves
     // the prefix was checked before any I/O.

@@ -58,6 +58,15 @@ struct SQLOCK_EXPORT store_options {
     /// token out twice. PostgreSQL's per-session `synchronous_commit = off` is
     /// always overridden on sqlock's own connections.
     bool allow_relaxed_durability = false;
+
+    /// Declare that every client of this MariaDB Galera cluster writes through
+    /// one node (a single-writer topology: all URLs name the same node, or a
+    /// proxy that sends all writes to one). Galera's row locks are local to a
+    /// node, so `row_locker` on a Galera node is refused (`usage_error`) unless
+    /// this is set: clients on two nodes would both hold the row. The table
+    /// lock is exclusive across nodes either way (docs/ha.md). The MySQL URL
+    /// parameter `galera_single_writer=true` sets it too. No effect elsewhere.
+    bool galera_single_writer = false;
 };
 
 /// How a locker takes and holds locks.

@@ -63,6 +63,7 @@ public:
     void create_schema(soci::session& s) const override;
     [[nodiscard]] std::string schema_sql() const final;
     [[nodiscard]] std::optional<std::string> relaxed_durability(soci::session& s) const override;
+    [[nodiscard]] bool multi_writer_cluster(soci::session& s) const override;
 
     [[nodiscard]] bool release(pooled_session s, std::string const& name, std::string const& owner,
                                std::int64_t token) const override;

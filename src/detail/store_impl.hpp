@@ -154,6 +154,8 @@ public:
     [[nodiscard]] std::string const& url() const noexcept { return url_; }
     [[nodiscard]] class dialect const& dialect() const noexcept { return *dialect_; }
     [[nodiscard]] store_options const& options() const noexcept { return options_; }
+    /// The server was a node of a multi-writer cluster (Galera) when the store opened.
+    [[nodiscard]] bool multi_writer_cluster() const noexcept { return multi_writer_cluster_; }
 
     /// Borrow a connection, opening (or reopening) it if needed, waiting at most
     /// `wait` (default `pool_wait`) for a free one. `reserved`: from the small
@@ -222,6 +224,7 @@ private:
     std::string url_;
     std::unique_ptr<class dialect> dialect_;
     std::string connect_string_;
+    bool multi_writer_cluster_ = false;
     io_deadlines deadlines_;
     session_watch pinned_{*dialect_};
     executor executor_{*this};

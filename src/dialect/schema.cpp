@@ -77,5 +77,6 @@ void dialect::create_schema(soci::session& s) const {
 }
 
 std::optional<std::string> dialect::relaxed_durability(soci::session&) const { return std::nullopt; }
+bool dialect::multi_writer_cluster(soci::session&) const { return false; }
 
 }  // namespace sqlock::detail

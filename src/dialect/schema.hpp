@@ -37,6 +37,11 @@ public:
     /// Why commits on this server may not be durable (a setting and its value),
     /// or empty when they are.
     [[nodiscard]] virtual std::optional<std::string> relaxed_durability(soci::session& s) const = 0;
+
+    /// Whether the server is a node of a cluster where every node takes writes
+    /// and row locks are local to a node (MariaDB Galera: `wsrep_on`), so that
+    /// a row lock taken on one node does not block another.
+    [[nodiscard]] virtual bool multi_writer_cluster(soci::session& s) const = 0;
 };
 
 }  // namespace sqlock::detail

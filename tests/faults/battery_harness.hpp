@@ -151,6 +151,9 @@ struct scenario {
     /// Query parameters added to the lock database's URL the workers use (single-database runs),
     /// e.g. PostgreSQL "options=-c%20default_transaction_isolation%3Dserializable".
     std::string url_params;
+    /// The lock database's URLs, one per node of a replicated cluster (tests/ha): the run sets up on the first,
+    /// and worker slot p connects to worker_urls[p % size]. Empty: the engine's shared test server.
+    std::vector<std::string> worker_urls;
     /// MariaDB server variables set globally (as root) for the run and restored after it:
     /// {"tx_isolation", "'READ-COMMITTED'"}. Such a scenario must run alone (RUN_SERIAL).
     std::map<std::string, std::string> mysql_globals;
@@ -416,6 +419,8 @@ private:
             d.e = e_;
             if (e_ == engine::sqlite) {
                 d.url = sqlite_url(dir_ / "locks.db");
+            } else if (!s_.worker_urls.empty()) {
+                d.url = s_.worker_urls.front();
             } else {
                 require_env(url_var(e_), d.url);
                 if (should_stop()) return;
@@ -438,7 +443,29 @@ private:
             install_audit(*d.raw, d.e, tables_);
             if (s_.row && s_.row_audit) install_row_audit(*d.raw, d.e, tables_);
         }
+        if (!s_.worker_urls.empty() && e_ == engine::mysql) await_triggers_on_every_node();
         if (!s_.mysql_globals.empty()) set_mysql_globals();
+    }
+
+    /// A cluster's other nodes create the audit's triggers a moment after the first (Galera applies DDL on each
+    /// node in turn): a worker there that opened the lock table meanwhile would read a half-written trigger.
+    void await_triggers_on_every_node() {
+        std::string const count = "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = "
+                                  "DATABASE() AND TRIGGER_NAME LIKE '" +
+                                  tables_ + "%'";
+        long long want = 0;
+        *dbs_.front().raw << count, soci::into(want);
+        for (auto const& url : s_.worker_urls) {
+            auto node = sqlock_test::raw_session(e_, url);
+            long long seen = -1;
+            bool const there = sqlock_test::eventually(
+                [&] {
+                    *node << count, soci::into(seen);
+                    return seen == want;
+                },
+                30s);
+            ASSERT_TRUE(there) << url << " shows " << seen << " of the run's " << want << " audit triggers after 30 s";
+        }
     }
 
     static std::string with_query(std::string url, std::string const& kv) {
@@ -624,7 +651,9 @@ private:
                                    ms(s_.io_timeout)};
         for (auto const& d : dbs_) {
             a.push_back("--url");
-            a.push_back(d.worker_url);
+            a.push_back(s_.worker_urls.empty()
+                            ? d.worker_url
+                            : s_.worker_urls[static_cast<std::size_t>(w.slot) % s_.worker_urls.size()]);
         }
         if (w.reaper) {
             a.insert(a.end(), {"--mode", "reaper", "--reaper-interval-ms", ms(s_.reaper_interval), "--reaper-grace-ms",

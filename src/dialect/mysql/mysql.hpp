@@ -127,6 +127,10 @@ private:
     MYSQL_STMT* stmt_;
 };
 
+/// Whether the server is a Galera node replicating this session's writes
+/// (`wsrep_on` = ON; OFF on a plain MariaDB, absent on MySQL).
+bool galera(soci::session& s);
+
 inline MYSQL_BIND bytes_param(std::string const& value, unsigned long& length) {
     MYSQL_BIND b{};
     // A BLOB parameter is taken as bytes: no conversion from the connection's
@@ -202,6 +206,7 @@ public:
 
     // ---- the schema (schema.cpp) ----
     std::optional<std::string> relaxed_durability(soci::session& s) const override;
+    bool multi_writer_cluster(soci::session& s) const override;
     // The procedures are part of the schema: a store on tables without them
     // says to apply schema/mysql.sql (or, with create_schema, creates them).
     std::vector<std::string> required_tables() const override;

@@ -10,6 +10,8 @@ std::optional<std::string> mysql_dialect::relaxed_durability(soci::session& s) c
     return std::nullopt;
 }
 
+bool mysql_dialect::multi_writer_cluster(soci::session& s) const { return galera(s); }
+
 std::vector<std::string> mysql_dialect::required_tables() const {
     auto names = dialect::required_tables();
     names.push_back(prefix_ + "_acquire_v2");
