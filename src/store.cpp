@@ -78,7 +78,10 @@ store_impl::store_impl(std::string_view url, store_options const& options)
       connect_string_(dialect_->connect_string(parse_url(url))),
       main_(options.pool_size),
       reserved_(reserved_pool_size) {
+    auto const params = parse_url(url).params;
+    auto const pooling = params.find("pooling");
     auto missing = run("opening the store", [&](soci::session& s) {
+        dialect_->check_pooling(s, connect_string_, pooling == params.end() ? "" : pooling->second, url_);
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))
                 throw backend_error("sqlock: " + url_ + " does not make commits durable (" + *relaxed +

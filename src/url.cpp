@@ -234,6 +234,11 @@ url_parts parse_url(std::string_view url) {
     }
     if (authority.empty()) bad(url, "no host");
     parts.host = percent_decode(url, authority);
+    if (auto const pooling = parts.params.find("pooling"); pooling != parts.params.end()) {
+        if (parts.engine != engine::postgresql) bad(url, "pooling is a PostgreSQL parameter");
+        if (pooling->second != "session" && pooling->second != "transaction")
+            bad(url, "pooling must be session or transaction (how a pooler such as PgBouncer in between pools)");
+    }
     if (parts.engine == engine::mysql) {
         for (auto const& [key, value] : parts.params)
             if (key != "charset" && key != "sslca" && key != "unix_socket")

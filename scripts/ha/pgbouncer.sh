@@ -70,6 +70,7 @@ cmd_start() {
   rm -rf "$DIR/bouncer" "$DIR/state" "$DIR/env.sh"
   # shellcheck source=/dev/null
   pg_servers start >/dev/null
+  # shellcheck source=/dev/null
   source "$DIR/pg/env.sh"
   BDIR=$DIR/bouncer
   if ((EUID == 0)) && ! runuser -u postgres -- test -x "$DIR"; then BDIR=$(mktemp -d /tmp/sqlock-pgbouncer.XXXXXX); fi
@@ -91,8 +92,8 @@ auth_type = trust
 auth_file = $BDIR/userlist.txt
 admin_users = sqlock
 pool_mode = session
-default_pool_size = 20
-max_client_conn = 200
+default_pool_size = 150
+max_client_conn = 400
 server_reset_query = DISCARD ALL
 logfile = $BDIR/pgbouncer.log
 INI
