@@ -128,10 +128,11 @@ TEST_F(PgBouncer, SessionPoolingRowLockFenceAndReaper) {
 
     // The reaper purges an expired row, and only it.
     auto direct = sqlock_test::raw_session(sqlock::engine::postgresql, direct_url);
+    auto const expired = name + "/expired";  // soci::use binds a reference
     *direct << "INSERT INTO " + prefix +
                    "_locks (name, owner, token, created_at, expires_at)"
                    " VALUES (:n, 'gone', 1, now() - interval '1 hour', now() - interval '1 hour')",
-        soci::use(name + "/expired");
+        soci::use(expired);
     auto live = sqlock::table_locker(db, {.ttl = 30s}).try_acquire(name + "/live");
     ASSERT_TRUE(live.has_value());
     sqlock::reaper reaper(db, {.grace = 0ms});
