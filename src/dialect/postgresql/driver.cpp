@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <memory>
+#include <set>
 
 namespace sqlock::detail::postgresql_engine {
 namespace {
@@ -168,9 +169,11 @@ void postgresql_dialect::check_pooling(soci::session& s, std::string const& conn
         if (ours.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6 const&>(ours).sin6_port);
         if (port == server_sees) return;
     }
-    // Something in between, or a Unix socket: while one of our connections is idle, a pooler per
-    // transaction hands its server session to the next statement of another (PgBouncer reuses the most
-    // recently freed one first), which a session pooler or the server itself never does.
+    // Something in between, or a Unix socket. A session pooler, a TCP proxy and the server itself give
+    // each connection one server session for its life, always another than any other connection's. A
+    // pooler per transaction gives each statement an idle one: PgBouncer the most recently freed first
+    // (so the other connection's at once), or in turn with server_round_robin (so, over six statements
+    // on a quiet pool of fewer than six sessions, one seen before).
     std::unique_ptr<PGconn, void (*)(PGconn*)> other(PQconnectdb(connect_string.c_str()), PQfinish);
     if (PQstatus(other.get()) != CONNECTION_OK) return;  // the store's own connections will say what is wrong
     // Never longer than io_timeout for an answer: a silent server must not hold the store's opening.
@@ -192,18 +195,19 @@ void postgresql_dialect::check_pooling(soci::session& s, std::string const& conn
         }
         return backend;
     };
+    std::set<long long> mine{pid}, theirs;
     for (int round = 0; round < 3; ++round) {
-        auto const theirs = backend_of_other();
-        if (theirs == pid)
-            refuse(
-                "is reached through a pooler per transaction or statement (PgBouncer pool_mode=transaction): "
-                "two of sqlock's connections were served by the same server session");
+        auto const other_backend = backend_of_other();
+        if (other_backend < 0) return;  // the probe's own failure: the store's connections report theirs
+        theirs.insert(other_backend);
         s << "SELECT pg_backend_pid()", soci::into(pid);
-        if (theirs == pid)
-            refuse(
-                "is reached through a pooler per transaction or statement (PgBouncer pool_mode=transaction): "
-                "two of sqlock's connections were served by the same server session");
+        mine.insert(pid);
     }
+    bool const shared = mine.size() > 1 || theirs.size() > 1 || mine == theirs;
+    if (shared)
+        refuse(
+            "is reached through a pooler per transaction or statement (PgBouncer pool_mode=transaction): "
+            "sqlock's connections were served by changing or shared server sessions");
 }
 
 int postgresql_dialect::socket_of(soci::session& s) const {
