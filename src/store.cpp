@@ -80,9 +80,12 @@ store_impl::store_impl(std::string_view url, store_options const& options, unche
       reserved_(reserved_pool_size) {}
 
 store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
-    if (auto const params = parse_url(url).params; params.contains("galera_single_writer"))
-        options_.galera_single_writer = params.at("galera_single_writer") == "true";
+    auto const params = parse_url(url).params;
+    if (auto const single = params.find("galera_single_writer"); single != params.end())
+        options_.galera_single_writer = single->second == "true";
+    auto const pooling = params.find("pooling");
     auto missing = run("opening the store", [&](soci::session& s) {
+        dialect_->check_pooling(s, connect_string_, pooling == params.end() ? "" : pooling->second, url_);
         multi_writer_cluster_ = dialect_->multi_writer_cluster(s);
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))

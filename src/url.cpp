@@ -257,6 +257,11 @@ url_parts parse_url(std::string_view url) {
     parts.port = parts.ports.front();
     if (parts.engine == engine::mysql && parts.hosts.size() > 1)
         bad(url, "a MySQL/MariaDB URL takes one host; a host list (h1:p1,h2:p2) is for PostgreSQL (libpq) only");
+    if (auto const pooling = parts.params.find("pooling"); pooling != parts.params.end()) {
+        if (parts.engine != engine::postgresql) bad(url, "pooling is a PostgreSQL parameter");
+        if (pooling->second != "session" && pooling->second != "transaction")
+            bad(url, "pooling must be session or transaction (how a pooler such as PgBouncer in between pools)");
+    }
     if (parts.engine == engine::mysql) {
         for (auto const& [key, value] : parts.params) {
             if (key != "charset" && key != "sslca" && key != "unix_socket" && key != "galera_single_writer")

@@ -340,20 +340,29 @@ TEST(Unreachable, AHostListOfClosedPortsIsBackendUnavailable) {
 
 // ------------------------------------------------------------------ bad URLs and options (before any I/O)
 
+TEST(ParseUrl, PoolingIsDeclaredForPostgresql) {
+    for (std::string const mode : {"session", "transaction"}) {
+        auto parts = sqlock::detail::parse_url("postgresql://u:p@host/db?pooling=" + mode);
+        EXPECT_EQ(parts.params.at("pooling"), mode);
+    }
+}
+
 TEST(BadUrl, IsAUsageError) {
     std::vector<std::string> const bad = {
         "",
         "nonsense",
-        "foo://u:p@127.0.0.1:5432/db",        // unknown scheme
-        "http://127.0.0.1/db",                // unknown scheme
-        "postgresql://",                      // nothing
-        "postgresql://u:p@/db",               // missing host
-        "mysql://u:p@/db",                    // missing host
-        "postgresql://u:p@127.0.0.1:abc/db",  // port not a number
-        "mysql://u:p@127.0.0.1:5x/db",        // port not a number
-        "sqlite::memory:",                    // in-memory: a lock nobody else can see
-        "sqlite:",                            // no path
-        "sqlite://",                          // no path
+        "foo://u:p@127.0.0.1:5432/db",                      // unknown scheme
+        "http://127.0.0.1/db",                              // unknown scheme
+        "postgresql://",                                    // nothing
+        "postgresql://u:p@/db",                             // missing host
+        "mysql://u:p@/db",                                  // missing host
+        "postgresql://u:p@127.0.0.1:abc/db",                // port not a number
+        "mysql://u:p@127.0.0.1:5x/db",                      // port not a number
+        "sqlite::memory:",                                  // in-memory: a lock nobody else can see
+        "sqlite:",                                          // no path
+        "sqlite://",                                        // no path
+        "postgresql://u:p@127.0.0.1/db?pooling=sometimes",  // pooling: session or transaction
+        "mysql://u:p@127.0.0.1/db?pooling=session",         // pooling: PostgreSQL only
     };
     for (auto const& url : bad) {
         SCOPED_TRACE("URL '" + url + "'");

@@ -35,7 +35,8 @@ enum class engine { postgresql, mysql, sqlite };
 /// names of the lock tables.
 ///
 /// URLs:
-///   - `postgresql://user:pass@host:port/db[?libpq-param=value...]` (also `postgres://`)
+///   - `postgresql://user:pass@host:port/db[?libpq-param=value...]` (also `postgres://`); sqlock's own
+///     parameter `pooling=session|transaction` says how a pooler in between pools (docs/ha.md, PgBouncer)
 ///   - `postgresql://user:pass@h1:p1,h2:p2,h3:p3/db?target_session_attrs=read-write`: libpq's
 ///     host list, tried in turn; with `read-write` it keeps a cluster's primary (docs/ha.md)
 ///   - `mysql://user:pass@host:port/db` (MariaDB and MySQL; also `mariadb://`; one host)
@@ -43,7 +44,11 @@ enum class engine { postgresql, mysql, sqlite };
 /// User and password are percent-decoded.
 ///
 /// Opening connects once and checks that the lock tables exist (or creates
-/// them with `create_schema`). Further connections open on first use; a pooled
+/// them with `create_schema`). On PostgreSQL it first refuses a pooler that
+/// shares server sessions between connections (PgBouncer in transaction or
+/// statement pooling), where sqlock's per-connection state cannot hold: when
+/// something is in between, a second connection is opened for a moment to
+/// find out. Further connections open on first use; a pooled
 /// connection found broken (server restarted) is reconnected on its next use.
 ///
 /// Lockers and leases keep the store's internals alive, so a store may be
@@ -55,6 +60,8 @@ public:
     /// @throws usage_error          bad URL or options (before any I/O)
     /// @throws backend_unavailable  cannot connect within `connect_timeout`
     /// @throws schema_missing       tables absent and `create_schema` is false
+    /// @throws backend_error        a pooler per transaction or statement in between (PostgreSQL), or
+    ///                              commits not durable (without `allow_relaxed_durability`)
     explicit store(std::string_view url, store_options const& options = {});
 
     store(store&&) noexcept = default;

@@ -38,6 +38,9 @@ std::unique_ptr<release_listener> engine_driver::listen(std::string const&,
 }
 // NOLINTEND(performance-unnecessary-value-param)
 
+// NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the interface's order
+void engine_driver::check_pooling(soci::session&, std::string const&, std::string_view, std::string const&) const {}
+
 int engine_driver::socket_of(soci::session&) const { return -1; }
 
 engine_driver::idle_news engine_driver::read_idle(soci::session& s, bool hung_up) const {

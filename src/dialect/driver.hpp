@@ -72,6 +72,14 @@ public:
     /// lock-wait bound, WAL...).
     virtual void open(soci::session& s, std::string const& connect_string) const = 0;
 
+    /// Refuses a connection pooler that hands one client connection's statements to different server
+    /// sessions (PgBouncer's transaction or statement pooling), where sqlock's per-connection state cannot
+    /// hold. `s` is a fresh session of the store, `connect_string` opens another, `declared` is the URL's
+    /// `pooling` parameter ("session", "transaction" or empty), `url` the redacted URL for the message.
+    /// @throws backend_error when such a pooler is declared or found.
+    virtual void check_pooling(soci::session& s, std::string const& connect_string, std::string_view declared,
+                               std::string const& url) const;
+
     /// The socket of a session (for the client-side statement deadline), or -1.
     [[nodiscard]] virtual int socket_of(soci::session& s) const;
 

@@ -154,6 +154,9 @@ struct scenario {
     /// The lock database's URLs, one per node of a replicated cluster (tests/ha): the run sets up on the first,
     /// and worker slot p connects to worker_urls[p % size]. Empty: the engine's shared test server.
     std::vector<std::string> worker_urls;
+    /// Single-database runs: the URL the workers connect to instead of the lock database's own (a pooler
+    /// in front of it); the harness itself (tables, audit) still uses the database directly.
+    std::string worker_url;
     /// MariaDB server variables set globally (as root) for the run and restored after it:
     /// {"tx_isolation", "'READ-COMMITTED'"}. Such a scenario must run alone (RUN_SERIAL).
     std::map<std::string, std::string> mysql_globals;
@@ -478,7 +481,7 @@ private:
     /// are counted by (count_connections).
     std::string worker_url_of(lock_db const& d) {
         using namespace sqlock_test;
-        std::string url = d.url;
+        std::string url = s_.worker_url.empty() ? d.url : s_.worker_url;
         if (!s_.url_params.empty()) url = with_query(url, s_.url_params);
         if (!(s_.count_connections || s_.tag_connections) || d.e == engine::sqlite) return url;
         conn_marker_ = "sqlb_" + random_hex(12);

@@ -1,6 +1,13 @@
 // PostgreSQL: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/postgresql/postgresql.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <memory>
+#include <set>
+
 namespace sqlock::detail::postgresql_engine {
 namespace {
 
@@ -122,6 +129,7 @@ std::string postgresql_dialect::connect_string(url_parts const& url) const {
     if (!url.user.empty()) c += " user=" + quote_connect_value(url.user);
     if (!url.password.empty()) c += " password=" + quote_connect_value(url.password);
     for (auto const& [key, value] : url.params) {
+        if (key == "pooling") continue;  // sqlock's own (check_pooling), not libpq's
         validate_param_name(key);
         c += " " + key + "=" + quote_connect_value(value);
     }
@@ -143,6 +151,75 @@ void postgresql_dialect::open(soci::session& s, std::string const& connect_strin
     s << "SET default_transaction_isolation = 'read committed'";
     s << "SET TIME ZONE 'UTC'";
     s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
+}
+
+void postgresql_dialect::check_pooling(soci::session& s, std::string const& connect_string, std::string_view declared,
+                                       std::string const& url) const {
+    if (declared == "session") return;
+    auto const refuse = [&](std::string const& how) {
+        throw backend_error(
+            "sqlock: " + url + " " + how +
+                ": sqlock needs one server session per connection (its statements are prepared once per "
+                "connection, its waiters LISTEN for releases, its connections SET lock_timeout and the isolation "
+                "level, a row lock holds a transaction open), and a pooler in transaction or statement mode "
+                "shares server sessions between connections; point the URL at a pool in session mode "
+                "(PgBouncer pool_mode=session) or at the server itself",
+            "");
+    };
+    if (declared == "transaction") refuse("is declared to pool per transaction (pooling=transaction)");
+    // Connected straight to the server (TCP), the server sees our socket's own port: nothing to probe.
+    long long pid = 0;
+    int server_sees = 0;
+    soci::indicator seen = soci::i_null;
+    s << "SELECT pg_backend_pid(), inet_client_port()", soci::into(pid), soci::into(server_sees, seen);
+    sockaddr_storage ours{};
+    socklen_t length = sizeof ours;
+    int const fd = socket_of(s);
+    if (fd >= 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&ours), &length) == 0 && seen == soci::i_ok) {
+        int port = -1;
+        if (ours.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in const&>(ours).sin_port);
+        if (ours.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6 const&>(ours).sin6_port);
+        if (port == server_sees) return;
+    }
+    // Something in between, or a Unix socket. A session pooler, a TCP proxy and the server itself give
+    // each connection one server session for its life, always another than any other connection's. A
+    // pooler per transaction gives each statement an idle one: PgBouncer the most recently freed first
+    // (so the other connection's at once), or in turn with server_round_robin (so, over six statements
+    // on a quiet pool of fewer than six sessions, one seen before).
+    std::unique_ptr<PGconn, void (*)(PGconn*)> other(PQconnectdb(connect_string.c_str()), PQfinish);
+    if (PQstatus(other.get()) != CONNECTION_OK) return;  // the store's own connections will say what is wrong
+    // Never longer than io_timeout for an answer: a silent server must not hold the store's opening.
+    auto const backend_of_other = [&]() -> long long {
+        if (PQsendQuery(other.get(), "SELECT pg_backend_pid()") == 0) return -1;
+        auto const deadline = std::chrono::steady_clock::now() + options_.io_timeout;
+        while (PQisBusy(other.get()) != 0) {
+            auto const left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            pollfd readable{PQsocket(other.get()), POLLIN, 0};
+            if (left.count() <= 0 || (::poll(&readable, 1, static_cast<int>(left.count()) + 1) < 0 && errno != EINTR) ||
+                PQconsumeInput(other.get()) == 0)
+                return -1;
+        }
+        long long backend = -1;
+        while (PGresult* r = PQgetResult(other.get())) {
+            if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) backend = std::stoll(PQgetvalue(r, 0, 0));
+            PQclear(r);
+        }
+        return backend;
+    };
+    std::set<long long> mine{pid}, theirs;
+    for (int round = 0; round < 3; ++round) {
+        auto const other_backend = backend_of_other();
+        if (other_backend < 0) return;  // the probe's own failure: the store's connections report theirs
+        theirs.insert(other_backend);
+        s << "SELECT pg_backend_pid()", soci::into(pid);
+        mine.insert(pid);
+    }
+    bool const shared = mine.size() > 1 || theirs.size() > 1 || mine == theirs;
+    if (shared)
+        refuse(
+            "is reached through a pooler per transaction or statement (PgBouncer pool_mode=transaction): "
+            "sqlock's connections were served by changing or shared server sessions");
 }
 
 int postgresql_dialect::socket_of(soci::session& s) const {

@@ -42,6 +42,8 @@ public:
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void check_pooling(soci::session& s, std::string const& connect_string, std::string_view declared,
+                       std::string const& url) const override;
     int socket_of(soci::session& s) const override;
     idle_news read_idle(soci::session& s, bool hung_up) const override;
     std::unique_ptr<release_listener> listen(std::string const& connect_string,
