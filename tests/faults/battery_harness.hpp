@@ -453,9 +453,10 @@ private:
     /// A cluster's other nodes create the audit's triggers a moment after the first (Galera applies DDL on each
     /// node in turn): a worker there that opened the lock table meanwhile would read a half-written trigger.
     void await_triggers_on_every_node() {
-        std::string const count = "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = "
-                                  "DATABASE() AND TRIGGER_NAME LIKE '" +
-                                  tables_ + "%'";
+        std::string const count =
+            "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = "
+            "DATABASE() AND TRIGGER_NAME LIKE '" +
+            tables_ + "%'";
         long long want = 0;
         *dbs_.front().raw << count, soci::into(want);
         for (auto const& url : s_.worker_urls) {
