@@ -389,12 +389,14 @@ TEST(MysqlUrl, GaleraSingleWriterIsTrueOrFalse) {
             ADD_FAILURE() << v << ": expected sqlock::backend_unavailable (the URL accepted), got " << describe(e);
         }
     }
-    for (std::string const url : {base + "yes", base, std::string("sqlite:/tmp/x.db?galera_single_writer=true")}) {
+    for (std::string const& url : {base + "yes", base, std::string("sqlite:/tmp/x.db?galera_single_writer=true")}) {
         try {
             sqlock::store s(url, {.connect_timeout = 2s});
             ADD_FAILURE() << url << ": accepted";
         } catch (sqlock::usage_error const& e) {
-            if (url.starts_with("mysql")) EXPECT_TRUE(contains(e.what(), "galera_single_writer")) << e.what();
+            if (url.starts_with("mysql")) {
+                EXPECT_TRUE(contains(e.what(), "galera_single_writer")) << e.what();
+            }
         } catch (std::exception const& e) {
             ADD_FAILURE() << url << ": expected sqlock::usage_error, got " << describe(e);
         }
