@@ -169,7 +169,9 @@ my_cli() { mariadb --no-defaults -S "$MYSOCK" -uroot "$@"; }
 
 my_init() {
   command -v mariadbd >/dev/null || die "no mariadbd (run: bash scripts/deps.sh --servers)"
-  mkdir -p "$MYDIR" && chmod 755 "$MYDIR" && touch "$MYLOG" && give_to mysql "$MYDIR"
+  # A tmpdir of its own: /tmp is shared with other servers and whatever cleans it (a test once failed on
+  # "Error on delete of '/tmp/#sql-temptable-...'" while other programs ran beside it).
+  mkdir -p "$MYDIR/tmp" && chmod 755 "$MYDIR" && touch "$MYLOG" && give_to mysql "$MYDIR"
   # root@localhost with an empty password (not unix_socket auth), so a non-root runner can log in too.
   mariadb-install-db --no-defaults --datadir="$MYDATA" ${MYUSER:+--user=$MYUSER} --skip-test-db \
     --auth-root-authentication-method=normal >"$MYDIR/install.log" 2>&1 ||
@@ -184,7 +186,7 @@ my_start() {
   # setsid: own session, so a test harness killing its process group does not take the server along.
   setsid env ${env_args[@]+"${env_args[@]}"} mariadbd --no-defaults --datadir="$MYDATA" ${MYUSER:+--user=$MYUSER} --port="$MY_PORT" \
     --bind-address=127.0.0.1 --socket="$MYSOCK" --pid-file="$MYPID" --skip-name-resolve \
-    --log-error="$MYLOG" --innodb-buffer-pool-size=32M --innodb-flush-log-at-trx-commit=1 \
+    --log-error="$MYLOG" --tmpdir="$MYDIR/tmp" --innodb-buffer-pool-size=32M --innodb-flush-log-at-trx-commit=1 \
     --max-connections=300 --skip-log-bin ${extra_args[@]+"${extra_args[@]}"} </dev/null >>"$MYLOG" 2>&1 &
   pid=$!
   for ((i = 0; i < TIMEOUT * 5; i++)); do
