@@ -84,8 +84,12 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
     if (auto const single = params.find("galera_single_writer"); single != params.end())
         options_.galera_single_writer = single->second == "true";
     auto const pooling = params.find("pooling");
-    auto missing = run("opening the store", [&](soci::session& s) {
+    // A run of its own, so that its round trips (a second connection behind a proxy) have their own bound.
+    run("opening the store", [&](soci::session& s) {
         dialect_->check_pooling(s, connect_string_, pooling == params.end() ? "" : pooling->second, url_);
+        return 0;
+    });
+    auto missing = run("opening the store", [&](soci::session& s) {
         multi_writer_cluster_ = dialect_->multi_writer_cluster(s);
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))

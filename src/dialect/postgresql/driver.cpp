@@ -184,8 +184,9 @@ void postgresql_dialect::check_pooling(soci::session& s, std::string const& conn
     // Something in between, or a Unix socket. A session pooler, a TCP proxy and the server itself give
     // each connection one server session for its life, always another than any other connection's. A
     // pooler per transaction gives each statement an idle one: PgBouncer the most recently freed first
-    // (so the other connection's at once), or in turn with server_round_robin (so, over six statements
-    // on a quiet pool of fewer than six sessions, one seen before).
+    // (so the other connection's at once), or in turn with server_round_robin (so our second statement
+    // gets a third session, or, with one session, the other connection gets ours). One turn each is
+    // enough, and keeps the probe to one connection and two round trips behind a slow proxy.
     std::unique_ptr<PGconn, void (*)(PGconn*)> other(PQconnectdb(connect_string.c_str()), PQfinish);
     if (PQstatus(other.get()) != CONNECTION_OK) return;  // the store's own connections will say what is wrong
     // Never longer than io_timeout for an answer: a silent server must not hold the store's opening.
@@ -208,13 +209,11 @@ void postgresql_dialect::check_pooling(soci::session& s, std::string const& conn
         return backend;
     };
     std::set<long long> mine{pid}, theirs;
-    for (int round = 0; round < 3; ++round) {
-        auto const other_backend = backend_of_other();
-        if (other_backend < 0) return;  // the probe's own failure: the store's connections report theirs
-        theirs.insert(other_backend);
-        s << "SELECT pg_backend_pid()", soci::into(pid);
-        mine.insert(pid);
-    }
+    auto const other_backend = backend_of_other();
+    if (other_backend < 0) return;  // the probe's own failure: the store's connections report theirs
+    theirs.insert(other_backend);
+    s << "SELECT pg_backend_pid()", soci::into(pid);
+    mine.insert(pid);
     bool const shared = mine.size() > 1 || theirs.size() > 1 || mine == theirs;
     if (shared)
         refuse(
