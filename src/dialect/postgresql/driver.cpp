@@ -118,8 +118,12 @@ std::string postgresql_dialect::connect_string(url_parts const& url) const {
     auto const& list = url.hosts.empty() ? std::vector<std::string>{url.host} : url.hosts;
     for (std::size_t i = 0; i < list.size(); ++i) {
         auto const port = i < url.ports.size() ? url.ports[i] : url.port;
-        hosts += (i == 0 ? "" : ",") + list[i];
-        ports += (i == 0 ? "" : ",") + (port == 0 ? std::string() : std::to_string(port));
+        if (i > 0) {
+            hosts += ',';
+            ports += ',';
+        }
+        hosts += list[i];
+        if (port != 0) ports += std::to_string(port);
         any_port = any_port || port != 0;
     }
     std::string c = "host=" + quote_connect_value(hosts) + " dbname=" + quote_connect_value(url.database) +
