@@ -33,6 +33,14 @@ void raise_engine_error(dialect const& d, std::string_view where, soci::soci_err
                                      "create_schema = true",
                                  code);
         case failure::connection:
+            if (d.engine() == sqlock::engine::postgresql && code == "25006")  // classify(): only on a hot standby
+                throw backend_unavailable("sqlock: " + std::string(what) + " on " + in +
+                                              " was refused: the server is a hot standby (a replica, or a primary "
+                                              "demoted by a failover) (" +
+                                              message +
+                                              "); the connection was dropped: point the URL at the primary, or "
+                                              "list every node with target_session_attrs=read-write, and retry",
+                                          code);
             throw backend_unavailable("sqlock: lost the connection to " + in + " during " + std::string(what) + ": " +
                                           message + "; retry later",
                                       code);
