@@ -216,19 +216,20 @@ protected:
             p.thread = 100 * static_cast<int>(i + 1);
             p.holder_db = std::make_unique<sqlock::store>(urls[i], opts());
             p.waiter_db = std::make_unique<sqlock::store>(urls[i], opts());
-            p.holder_locks.emplace(sqlock::row_locker(
-                *p.holder_db, {.ttl = 60s, .owner = p.owner, .on_event = [&h, &p](sqlock::lease_event const& ev) {
-                                   if (ev.what != sqlock::lease_event::kind::lost) return;
-                                   h.write({.thread = p.thread,
-                                            .op = "lost",
-                                            .type = "ok",
-                                            .lock = std::string(ev.name),
-                                            .owner = p.owner,
-                                            .token = ev.token,
-                                            .error = "sqlock::lease_lost: " + std::string(ev.detail)});
-                                   std::lock_guard lock(p.m);
-                                   p.lost_detail = ev.detail;
-                               }}));
+            p.holder_locks.emplace(
+                sqlock::row_locker(*p.holder_db,
+                                   {.ttl = 60s, .owner = p.owner, .on_event = [&h, &p](sqlock::lease_event const& ev) {
+                                        if (ev.what != sqlock::lease_event::kind::lost) return;
+                                        h.write({.thread = p.thread,
+                                                 .op = "lost",
+                                                 .type = "ok",
+                                                 .lock = std::string(ev.name),
+                                                 .owner = p.owner,
+                                                 .token = ev.token,
+                                                 .error = "sqlock::lease_lost: " + std::string(ev.detail)});
+                                        std::lock_guard lock(p.m);
+                                        p.lost_detail = ev.detail;
+                                    }}));
             p.waiter_locks.emplace(sqlock::row_locker(*p.waiter_db, {.ttl = 60s}));
             // Granted and released once first, so that the holder's token is drawn from a committed counter
             // (the first draw of a name starts at the clock, which would hide a draw lost with the crash).
@@ -273,8 +274,8 @@ protected:
 
         EXPECT_EQ(must(fault), std::to_string(leader_)) << "the leader moved before the " << fault;
         for (auto& p : paths) {
-            auto const left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(p->safe_deadline - std::chrono::steady_clock::now());
+            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(p->safe_deadline -
+                                                                                    std::chrono::steady_clock::now());
             EXPECT_TRUE(eventually([&] { return p->held->stop_token().stop_requested(); }, std::max(left, 0ms)))
                 << p->name << ": the holder was not told it lost the lock by its safe deadline";
             EXPECT_TRUE(p->held->lost()) << p->name << ": " << sqlock::to_string(p->held->state());
