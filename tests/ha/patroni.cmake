@@ -1,8 +1,11 @@
 # sqlock on a Patroni-managed PostgreSQL cluster (scripts/ha/patroni.sh): etcd, three PostgreSQL 15 nodes under
 # Patroni, HAProxy routing to the leader. Two topologies: ha_patroni (synchronous_mode) and ha_patroni_async.
 #   PatroniSync.LeaderPostmasterCrashKeepsTheGrantAndHandsTheLockOn, PatroniSync.AStandbyRefusesALockAsBackendUnavailable
-#     fault-smoke (CI): the leader's postmaster crash-restarted under a holder and waiters; a standby's refusal typed
-#   PatroniSync.FailoverKeepsAcknowledgedGrants   ha: a real failover through the host list and through HAProxy
+#   PatroniSync.RowLockLeaderPostmasterCrashEndsTheHoldAndHandsTheLockOn
+#     fault-smoke (CI): the leader's postmaster crash-restarted under a holder and waiters (table lock, row lock);
+#     a standby's refusal typed
+#   PatroniSync.FailoverKeepsAcknowledgedGrants, PatroniSync.RowLockFailoverEndsTheHoldsAndHandsTheLocksOn
+#     ha: a real failover through the host list and through HAProxy (table lock, row lock)
 #   PatroniAsync.FailoverToALaggingReplicaLosesAGrant   ha, characterization: the async loss, asserted
 sqlock_ha_topology(patroni patroni.sh)
 sqlock_ha_topology(patroni_async patroni.sh --async)
@@ -16,8 +19,8 @@ target_compile_definitions(sqlock_ha_patroni_tests PRIVATE
   "SQLOCK_HA_SCRIPTS=\"${PROJECT_SOURCE_DIR}/scripts/ha\"")
 sqlock_test_target(sqlock_ha_patroni_tests)
 sqlock_discover_tests(sqlock_ha_patroni_tests NAME sqlock_ha_patroni_smoke LABELS ha fault-smoke FIXTURE ha_patroni SERIAL
-  FILTER "PatroniSync.LeaderPostmaster*:PatroniSync.AStandby*" TIMEOUT 180)
+  FILTER "PatroniSync.LeaderPostmaster*:PatroniSync.RowLockLeaderPostmaster*:PatroniSync.AStandby*" TIMEOUT 180)
 sqlock_discover_tests(sqlock_ha_patroni_tests NAME sqlock_ha_patroni_failover LABELS ha FIXTURE ha_patroni SERIAL
-  FILTER "PatroniSync.Failover*" TIMEOUT 400)
+  FILTER "PatroniSync.Failover*:PatroniSync.RowLockFailover*" TIMEOUT 400)
 sqlock_discover_tests(sqlock_ha_patroni_tests NAME sqlock_ha_patroni_async LABELS ha characterization
   FIXTURE ha_patroni_async SERIAL FILTER "PatroniAsync.*" TIMEOUT 400)

@@ -6,12 +6,20 @@
 //     postmaster while a client holds a lock and two wait for it; Patroni restarts it in place. The holder's row
 //     survives (its renewal succeeds), the waiters get the lock after its release, tokens rise (K1, K7), every
 //     error is typed (K9).
+//   PatroniSync.RowLockLeaderPostmasterCrashEndsTheHoldAndHandsTheLockOn (fault-smoke): the same crash under a
+//     row-lock holder and two waiters queued on its row. The holder's transaction dies with the postmaster: the
+//     holder is told so (lost, from the watch on its session) by its safe deadline, and before any waiter is
+//     granted (K2); renew() and release() throw lease_lost; the waiters get the lock after the restart with
+//     tokens above the holder's (K7 on the row audit and on the history); K1 on the audit, K9.
 //   PatroniSync.AStandbyRefusesALockAsBackendUnavailable (fault-smoke): a store on one replica alone: the
 //     standby's "read-only transaction" (25006) is backend_unavailable (retry: the cluster moved), never the
 //     backend_error of a read-only setting.
 //   PatroniSync.FailoverKeepsAcknowledgedGrants (ha): kill -9 of the leader's agent and postmaster: the sync
 //     standby takes over. Holders through the host list and through HAProxy keep their leases, waiters get the
 //     locks within a bound, K1, K7, K9 on the record.
+//   PatroniSync.RowLockFailoverEndsTheHoldsAndHandsTheLocksOn (ha): the row lock across the failover, through
+//     the host list and through HAProxy: each holder learns of its loss, the waiters are granted on the
+//     promoted standby with greater tokens; checked as in the crash test.
 //   PatroniAsync.FailoverToALaggingReplicaLosesAGrant (ha, characterization): with asynchronous replication
 //     and both replicas' WAL receivers stopped (SIGSTOP) before a grant, the promoted replica never saw it: a
 //     second client is granted the same lock while the first still holds it (its token still greater: a lost
@@ -29,6 +37,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,15 +167,159 @@ protected:
         });
     }
 
-    /// K1 and K7 on the audit (read from the current leader), K9 on the history.
-    void judge() {
+    /// K1 and K7 on the audit (read from the current leader), K9 on the history. `row`: the row lock's runs,
+    /// whose lost holders left no audit (their transaction rolled back): also K2 on the history (a holder's
+    /// interval ends at its lost signal, and no grant may be believed before it) and K7 on the history (a lost
+    /// holder's token against the grants invoked after it).
+    void judge(bool row = false) {
         int const leader = std::stoi(must("wait-leader", {"90"}));
         auto raw = raw_session(engine::postgresql, node_url(leader));
         auto const audit = dump_audit(*raw, engine::postgresql, prefix_);
         auto const history = read_history(record_dir_ + "/history.jsonl");
-        for (auto const& r : {k1_db_disjoint(audit), k7_tokens(audit, history), k9_typed_errors(history)})
-            EXPECT_TRUE(r.ok()) << r.summary() << " (history in " << record_dir_ << ")";
+        std::vector<report> reports = {k1_db_disjoint(audit), k7_tokens(audit, history), k9_typed_errors(history)};
+        if (row) {
+            reports.push_back(k2_belief_overlap(history));
+            reports.push_back(k7_tokens({}, history));
+        }
+        for (auto const& r : reports) EXPECT_TRUE(r.ok()) << r.summary() << " (history in " << record_dir_ << ")";
         EXPECT_GE(audit.size(), 3u) << "the audit saw fewer grants than the test made";
+    }
+
+    /// The row lock (row_locker) across `fault`, a verb of the script that ends the leader's transactions
+    /// (crash-postmaster, failover), on each URL of `urls`: a holder and two waiters (queued in the engine) per
+    /// URL. Each holder must be told it lost the lock by its safe deadline (the lost event, its stop token;
+    /// renew() and release() then throw lease_lost), the waiters get the lock once the cluster is back, with
+    /// tokens above the holder's. Judged on the record by judge(true), the row lock's audit installed.
+    void row_lock_across(std::string const& fault, std::vector<std::string> const& urls) {
+        install_row_audit(*raw_session(engine::postgresql, node_url(leader_)), engine::postgresql, prefix_);
+        history_writer h(record_dir_ + "/history.jsonl", "row-" + fault);
+        struct path {
+            std::string name;
+            std::string owner;
+            int thread = 0;
+            std::unique_ptr<sqlock::store> holder_db;
+            std::unique_ptr<sqlock::store> waiter_db;
+            std::optional<sqlock::locker> holder_locks;
+            std::optional<sqlock::locker> waiter_locks;
+            std::optional<lease> held;
+            std::chrono::steady_clock::time_point safe_deadline;
+            std::mutex m;
+            std::string lost_detail;
+        };
+        std::vector<std::unique_ptr<path>> paths;
+        std::atomic<int> granted{0};
+        std::vector<std::thread> waiters;
+        for (std::size_t i = 0; i < urls.size(); ++i) {
+            auto& p = *paths.emplace_back(std::make_unique<path>());
+            p.name = "ha:row:" + fault + ":" + std::to_string(i);
+            p.owner = "row-holder-" + std::to_string(i);
+            p.thread = 100 * static_cast<int>(i + 1);
+            p.holder_db = std::make_unique<sqlock::store>(urls[i], opts());
+            p.waiter_db = std::make_unique<sqlock::store>(urls[i], opts());
+            p.holder_locks.emplace(
+                sqlock::row_locker(*p.holder_db,
+                                   {.ttl = 60s, .owner = p.owner, .on_event = [&h, &p](sqlock::lease_event const& ev) {
+                                        if (ev.what != sqlock::lease_event::kind::lost) return;
+                                        h.write({.thread = p.thread,
+                                                 .op = "lost",
+                                                 .type = "ok",
+                                                 .lock = std::string(ev.name),
+                                                 .owner = p.owner,
+                                                 .token = ev.token,
+                                                 .error = "sqlock::lease_lost: " + std::string(ev.detail)});
+                                        std::lock_guard lock(p.m);
+                                        p.lost_detail = ev.detail;
+                                    }}));
+            p.waiter_locks.emplace(sqlock::row_locker(*p.waiter_db, {.ttl = 60s}));
+            // Granted and released once first, so that the holder's token is drawn from a committed counter
+            // (the first draw of a name starts at the clock, which would hide a draw lost with the crash).
+            for (bool const keep : {false, true}) {
+                h.write({.thread = p.thread, .op = "acquire", .type = "invoke", .lock = p.name});
+                p.held.emplace(p.holder_locks->acquire(p.name, 10s));
+                h.write({.thread = p.thread,
+                         .op = "acquire",
+                         .type = "ok",
+                         .lock = p.name,
+                         .owner = p.owner,
+                         .token = p.held->token(),
+                         .validity_ms =
+                             std::chrono::duration_cast<std::chrono::milliseconds>(p.held->remaining()).count()});
+                if (keep) break;
+                h.write({.thread = p.thread,
+                         .op = "release",
+                         .type = "invoke",
+                         .lock = p.name,
+                         .owner = p.owner,
+                         .token = p.held->token()});
+                p.held->release();
+                h.write({.thread = p.thread, .op = "release", .type = "ok", .lock = p.name, .owner = p.owner});
+            }
+            for (int t = 1; t <= 2; ++t) waiters.push_back(waiter(*p.waiter_locks, p.name, h, p.thread + t, granted));
+        }
+        // The waiters queue on the holders' rows in the engine before the fault.
+        auto leader = raw_session(engine::postgresql, node_url(leader_));
+        int queued = 0;
+        bool const all_queued = eventually(
+            [&] {
+                *leader << "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND wait_event_type = 'Lock'",
+                    soci::into(queued);
+                return queued >= 2 * static_cast<int>(urls.size());
+            },
+            60s);
+        EXPECT_TRUE(all_queued) << "only " << queued << " waiters queued on the rows before the fault";
+        leader.reset();
+        EXPECT_EQ(granted.load(), 0) << "a waiter was granted a lock while its holder held it";
+        for (auto& p : paths) p->safe_deadline = std::chrono::steady_clock::now() + p->held->remaining();
+
+        EXPECT_EQ(must(fault), std::to_string(leader_)) << "the leader moved before the " << fault;
+        for (auto& p : paths) {
+            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(p->safe_deadline -
+                                                                                    std::chrono::steady_clock::now());
+            EXPECT_TRUE(eventually([&] { return p->held->stop_token().stop_requested(); }, std::max(left, 0ms)))
+                << p->name << ": the holder was not told it lost the lock by its safe deadline";
+            EXPECT_TRUE(p->held->lost()) << p->name << ": " << sqlock::to_string(p->held->state());
+            {
+                std::lock_guard lock(p->m);
+                EXPECT_NE(p->lost_detail.find("the database session holding the row lock ended"), std::string::npos)
+                    << p->name << ": the loss does not say the session ended: " << p->lost_detail;
+            }
+            for (std::string const op : {"renew", "release"}) {
+                h.write({.thread = p->thread,
+                         .op = op,
+                         .type = "invoke",
+                         .lock = p->name,
+                         .owner = p->owner,
+                         .token = p->held->token()});
+                try {
+                    if (op == "renew") p->held->renew();
+                    else p->held->release();
+                    ADD_FAILURE() << p->name << ": " << op << "() of the lost lease did not throw lease_lost";
+                    h.write({.thread = p->thread, .op = op, .type = "ok", .lock = p->name, .owner = p->owner});
+                } catch (std::exception const& e) {
+                    EXPECT_NE(dynamic_cast<sqlock::lease_lost const*>(&e), nullptr)
+                        << p->name << ": " << op << "() of the lost lease threw " << error_text(e);
+                    h.write({.thread = p->thread,
+                             .op = op,
+                             .type = "fail",
+                             .lock = p->name,
+                             .owner = p->owner,
+                             .token = p->held->token(),
+                             .error = error_text(e)});
+                }
+            }
+        }
+        for (auto& w : waiters) w.join();
+        EXPECT_EQ(granted.load(), 2 * static_cast<int>(urls.size()))
+            << "the waiters did not all get their lock within 120 s of waiting";
+        for (auto const& ev : read_history(record_dir_ + "/history.jsonl"))
+            for (auto const& p : paths) {
+                if (ev.op != "acquire" || ev.type != "ok" || ev.lock != p->name || ev.owner == p->owner) continue;
+                // Strictly greater: a token drawn again after the crash equals the lost holder's.
+                EXPECT_GT(ev.token.value_or(0), p->held->token())
+                    << p->name << ": a grant after the " << fault << " did not get a token above the lost holder's";
+            }
+        judge(true);
     }
 
     std::string dir_;
@@ -211,6 +366,10 @@ TEST_F(PatroniSync, LeaderPostmasterCrashKeepsTheGrantAndHandsTheLockOn) {
     for (auto& w : waiters) w.join();
     EXPECT_EQ(granted.load(), 2) << "the waiters did not both get the lock within 120 s of waiting";
     judge();
+}
+
+TEST_F(PatroniSync, RowLockLeaderPostmasterCrashEndsTheHoldAndHandsTheLockOn) {
+    row_lock_across("crash-postmaster", {var("SQLOCK_HA_PG_URL")});
 }
 
 TEST_F(PatroniSync, AStandbyRefusesALockAsBackendUnavailable) {
@@ -271,6 +430,11 @@ TEST_F(PatroniSync, FailoverKeepsAcknowledgedGrants) {
     for (auto& w : waiters) w.join();
     EXPECT_EQ(granted.load(), 2) << "the waiters did not both get their lock within 120 s of waiting";
     judge();
+    must("heal", {"120"});
+}
+
+TEST_F(PatroniSync, RowLockFailoverEndsTheHoldsAndHandsTheLocksOn) {
+    row_lock_across("failover", {var("SQLOCK_HA_PG_URL"), var("SQLOCK_HA_HAPROXY_URL")});
     must("heal", {"120"});
 }
 
