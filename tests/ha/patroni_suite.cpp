@@ -380,7 +380,10 @@ TEST_F(PatroniSync, AStandbyRefusesALockAsBackendUnavailable) {
         auto l = locks.try_acquire("ha:standby");
         ADD_FAILURE() << "a standby granted a lock";
     } catch (sqlock::backend_unavailable const& e) {
+        // It says what the server is and what to do.
         EXPECT_NE(std::string(e.what()).find("read-only"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("hot standby"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("target_session_attrs=read-write"), std::string::npos) << e.what();
     } catch (sqlock::in_doubt const& e) {
         EXPECT_NE(std::string(e.what()).find("read-only"), std::string::npos) << e.what();
     } catch (std::exception const& e) {
