@@ -876,10 +876,22 @@ TEST_F(Majority, RecreatedMemberNeverRepeatsAToken) {
     EXPECT_NE(what.find("has not joined"), std::string::npos) << what;
     at(0).proxy->unblock();
     std::int64_t last = std::atoll(last_before.c_str());
+    bool after_a_miss = false;
     bool const joined = eventually(
         [&] {
             auto const got = token_of(M, name);
-            EXPECT_EQ(got, std::to_string(last + 1));
+            // A member that misses member_timeout (100 ms here) on a loaded machine fails the attempt, typed;
+            // the attempt may have moved some counters on, so the next token is then only greater. A release in
+            // doubt leaves the lock held until its 1 s TTL: busy meanwhile. The recreated member is refused until
+            // its identity is older than the ttl plus drift (typed, nothing held).
+            if (got.find("no answer in time") != std::string::npos || got.find("has not joined") != std::string::npos ||
+                got == "busy") {
+                after_a_miss = true;
+                return false;
+            }
+            if (after_a_miss) EXPECT_GT(std::atoll(got.c_str()), last) << got;
+            else EXPECT_EQ(got, std::to_string(last + 1));
+            after_a_miss = false;
             last = std::atoll(got.c_str());
             return member_joined(*at(1).raw, tables_);
         },
