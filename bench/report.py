@@ -20,6 +20,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -770,9 +771,11 @@ class Page:
             self.add(self.chart_note, "")
         cmds = [(r["name"], r.get("command", "")) for r in d.runs if r.get("command")]
         if cmds:
-            self.add("<details><summary>Every command that was run</summary>", "", "```")
-            # Paths inside the checkout are written relative to it: the page is read in other checkouts.
-            self.add(*(f"{n}: {c.strip().replace(ROOT + os.sep, '')}" for n, c in cmds))
+            self.add("<details><summary>Every command that was run</summary>", "",
+                     "Run from the repository's top directory. `$SQLOCK_TEST_PG_URL` and `$SQLOCK_TEST_MYSQL_URL` "
+                     "are the private servers that bench/run.sh starts (scripts/test-servers.sh), `$SQLITE_URL` a "
+                     "fresh SQLite file in a temporary directory, `$REDIS_URL` its Redis.", "", "```")
+            self.add(*(f"{n}: {portable_command(c)}" for n, c in cmds))
             self.add("```", "", "</details>", "")
 
     def render(self):
@@ -786,6 +789,29 @@ class Page:
         self.notes_section()
         self.runs_section()
         return "\n".join(self.parts).rstrip("\n") + "\n"
+
+
+# What one machine's run put into its command lines, and what the page says instead: the page is
+# read in other checkouts, where those paths, ports and temporary files mean nothing.
+PORTABLE = [
+    # bench/run.sh's SQLite file (mktemp -d /tmp/sqlock-bench.XXXXXX), with any query (printf %q escapes its '?')
+    (re.compile(r"sqlite:/tmp/sqlock-bench\.[^/\s]+/bench\.db((?:\\?\?)\S*)?"),
+     lambda m: '"$SQLITE_URL' + (m.group(1) or "").replace("\\?", "?") + '"'),
+    (re.compile(r"postgres(?:ql)?://sqlock:sqlock@127\.0\.0\.1:\d+/sqlock\b"), lambda m: "$SQLOCK_TEST_PG_URL"),
+    (re.compile(r"(?:mysql|mariadb)://sqlock:sqlock@127\.0\.0\.1:\d+/sqlock\b"), lambda m: "$SQLOCK_TEST_MYSQL_URL"),
+    (re.compile(r"redis://127\.0\.0\.1:\d+"), lambda m: "$REDIS_URL"),
+    # A checkout's absolute path before what run.sh builds and runs (another checkout's, too).
+    (re.compile(r"(?<![\w.$])/(?:[^\s/]+/)*?(?=(?:build|bench)/)"), lambda m: ""),
+]
+
+
+def portable_command(command):
+    """A command line of a run as the page shows it: paths relative to the repository, the servers
+    and the SQLite file by the names bench/run.sh gives them."""
+    c = command.strip().replace(ROOT + os.sep, "")
+    for pattern, repl in PORTABLE:
+        c = pattern.sub(repl, c)
+    return c
 
 
 # ------------------------------------------------------------------ charts

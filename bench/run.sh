@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The whole benchmark suite, from scratch, in one command; then docs/benchmarks.md and its charts.
 #
-# Usage: bash bench/run.sh [--quick] [--only SUITE...] [--seconds S]
+# Usage: bash bench/run.sh [--quick | --smoke] [--only SUITE...] [--seconds S] [--build-dir DIR]
 #   --quick        a smoke test: 1 s per grid cell, few samples, small reaper and renewal sizes
+#   --smoke        shorter still (CI's bench-smoke step): every program and mode once, 1 client; results in
+#                  build/bench-smoke, the page to build/bench-smoke/benchmarks.md (docs/ untouched); exits 1
+#                  naming every run that failed, timed out or was skipped
+#   --build-dir D  build the programs in this existing build tree (CI: the Release build) instead of
+#                  build/bench-release
 #   --only SUITE…  run only these suites (cycle handoff majority renewal reaper; also comma-separated);
 #                  the other suites' results of an earlier run are kept and stay in the report
 #   --seconds S    seconds per cycle-grid cell (default 5, --quick 1)
@@ -32,18 +37,22 @@ say() { printf '%s run.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 warn() { say "warning: $*"; }
 die() { say "error: $*"; exit 1; }
 usage() {
-  sed -n '3,8s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  sed -n '3,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
   exit "${1:-2}"
 }
 
 # ---------------------------------------------------------------- arguments
 command_line="bash bench/run.sh${*:+ $*}"
-quick=0
+quick=0 smoke=0
 seconds=
 only=()
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
+    --smoke) quick=1 smoke=1; shift ;;
+    --build-dir)
+      [[ -n ${2:-} ]] || die "--build-dir needs a directory"
+      BUILD=$(realpath -m "$2"); shift 2 ;;
     --only)
       shift
       while (($#)) && [[ $1 != --* ]]; do
@@ -67,8 +76,13 @@ suites=("${only[@]}")
 ((${#suites[@]})) || suites=("${ALL_SUITES[@]}")
 want() { [[ " ${suites[*]} " == *" $1 "* ]]; }
 
-# Sizes. Full: ~5 s per grid cell; quick: a smoke test whose numbers mean nothing.
-if ((quick)); then
+# Sizes. Full: ~5 s per grid cell; quick and smoke: smoke tests whose numbers mean nothing.
+if ((smoke)); then
+  cell_s=${seconds:-1} handoff_samples=5 majority_cycles=5
+  reaper_rows=2000 reaper_window=1 reaper_settle=1
+  renew_leases=50 renew_ttl=3s renew_s=3
+  RESULTS=$ROOT/build/bench-smoke
+elif ((quick)); then
   cell_s=${seconds:-1} handoff_samples=20 majority_cycles=20
   reaper_rows=20000 reaper_window=2 reaper_settle=1
   renew_leases=500 renew_ttl=3s renew_s=6
@@ -77,8 +91,10 @@ else
   reaper_rows=1000000 reaper_window='' reaper_settle='' # the program's defaults (10 s windows, 20 s settle)
   renew_leases=10000 renew_ttl=15s renew_s=60
 fi
+results_rel=${RESULTS#"$ROOT"/}
 CLIENTS=(1 4 16)
 NAMES=(distinct shared)
+if ((smoke)); then CLIENTS=(1) NAMES=(distinct); fi
 REAPER_ENGINES=(postgresql mysql)
 RENEWAL_ENGINES=(postgresql mysql)
 
@@ -159,20 +175,20 @@ if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSQLOCK_BUILD_BENCH=
       fi
     else
       target_state[$t]=failed
-      warn "building $t failed (build/bench-results/build-$t.log): its cells are skipped"
+      warn "building $t failed ($results_rel/build-$t.log): its cells are skipped"
       tail -n 15 "$RESULTS/build-$t.log" >&2 || true
     fi
   done
 else
   tail -n 30 "$RESULTS/build-configure.log" >&2 || true
-  die "cmake configure failed (build/bench-results/build-configure.log)"
+  die "cmake configure failed ($results_rel/build-configure.log)"
 fi
 
 # bin TARGET: its path if it was built; else a reason on stdout and status 1
 bin() {
   case ${target_state[$1]:-absent} in
     built) echo "${target_path[$1]}" ;;
-    failed) echo "$1 failed to build (build/bench-results/build-$1.log)"; return 1 ;;
+    failed) echo "$1 failed to build ($results_rel/build-$1.log)"; return 1 ;;
     *) echo "$1 is not built: no such target in this tree"; return 1 ;;
   esac
 }
@@ -343,7 +359,7 @@ write_meta() { # yes|no: finished
       "kernel=$(uname -r)" "os=$os_name" "hostname=$(hostname)")"
     printf '  "load": %s,\n' "$(json_obj "before=$load_before" "after_build=$load_built" \
       "at_start=$load_start" "after=$([[ $1 == yes ]] && cut -d' ' -f1-3 /proc/loadavg)")"
-    printf '  "build": %s,\n' "$(json_obj "dir=build/bench-release" "type=Release" "compiler=$compiler_version")"
+    printf '  "build": %s,\n' "$(json_obj "dir=${BUILD#"$ROOT"/}" "type=Release" "compiler=$compiler_version")"
     printf '  "targets": %s,\n' "$(targets_json)"
     printf '  "servers": %s\n' "$(json_obj "postgresql=$pg_version" "postgresql_synchronous_commit=$pg_sync" \
       "postgresql_fsync=$pg_fsync" "mariadb=$my_version" "mariadb_innodb_flush_log_at_trx_commit=$my_flush" \
@@ -407,7 +423,7 @@ run() {
     say "$name: $lines line(s) in ${elapsed} s$(summary "$RESULTS/$name.jsonl")"
   else
     n_failed=$((n_failed + 1))
-    warn "$name: $status ($reason); stderr in build/bench-results/$name.err"
+    warn "$name: $status ($reason); stderr in $results_rel/$name.err"
   fi
 }
 summary() { # a short look at the first result line, for the console
@@ -429,6 +445,7 @@ if ((need_sql)); then
     "sqlite-full|sqlite|sync=full|$SQLITE_URL|$SQLITE_URL?synchronous=full|--sync full"
     "sqlite-normal|sqlite|sync=normal|$SQLITE_URL|$SQLITE_URL?synchronous=normal|--sync normal"
   )
+  if ((smoke)); then unset 'lanes[3]'; fi # the same programs as sqlite-full
 fi
 
 # cycle_impl LABEL ENGINE VARIANT FLOOR_URL SQLOCK_URL FLOOR_EXTRA IMPL CLIENTS NAMES
@@ -555,6 +572,30 @@ done
 say "done: $n_ok run(s) ok, $n_failed failed or timed out, $n_skipped skipped, in $(($(date +%s) - started_epoch)) s"
 write_meta yes
 cleanup
+if ((smoke)); then
+  # What the step asserts: every program ran and printed its lines. The page is made too (the
+  # generator must not rot either), but next to the results: docs/ keeps the last real run.
+  "$PY" "$ROOT/bench/report.py" --results "$RESULTS" --out "$RESULTS/benchmarks.md" --no-charts ||
+    die "bench/report.py failed on the smoke run's results"
+  bad=0
+  for f in "$RESULTS"/*.run.json; do
+    "$PY" - "$f" <<'PYEOF' || bad=$((bad + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+if r.get("status") != "ok":
+    cmd = r.get("command") or ""
+    prog = cmd.split()[0].rsplit("/", 1)[-1] if cmd else "(not run)"
+    if prog.startswith("python"):
+        prog = cmd.split()[1].rsplit("/", 1)[-1]
+    print(f"run.sh: bench smoke: {r['name']}: {prog} {r.get('status')}: {r.get('reason') or '?'}", file=sys.stderr)
+    sys.exit(1)
+PYEOF
+  done
+  ((n_ok > 0)) || die "bench smoke: no benchmark program ran"
+  ((bad == 0)) || die "bench smoke: $bad run(s) of $((n_ok + n_failed + n_skipped)) did not print their lines (above; stderr in $results_rel/NAME.err)"
+  say "bench smoke: all $n_ok runs printed their lines (page: $results_rel/benchmarks.md)"
+  exit 0
+fi
 "$PY" "$ROOT/bench/report.py" --results "$RESULTS" || die "bench/report.py failed"
 say "wrote docs/benchmarks.md and docs/bench/*.png"
 ((n_failed + n_skipped == 0)) || warn "$((n_failed + n_skipped)) run(s) produced no results: see 'Runs without results' in docs/benchmarks.md"

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace sqlock::cli {
@@ -151,6 +152,41 @@ void reject_duplicate_databases(std::vector<std::string> const& urls);
 /// exits 64. `connect_timeout`: the stores' (see store_options).
 [[nodiscard]] std::vector<member> open_members(std::vector<std::string> const& urls, bool for_run,
                                                std::chrono::milliseconds connect_timeout = std::chrono::seconds(5));
+
+/// Whether `run` may go on with `open` of its `n` members: when a majority of
+/// them is a majority of all n (the library counts the quorum out of all n).
+/// With an odd n one member may be missing; with an even n none.
+[[nodiscard]] bool enough_members_open(std::size_t open, std::size_t n) noexcept;
+
+/// The members of `run`'s several --db, each opened (as `open_members(urls, true, ...)`
+/// does) on a thread of its own that this object owns and its destructor joins.
+/// `wait` does not wait for the slowest member: once enough are open, the
+/// others get as long again as that took (at least `straggler_grace`), and a
+/// member still connecting then is left out of the run. Its thread goes on to
+/// the end of its connect bound, and what it opens is closed: the majority
+/// locker takes no member after it is built.
+/// @warning The destructor waits for a member still connecting (its connect_timeout at most).
+class member_opening {
+public:
+    static constexpr std::chrono::milliseconds straggler_grace{500};
+
+    member_opening(std::vector<std::string> const& urls, std::chrono::milliseconds connect_timeout);
+    member_opening(member_opening const&) = delete;
+    member_opening& operator=(member_opening const&) = delete;
+    ~member_opening();
+
+    /// Once every member answered, or enough are open (enough_members_open) and the others' grace
+    /// ran out: the members in --db order, a member left out with a failure
+    /// (69) saying so. Call once. A bad URL exits 64.
+    [[nodiscard]] std::vector<member> wait();
+
+private:
+    void join() noexcept;
+
+    struct state;
+    std::shared_ptr<state> state_;
+    std::vector<std::thread> threads_;
+};
 
 /// The failure the exception being handled stands for (call inside a catch).
 [[nodiscard]] member_failure failure_of_current_exception(std::string const& url);

@@ -645,7 +645,7 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
     // Tables missing or a bug is for someone to fix, not a member being down.
     if (code != exit_code::ok && code != exit_code::unavailable)
         fail(code, "majority lock '" + printable(args.name) + "' not taken: " + failures);
-    if (opened.size() / 2 + 1 < quorum)
+    if (!enough_members_open(opened.size(), n))
         fail(exit_code::unavailable,
              "majority lock '" + printable(args.name) + "' not taken: " + std::to_string(failed.size()) + " of " +
                  std::to_string(n) + " databases cannot be reached (" + failures + "); " +
@@ -699,6 +699,7 @@ run_times check_run_args(run_args const& args) {
 /// What run takes the lock with: one store, or the members of a majority, and
 /// the locker over them. Filled in place: the locker refers to the stores.
 struct lock_setup {
+    std::optional<member_opening> opening;  // joins its threads last: a member left out may still be connecting
     std::optional<sqlock::store> store;
     std::vector<member> members;
     std::vector<sqlock::store const*> stores;  // to say who holds a busy lock
@@ -726,9 +727,9 @@ void open_locker(run_args const& args, run_times const& t, database const& db,
         // counts as down: it costs its member timeout at start, not the default
         // 5 s (PostgreSQL's connect timeout is 2 s at least).
         auto const answer_within = t.member_timeout.value_or(t.ttl / 10);
-        to.members = open_members(args.dbs, true,
-                                  std::clamp<std::chrono::milliseconds>(answer_within, std::chrono::seconds(2),
-                                                                        std::chrono::seconds(5)));
+        to.opening.emplace(args.dbs, std::clamp<std::chrono::milliseconds>(answer_within, std::chrono::seconds(2),
+                                                                           std::chrono::seconds(5)));
+        to.members = to.opening->wait();
         for (auto const& m : to.members)
             if (m.store) to.stores.push_back(&*m.store);
         to.locker.emplace(majority_of(

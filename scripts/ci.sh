@@ -14,6 +14,10 @@
 #               (target sqlock_conformance_programs, tests/CMakeLists.txt), the conformance tier
 #               against libsqlock.so (the battery's long scenarios, the fault tier and the spin models
 #               run in the static run), then check-install.sh on it
+#   bench-smoke bench/run.sh --smoke on the release step's build (build/release-shared; configured here
+#               when that step did not run): every benchmark program and mode runs once, briefly, against
+#               private servers, and must print its result lines; fails naming each one that did not
+#               (numbers are not looked at; the page goes to build/bench-smoke/benchmarks.md)
 #   sanitize    scripts/sanitize.sh: Clang build with ASan + UBSan (build/asan), tests under it
 #   docs        scripts/docs.sh: the Doxygen API reference (build/docs/api/html)
 # Prints each step's duration at the end; stops at the first failing step.
@@ -21,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -v CI ]]; then export CI; fi
 
-all=(lint test demo install release sanitize docs)
+all=(lint test demo install release bench-smoke sanitize docs)
 (($#)) || set -- "${all[@]}"
 for s in "$@"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "ci.sh: unknown step '$s' (steps: ${all[*]})" >&2; exit 64; }
@@ -35,6 +39,11 @@ step_release() {
       bash scripts/with-servers.sh ctest --test-dir build/release-shared --output-on-failure -j2 \
         -L conformance -LE 'battery|model' &&
     bash scripts/check-install.sh build/release-shared
+}
+
+step_bench_smoke() {
+  { [[ -f build/release-shared/CMakeCache.txt ]] || cmake --preset release-shared >/dev/null; } &&
+    bash bench/run.sh --smoke --build-dir build/release-shared
 }
 
 # What this machine does to child processes' clocks and preloads: the client-clock tests preload
@@ -70,10 +79,11 @@ for s in "$@"; do
     demo) bash scripts/demo.sh || rc=$? ;;
     install) bash scripts/check-install.sh build || rc=$? ;;
     release) step_release || rc=$? ;;
+    bench-smoke) step_bench_smoke || rc=$? ;;
     sanitize) bash scripts/sanitize.sh || rc=$? ;;
     docs) bash scripts/docs.sh || rc=$? ;;
   esac
-  summary+=("$(printf '%-9s %4ss  %s' "$s" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")")")
+  summary+=("$(printf '%-11s %4ss  %s' "$s" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")")")
   if ((rc != 0)); then
     echo "ci.sh: step '$s' failed (exit $rc)" >&2
     exit "$rc"

@@ -1086,6 +1086,36 @@ TEST_F(CliMajority, OneMemberUnreachableStillRunsTheCommand) {
     EXPECT_EQ(held_on(name), 0u);
 }
 
+TEST_F(CliMajority, AFrozenMemberDoesNotHoldUpTheStart) {
+    // A member that accepts connections and never answers, as a stopped postmaster does (the
+    // kernel completes the handshake): its connect runs to its bound (5 s with a 60 s TTL).
+    auto frozen = fault_proxy::for_url(pg_);
+    frozen->blackhole();
+    std::string const name = n("frozen");
+    auto const frozen_url = frozen->proxied_url(pg_);
+    std::vector<std::string> const urls{frozen_url, my_, sqlite_};
+    auto p = start(run(name, sh(holder_script("h"), dir()), {"--ttl", "60s"}, urls));
+    ASSERT_TRUE(eventually([&] { return present(file("h.started")) || p->finished(); }, 60s));
+    ASSERT_TRUE(present(file("h.started"))) << p->wait(1s).describe();
+    // COMMAND runs while sqlock's connection to the frozen member still waits for an answer: sqlock
+    // went on with the majority that was open, it did not wait for the member's connect to give up.
+    EXPECT_EQ(frozen->client_hangups(), 0u) << "COMMAND started only after the frozen member's connect gave up";
+    EXPECT_TRUE(eventually([&] { return frozen->blackholed() > 0; }, 30s)) << "the frozen member was never asked";
+    auto r1 = rows(name);
+    EXPECT_FALSE(r1[0].has_value()) << "a row on PostgreSQL, the frozen member";
+    EXPECT_TRUE(r1[1] && r1[1]->live()) << "no row on MariaDB";
+    EXPECT_TRUE(r1[2] && r1[2]->live()) << "no row on SQLite";
+
+    auto r = finish_holder(*p, "h");
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    expect_one_line_of_ours(r);
+    EXPECT_NE(r.err.find("majority member " + sqlock::redact_url(frozen_url) + " cannot be reached"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("not waited for"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("going on with 2 of 3 databases"), std::string::npos) << r.err;
+    EXPECT_EQ(held_on(name), 0u);
+}
+
 TEST_F(CliMajority, TwoMembersUnreachableDoNotRunTheCommand) {
     std::string const name = n("two-down");
     for (auto const& urls :

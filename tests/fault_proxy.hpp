@@ -206,6 +206,8 @@ public:
     /// Chunks dropped: client→server (blackhole) / server→client (blackhole, swallow, reset_next_reply).
     [[nodiscard]] std::size_t dropped_requests() const noexcept { return dropped_requests_.load(); }
     [[nodiscard]] std::size_t dropped_replies() const noexcept { return dropped_replies_.load(); }
+    /// Connections the client ended (its end read as closed), in any mode.
+    [[nodiscard]] std::size_t client_hangups() const noexcept { return client_hangups_.load(); }
     /// Connections closed with an RST (reset(), reset_next_reply(), restore()).
     [[nodiscard]] std::size_t resets() const noexcept { return resets_.load(); }
 
@@ -421,6 +423,7 @@ private:
                 ssize_t r = ::recv(ends[i], buf, sizeof buf, 0);
                 if (r < 0 && errno == EINTR) continue;
                 if (r <= 0) {
+                    if (i == 0) ++client_hangups_;
                     open = false;
                     break;
                 }
@@ -463,6 +466,7 @@ private:
     std::atomic<std::size_t> dropped_requests_{0};
     std::atomic<std::size_t> dropped_replies_{0};
     std::atomic<std::size_t> resets_{0};
+    std::atomic<std::size_t> client_hangups_{0};
     std::mutex mutex_;
     bool blocked_ = false;                    // guarded by mutex_
     mode mode_ = mode::relay;                 // guarded by mutex_
