@@ -475,15 +475,16 @@ private:
     }
 
     /// MariaDB parses a table's triggers each time it builds a table-cache entry for it and keeps that entry, parse
-    /// error included, for every later statement: an entry built by a statement Galera aborted meanwhile (a
-    /// certification conflict with another node, as the storm makes them) fails every later DML on that node with
-    /// "Trigger ... has an error in its body". So each node builds its entries of the lock table now, while no
-    /// worker writes: as many as the node's clients and appliers can use at once, held together (LOCK TABLES READ)
-    /// so that each is a separate entry, then checked by a DML that fires nothing.
+    /// error included, for every later statement. Built during a storm on a fresh cluster, an entry now and then
+    /// got its triggers cut short ("Trigger ... has an error in its body", "Query was empty"; docs/ha/galera.md),
+    /// and the node's DML failed on it for the rest of the run. So each node builds its entries of the lock table
+    /// now, while no worker writes: as many as the node's clients and appliers can use at once, held together
+    /// (LOCK TABLES READ) so that each is a separate entry, then checked by a DML that fires nothing.
     void warm_trigger_cache(std::string const& url) {
         std::size_t const nodes = s_.worker_urls.size();
         std::size_t const workers = (static_cast<std::size_t>(s_.processes) + nodes - 1) / nodes;
-        std::size_t const entries = workers * static_cast<std::size_t>(s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 8;
+        std::size_t const entries =
+            workers * static_cast<std::size_t>(s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 8;
         std::vector<std::unique_ptr<soci::session>> holders;
         for (std::size_t i = 0; i < entries; ++i) {
             holders.push_back(sqlock_test::raw_session(e_, url));
