@@ -12,11 +12,13 @@ target_compile_definitions(
 add_dependencies(sqlock_ha_galera_tests sqlock_battery_worker sqlock-cli)
 sqlock_test_target(sqlock_ha_galera_tests)
 
-# CI's subset (fault-smoke): the row lock both ways and the CLI experiment (the table lock across nodes, 45/45).
-# The recorded storms run with `scripts/battery.sh ha`: the storm across nodes fails now and then on a fresh cluster
-# with "Trigger '<run>_audit_*' has an error in its body" from the tests' audit triggers (not sqlock's statements);
-# see docs/ha/galera.md.
-sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_smoke FILTER "GaleraTest.RowLock*:GaleraTest.Cli*"
+# CI's subset (fault-smoke): the counter storm across the three nodes (K1, K4, K7, K9), the row lock both ways and the
+# CLI experiment (the table lock across nodes, 45/45): 34 s with the cluster's start and the doctor's Galera check on a
+# loaded machine (load 14), the storm 9 s. The storm while a node is killed and rejoins runs with
+# `scripts/battery.sh ha` (docs/ha/galera.md, "Known test issue").
+sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_smoke
+                      FILTER "GaleraTest.CounterStormAcrossNodes:GaleraTest.RowLock*:GaleraTest.Cli*"
                       LABELS ha fault-smoke FIXTURE ha_galera SERIAL)
-sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_storms FILTER "GaleraTest.CounterStorm*"
-                      LABELS ha FIXTURE ha_galera SERIAL TIMEOUT 600)
+sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_storms
+                      FILTER "GaleraTest.CounterStormWhileNodeKilledAndRejoins" LABELS ha FIXTURE ha_galera SERIAL
+                      TIMEOUT 600)

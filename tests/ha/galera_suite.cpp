@@ -1,7 +1,7 @@
 // sqlock on a 3-node MariaDB Galera cluster (scripts/ha/galera.sh; docs/ha/galera.md).
 //
 //   GaleraTest.CounterStormAcrossNodes           the table lock's counter storm, workers spread over the 3 nodes,
-//                                                judged by K1-K9; certification conflicts did happen   ha
+//                                                judged by K1-K9; certification conflicts did happen   fault-smoke
 //   GaleraTest.RowLockRefusedByDefault           row_locker on a Galera node: usage_error saying why and what
 //                                                to use instead (also with galera_single_writer=false)   fault-smoke
 //   GaleraTest.RowLockGrantedWhenSingleWriterDeclared  store_options::galera_single_writer or the URL parameter:
