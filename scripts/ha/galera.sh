@@ -236,7 +236,11 @@ cmd_status() {
 node_arg() { [[ ${1:-} =~ ^[123]$ ]] || die "$2 needs a node number 1, 2 or 3 (got '${1:-}')"; }
 
 case ${1:-} in
-  start) cmd_start ;;
+  start)
+    # Under load a joiner's SST now and then fails and takes its mariadbd down (seen 2 in 19 starts at load
+    # 7-14): that is the test cluster's set-up, not what the tests judge, so a failed start is tried once more
+    # from scratch (cmd_start stops and wipes what the first try left).
+    (cmd_start) || { say "the start failed (above); starting once more from scratch"; cmd_start; } ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   kill) node_arg "${2:-}" kill; load_state; kill_node "$2"; write_env ;;
