@@ -25,8 +25,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <list>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
