@@ -183,14 +183,17 @@ protected:
         std::optional<connection> c;
         c.emplace(store_->borrow(what, std::min(left(), opts.pool_wait)));
         auto const& d = store_->dialect();
-        // Once the row is locked, the token is drawn and committed on a reserved
+        // Once the row is locked, the token is drawn and committed on another
         // connection: durable before the lease exists, and ordered by the row lock.
+        // A free main connection if there is one, so that concurrent draws share
+        // their flushes (the two reserved connections would serialize them), else
+        // a reserved one, which holders pinning the main pool cannot take.
         auto const draw = [&] {
             // The row is locked by our open transaction; no token drawn yet.
             SQLOCK_FAILPOINT("row.after_lock_before_token");
             return store_->run("drawing a token for row lock '" + name + "'",
                                [&](pooled_session s) { return d.draw_token(s, name); },
-                               {.pool = connections::reserved});
+                               {.pool = connections::main_or_reserved});
         };
         auto const& exec = store_->exec();
         bool ensured = false;

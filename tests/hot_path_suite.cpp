@@ -154,8 +154,8 @@ TEST_P(HotPath, RowLockStatementsArePreparedOncePerConnection) {
     auto const first = prepared_sql();
     row_cycles(locks, other, prefix_, 30);
     auto const later = prepared_sql();
-    // Only the row lock ran on this connection (its token draws run on the
-    // store's reserved connections). PostgreSQL: BEGIN, the try and the waiting
+    // Only the row lock ran on this connection (it is the one main connection
+    // and the holder pins it: token draws run on the reserved connections). PostgreSQL: BEGIN, the try and the waiting
     // lock, the existence check, the token record, the keep-alive, COMMIT,
     // ROLLBACK. SQLite: BEGIN IMMEDIATE, the token draw, COMMIT, the token
     // check, the row upsert, the keep-alive, ROLLBACK.

@@ -65,10 +65,18 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     // there by their volatile functions), so BEGIN, the settings and the lock
     // are two round trips, all prepared. The server ends a holder that stays
     // idle in its transaction for a TTL, and probes the connection so that a
-    // vanished host is noticed within about a TTL.
+    // vanished host is noticed within about a TTL. Its COMMIT (the release)
+    // need not wait for the disk nor a synchronous standby: a crash or a
+    // failover aborts the transaction, which releases the row lock anyway;
+    // the token is durable by the draw's own commit on another connection,
+    // and that commit also flushes the previous holder's COMMIT record (WAL
+    // is flushed in order), so the next holder never sees a release a crash
+    // could undo. Lost, a release only loses the informational record
+    // (owner, token, locked_at) of its grant.
     auto settings = [](bool waits) {
         return std::string(
-                   " (SELECT set_config('idle_in_transaction_session_timeout', :idle, true),"
+                   " (SELECT set_config('synchronous_commit', 'off', true),"
+                   " set_config('idle_in_transaction_session_timeout', :idle, true),"
                    " set_config('tcp_keepalives_idle', :probe, true),"
                    " set_config('tcp_keepalives_interval', :probe2, true),"
                    " set_config('tcp_keepalives_count', '3', true),"
