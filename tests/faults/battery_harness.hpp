@@ -277,6 +277,9 @@ struct nemesis_ctl {
     std::function<void(milliseconds)> sleep;
     /// The member of that label (its proxy, its direct URL).
     std::function<lock_db&(std::string const&)> member;
+    /// Builds the lock table's table-cache entries on a cluster node (a direct URL; see warm_trigger_cache) while
+    /// the node's workers are kept off it: a node restarted during the run.
+    std::function<void(std::string const&)> warm_node;
     /// The run's end: faults after it are not seen by the workers.
     std::chrono::steady_clock::time_point end;
 };
@@ -847,6 +850,7 @@ private:
                     if (d.label == label) return d;
                 throw std::invalid_argument("the nemesis script names no member of the run: " + label);
             };
+            ctl.warm_node = [this](std::string const& url) { warm_trigger_cache(url); };
             ctl.end = end_;
             s_.nemesis_script(ctl);
             // The members may have restarted: the checks and the cleanup read them on new sessions.
