@@ -184,7 +184,7 @@ TEST_F(GaleraTest, CounterStormWhileNodeKilledAndRejoins) {
         proxies.push_back(sqlock_test::fault_proxy::for_url(direct[i]));
         urls.push_back(proxies.back()->proxied_url(direct[i]));
     }
-    scenario s = storm("galera-kill", urls, 40s);
+    scenario s = storm("galera-kill", urls, 60s);  // a restart takes about 20 s: both kills fit, with 20 s after
     s.min_grants = 20;
     s.nemesis_script = [this, &direct, &proxies](nemesis_ctl& n) {
         for (int node : {2, 3}) {
