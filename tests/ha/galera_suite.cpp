@@ -61,8 +61,10 @@ protected:
     /// A node's fault verb of scripts/ha/galera.sh (kill N, restart N), on this topology's directory. A restart under
     /// the storm on a loaded machine took more than the script's default 90 s to reach Synced.
     void galera(std::string const& verb, int node) {
-        auto r = sqlock_test::run_command({"/bin/bash", var("SQLOCK_HA_GALERA_SCRIPT"), verb, std::to_string(node)},
-                                          {"SQLOCK_HA_DIR=" + std::string(SQLOCK_HA_GALERA_DIR), "SQLOCK_HA_TIMEOUT=150"}, 240s);
+        auto r =
+            sqlock_test::run_command({"/bin/bash", var("SQLOCK_HA_GALERA_SCRIPT"), verb, std::to_string(node)},
+                                     {"SQLOCK_HA_DIR=" + std::string(SQLOCK_HA_GALERA_DIR), "SQLOCK_HA_TIMEOUT=150"},
+                                     240s);
         ASSERT_TRUE(r.ok()) << "galera.sh " << verb << " " << node << ": " << r.err << r.diagnosis;
     }
 };
