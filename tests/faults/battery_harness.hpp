@@ -277,6 +277,9 @@ struct nemesis_ctl {
     std::function<void(milliseconds)> sleep;
     /// The member of that label (its proxy, its direct URL).
     std::function<lock_db&(std::string const&)> member;
+    /// Builds the lock table's table-cache entries on a cluster node (a direct URL; see warm_trigger_cache) while
+    /// the node's workers are kept off it: a node restarted during the run.
+    std::function<void(std::string const&)> warm_node;
     /// The run's end: faults after it are not seen by the workers.
     std::chrono::steady_clock::time_point end;
 };
@@ -485,8 +488,11 @@ private:
     /// got its triggers cut short ("Trigger ... has an error in its body", "Query was empty"; docs/ha/galera.md),
     /// and the node's DML failed on it for the rest of the run. So each node builds its entries of the lock table
     /// now, while no worker writes: as many as the node's clients and appliers can use at once, held together
-    /// (LOCK TABLES READ) so that each is a separate entry, then checked by a DML that fires nothing.
-    void warm_trigger_cache(std::string const& url) {
+    /// (LOCK TABLES READ) so that each is a separate entry, then checked by a DML that fires nothing. On a node
+    /// of a cluster that takes writes (`live`: a node rejoining during the run) LOCK TABLES READ would hold off the
+    /// node's appliers and deadlock with the next session's LOCK TABLES queued behind them, so each session holds
+    /// its entry by HANDLER ... OPEN, which lets writers through.
+    void warm_trigger_cache(std::string const& url, bool live = false) {
         std::size_t const nodes = s_.worker_urls.size();
         std::size_t const workers = (static_cast<std::size_t>(s_.processes) + nodes - 1) / nodes;
         std::size_t const entries =
@@ -494,9 +500,14 @@ private:
         std::vector<std::unique_ptr<soci::session>> holders;
         for (std::size_t i = 0; i < entries; ++i) {
             holders.push_back(sqlock_test::raw_session(e_, url));
-            *holders.back() << "LOCK TABLES " + tables_ + "_locks READ";
+            if (live) {
+                *holders.back() << "SET SESSION lock_wait_timeout = 30";
+                *holders.back() << "HANDLER " + tables_ + "_locks OPEN";
+            } else {
+                *holders.back() << "LOCK TABLES " + tables_ + "_locks READ";
+            }
         }
-        for (auto& h : holders) *h << "UNLOCK TABLES";
+        for (auto& h : holders) *h << (live ? "HANDLER " + tables_ + "_locks CLOSE" : std::string("UNLOCK TABLES"));
         for (auto& h : holders) {
             try {
                 *h << "DELETE FROM " + tables_ + "_locks WHERE name = ''";
@@ -847,6 +858,7 @@ private:
                     if (d.label == label) return d;
                 throw std::invalid_argument("the nemesis script names no member of the run: " + label);
             };
+            ctl.warm_node = [this](std::string const& url) { warm_trigger_cache(url, true); };
             ctl.end = end_;
             s_.nemesis_script(ctl);
             // The members may have restarted: the checks and the cleanup read them on new sessions.

@@ -15,7 +15,7 @@ sqlock_test_target(sqlock_ha_galera_tests)
 # CI's subset (fault-smoke): the counter storm across the three nodes (K1, K4, K7, K9), the row lock both ways and the
 # CLI experiment (the table lock across nodes, 45/45): 34 s with the cluster's start and the doctor's Galera check on a
 # loaded machine (load 14), the storm 9 s. The storm while a node is killed and rejoins runs with
-# `scripts/battery.sh ha` (docs/ha/galera.md, "Known test issue").
+# `scripts/battery.sh ha` (60 s, two restarts; docs/ha/galera.md, "Rejoined nodes").
 sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_smoke
                       FILTER "GaleraTest.CounterStormAcrossNodes:GaleraTest.RowLock*:GaleraTest.Cli*"
                       LABELS ha fault-smoke FIXTURE ha_galera SERIAL)
