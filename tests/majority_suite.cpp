@@ -291,6 +291,50 @@ TEST_F(Majority, StalledMemberCostsOnlyItsTimeout) {
         << at(2).events.all();
 }
 
+// Issue 21: an attempt settles as soon as a majority of the members granted
+// (and gave their token counters); it does not wait out member_timeout for the
+// rest, whose grants the lease adopts when they answer. mariadb is stalled
+// (nothing relayed) and member_timeout (30 s) is longer than the stores'
+// io_timeout (20 s). Checked by order, not time: when try_acquire returns the
+// lease, mariadb's call is still in flight (its connection still open, nothing
+// answered, no row there); resumed, that very call's insert lands and answers,
+// and the lease returned before adopts it and releases it with the others.
+// (Before: the attempt waited for every member up to member_timeout, so it
+// returned only after the stalled call had given up at its io_timeout and
+// hung up its connection.)
+TEST_F(Majority, SettlesOnAMajorityWhileAMemberIsStalled) {
+    locker M = majority(60s, {.member_timeout = 30s, .auto_renew = false});
+    {
+        auto warm = M.try_acquire(n("warm-up"));  // every member has an open pooled connection
+        ASSERT_TRUE(warm.has_value());
+        warm->release();
+    }
+    std::string const name = n("settle-early");
+    auto const hangups = at(2).proxy->client_hangups();
+    at(2).proxy->stall();
+    std::optional<lease> l;
+    std::string const what = outcome_of([&] { l = M.try_acquire(name); });
+    ASSERT_EQ(what, "returned");
+    ASSERT_TRUE(l.has_value()) << "not granted with one of three members stalled; rows on: " << holders_of(name);
+    EXPECT_EQ(at(2).proxy->client_hangups(), hangups)
+        << "the stalled member's call gave up (its connection was hung up) before the lease was returned: the "
+           "attempt waited for it instead of settling on the majority";
+    EXPECT_FALSE(row_on(2, name).has_value()) << "the stalled member holds a row: the stall relayed the insert";
+    EXPECT_TRUE(row_on(0, name).has_value());
+    EXPECT_TRUE(row_on(1, name).has_value());
+
+    at(2).proxy->resume();
+    EXPECT_TRUE(eventually([&] { return row_on(2, name).has_value(); }, 15s))
+        << "the stalled member's insert never landed: its call had ended before the lease was returned";
+    EXPECT_TRUE(l->held()) << to_string(l->state());
+    EXPECT_EQ(outcome_of([&] { l->release(); }), "returned");
+    EXPECT_TRUE(eventually([&] { return at(2).events.count(event_kind::released, name) == 1; }, 10s))
+        << "mariadb's late grant was not released once; its events:\n"
+        << at(2).events.all();
+    EXPECT_TRUE(eventually([&] { return holders_of(name) == "none"; }, 10s))
+        << "rows left after the release on: " << holders_of(name);
+}
+
 /// How many threads this process has now (/proc/self/task), but the fault
 /// proxies' (one per connection, which the members' stores may open meanwhile).
 std::size_t thread_count() {
