@@ -11,6 +11,7 @@
 #include <sqlock/majority.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -722,9 +723,10 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     } closing{[&close] { close(nullptr); }};  // any path that hands out no lease
 
     auto* me = this;
+    auto settled = std::make_shared<std::atomic<bool>>(false);
     auto acquires = fanout<answer>::start(
         pool_, members_.size(),
-        [me, name, owner](std::size_t i) -> answer {
+        [me, name, owner, settled](std::size_t i) -> answer {
             // Still on this owner's previous attempt: busy, as the member itself would say once
             // that attempt's grant lands (this attempt is another), and the wait goes on.
             auto claim = me->claim_member(i, name, owner);
@@ -740,6 +742,8 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
             answer a{answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
             // The token's first read, in the same call: no round of its own. Safe before any
             // exclusion: the write round alone carries the token's safety (docs/majority.md).
+            // A grant after the round settled needs no read, and its give-back no delay.
+            if (settled->load()) return a;
             try {
                 auto read = me->members_[i].locker->read_token(name, clock::now() + me->member_timeout_);
                 a.value = read.value;
@@ -760,6 +764,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
         return joined_reads(r) >= quorum_ || refused_count(r) > members_.size() - quorum_;
     });
+    settled->store(true);
 
     std::vector<std::shared_ptr<lease_row>> rows(members_.size());
     std::vector<std::size_t> granted;
