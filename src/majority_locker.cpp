@@ -705,8 +705,9 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
             outcome->lease = lease;
             parked.swap(outcome->parked);
         }
-        for (auto& [i, a] : parked) {
-            if (lease && lease->adopt(i, a.row)) continue;  // its claim ends with `parked`
+        for (auto& p : parked) {
+            auto& a = p.second;
+            if (lease && lease->adopt(p.first, a.row)) continue;  // its claim ends with `parked`
             try {
                 pool_.run([a]() mutable noexcept {
                     give_back(a.row);
