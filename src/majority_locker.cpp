@@ -311,12 +311,13 @@ public:
         for (auto& r : rows_snapshot()) give_back(r);
     }
 
-    /// A member that answered after the grant: one more member that holds it.
+    /// A member that answered after the grant: one more member that holds it (its expiry counts).
     bool adopt(std::size_t i, std::shared_ptr<lease_row> row) {
         std::lock_guard lock(rows_mutex_);
         auto s = state();
         if (closed_ || (s != lease_state::held && s != lease_state::in_doubt)) return false;
         if (rows_[i]) return false;
+        lower_expiry(duration_cast<microseconds>(row->expires_at().time_since_epoch()).count());
         rows_[i] = std::move(row);
         return true;
     }
