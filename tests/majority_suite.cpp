@@ -837,7 +837,7 @@ TEST_F(Majority, ExpiryIsTheEarliestOfTheMembersDatabases) {
     EXPECT_TRUE(all_granted) << "a healthy member did not grant; rows on " << holders_of(name);
     auto const at_grant = earliest_on_members();
     ASSERT_TRUE(at_grant.has_value()) << "no member has a row of " << name;
-    EXPECT_TRUE(eventually([&] { return us(l->expires_at()) == *at_grant; }, 10s))
+    ASSERT_TRUE(eventually([&] { return us(l->expires_at()) == *at_grant; }, 5s))
         << "at the grant: " << us(l->expires_at()) << ", the members' earliest " << *at_grant << "; rows on "
         << holders_of(name);
 
