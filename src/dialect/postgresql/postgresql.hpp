@@ -31,7 +31,7 @@ struct pg_cache final : statement_cache {
     long long locked = 0;                   // out: when the row was locked
     int rows = 0;                           // out
     std::optional<soci::statement> row_exists, row_record, row_keep, row_commit, row_rollback;
-    bool row_try_prepared = false, row_wait_prepared = false;  // libpq's own statements (see lock_row)
+    bool row_begin_prepared = false, row_try_prepared = false, row_wait_prepared = false;  // libpq's own (lock_row)
 };
 
 class postgresql_dialect final : public dialect {

@@ -27,17 +27,20 @@ using result_ptr = std::unique_ptr<PGresult, result_deleter>;
 bool postgresql_dialect::begin_and_lock(pooled_session ps, bool waits) const {
     auto& c = cache(ps);
     PGconn* conn = static_cast<soci::postgresql_session_backend*>(ps.session.get_backend())->conn_;
-    char const* const name = waits ? "sqlock_row_wait" : "sqlock_row_try";
-    if (bool& prepared = waits ? c.row_wait_prepared : c.row_try_prepared; !prepared) {
-        result_ptr r(PQprepare(conn, name, (waits ? wait_lock_sql_ : try_lock_sql_).c_str(), 0, nullptr));
+    auto const prepare = [&](bool& done, char const* name, char const* sql) {
+        if (done) return;
+        result_ptr r(PQprepare(conn, name, sql, 0, nullptr));
         if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) fail(conn, r.get());
-        prepared = true;
-    }
+        done = true;
+    };
+    char const* const name = waits ? "sqlock_row_wait" : "sqlock_row_try";
+    prepare(c.row_begin_prepared, "sqlock_row_begin", "BEGIN");
+    prepare(waits ? c.row_wait_prepared : c.row_try_prepared, name, (waits ? wait_lock_sql_ : try_lock_sql_).c_str());
     std::array<char const*, 5> values{c.name.c_str(), c.owner.c_str(), c.idle.c_str(), c.probe.c_str(),
                                       c.lock_timeout.c_str()};
     // SOCI has no pipelining: BEGIN and the lock go out together, their answers are read after.
     if (PQenterPipelineMode(conn) != 1 ||
-        PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) != 1 ||
+        PQsendQueryPrepared(conn, "sqlock_row_begin", 0, nullptr, nullptr, nullptr, 0) != 1 ||
         PQsendQueryPrepared(conn, name, waits ? 5 : 4, values.data(), nullptr, nullptr, 0) != 1 ||
         PQpipelineSync(conn) != 1) {
         (void)PQexitPipelineMode(conn);
