@@ -100,8 +100,7 @@ void session_watch::state::run() {
             // Unwatched or paused since the wait began: the event belongs to the statement.
             if (it == entries.end() || it->second.paused) continue;
             it->second.reading = true;
-            bool const hung_up =
-                (events[static_cast<std::size_t>(i)].events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0;
+            bool const hung_up = (events[static_cast<std::size_t>(i)].events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0;
             to_read.emplace_back(ticket, hung_up);
             sessions.emplace_back(it->second.session, hung_up);
         }

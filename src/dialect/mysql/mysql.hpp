@@ -153,8 +153,8 @@ inline MYSQL_BIND integer_param(long long& value) {
 struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
     // The row lock's.
-    std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record,
-        row_keep, row_rollback;
+    std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record, row_keep,
+        row_rollback;
     long long idle_seconds = 0;  // idle_transaction_timeout as the row lock last set it (0: unknown)
     int keepalive_seconds = 0;   // the TCP keepalive the row lock last set on the socket (0: none)
 };

@@ -92,8 +92,7 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
                     " WHERE name = $1 FOR UPDATE SKIP LOCKED)"
                     " UPDATE " +
                     rows + " AS r" + record + " FROM l," + settings(false) + " WHERE r.name = l.name" + returning;
-    wait_lock_sql_ =
-        "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = $1" + returning;
+    wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = $1" + returning;
     record_token_sql_ = "UPDATE " + rows + " SET token = :token WHERE name = :name";
     exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     keep_sql_ = "SELECT ";  // appended: GCC 12 warns falsely on "lit" + string&& (bug 105329)
