@@ -504,15 +504,20 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
     };
     bool joined_some = false;
     // The first read comes with the grants when a majority of joined members gave one.
-    bool carried = joined_reads(first) >= quorum_;
+    std::optional<std::vector<std::optional<answer>>> carried;
+    if (joined_reads(first) >= quorum_) carried = std::move(first);
     for (int round = 0; round < 3 && clock::now() < valid_until; ++round) {
         // A majority of joined members' counters is enough: it shares a member with the majority
         // the last token was won on, and the write round alone carries the safety.
-        auto reads = carried ? std::move(first)
-                             : fanout<answer>::start(pool_, granted.size(), read_call)
-                                   ->settle(std::min(valid_until, clock::now() + member_timeout_),
-                                            [&](auto const& r) { return joined_reads(r) >= quorum_; });
-        carried = false;
+        std::vector<std::optional<answer>> reads;
+        if (carried) {
+            reads = std::move(*carried);
+            carried.reset();
+        } else {
+            reads = fanout<answer>::start(pool_, granted.size(), read_call)
+                        ->settle(std::min(valid_until, clock::now() + member_timeout_),
+                                 [&](auto const& r) { return joined_reads(r) >= quorum_; });
+        }
         // Only members whose counters were seeded under their present identity count.
         std::vector<std::size_t> counted;  // indexes into granted
         std::vector<std::string> ids;
