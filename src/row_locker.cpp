@@ -35,7 +35,9 @@ public:
               std::string owner, grant const& g, milliseconds ttl, clock::time_point valid_until, connection conn)
         : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
           store_(std::move(store)),
-          conn_(std::move(conn)) {}
+          conn_(std::move(conn)) {
+        conn_->pin();
+    }
 
     ~row_lease() override {
         // Lost or abandoned: roll back so the pooled connection goes back clean.
@@ -180,9 +182,10 @@ protected:
             return std::max(milliseconds(0), duration_cast<milliseconds>(bounds.deadline - clock::now()));
         };
         auto const& opts = store_->options();
-        // The pool is the limit: waiting for a connection shares the caller's deadline.
+        // The pool is the limit: waiting for a connection shares the caller's
+        // deadline, save that a try waits for one lent out for a moment.
         std::optional<connection> c;
-        c.emplace(store_->borrow(what, std::min(left(), opts.pool_wait)));
+        c.emplace(store_->borrow_to_pin(what, std::min(left(), opts.pool_wait)));
         auto const& d = store_->dialect();
         // Once the row is locked, the token is drawn and committed on another
         // connection: durable before the lease exists, and ordered by the row lock.

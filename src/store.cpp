@@ -158,6 +158,18 @@ connection store_impl::leased(slots& pool, std::size_t pos, std::string_view wha
     return c;
 }
 
+connection store_impl::borrow_to_pin(std::string_view what, std::chrono::milliseconds wait) {
+    if (wait > std::chrono::milliseconds(0)) return borrow(what, wait);
+    // A try must not fail because another acquire's token draw holds a
+    // connection for a moment (pool_size + 2 connections serve pool_size holders).
+    constexpr int slice_ms = 20;  // a lent connection may become pinned meanwhile: look again
+    auto const until = clock::now() + options_.pool_wait;
+    std::size_t pos = 0;
+    while (main_.pinned.load(std::memory_order_relaxed) < options_.pool_size && clock::now() < until)
+        if (main_.pool.try_lease(pos, slice_ms)) return leased(main_, pos, what);
+    return borrow(what, wait);
+}
+
 connection store_impl::borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait) {
     std::size_t pos = 0;
     if (!main_.pool.try_lease(pos, 0)) return borrow(what, wait, true);

@@ -43,6 +43,7 @@
 #include <latch>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <typeinfo>
@@ -1023,6 +1024,62 @@ TEST_P(RowLock, PoolExhaustionTimesOutNamingThePool) {
     std::optional<lease> l;
     EXPECT_NO_THROW(l.emplace(L.acquire(third, 5s))) << "a released lease must give its connection back";
     EXPECT_TRUE(l && l->held());
+}
+
+// A try needs no time for the lock, but it does wait for a connection that
+// another acquire has only borrowed (a waiter in the engine's queue here; a
+// token draw under load): only a pool whose connections are all pinned by held
+// leases fails it at once (PoolExhaustionTimesOutNamingThePool). SQLite holds
+// one row lock at a time per file: nothing to borrow the connection meanwhile.
+TEST_P(RowLock, TryWaitsForAConnectionOnlyLentOut) {
+    if (!has_server()) return;
+    sqlock::store one(url_, {.pool_size = 1});  // pool_wait: the default 30 s
+    locker W = sqlock::row_locker(one, {.ttl = 30s});
+    locker H = make_locker({.ttl = 30s});
+    std::string const held = n("lent-held"), other = n("lent-other");
+    (void)W.acquire(held, 5s);  // the rows exist: first use needs no second connection
+    (void)W.acquire(other, 5s);
+    lease h = H.acquire(held, 5s);
+
+    std::stop_source stop;
+    auto waiting = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            (void)W.acquire(held, 60s, stop.get_token());
+            return "acquired";
+        } catch (sqlock::cancelled const&) {
+            return "cancelled";
+        } catch (std::exception const& e) {
+            return describe(e);
+        }
+    });
+    std::optional<long long> holder;
+    bool const parked = server_shows([&] { return parked_waiters(held, holder = holder_session(held)) == 1; });
+    if (!parked) stop.request_stop();
+    ASSERT_TRUE(parked) << "the waiter is not parked in the engine's lock queue; the server's view:\n" << lock_report();
+
+    std::atomic<bool> returned{false};
+    std::string error;
+    auto trying = std::async(std::launch::async, [&] {
+        std::optional<lease> t;
+        try {
+            t = W.try_acquire(other);
+        } catch (std::exception const& e) {
+            error = describe(e);
+        }
+        returned = true;
+        return t;
+    });
+    // Without the wait the try failed at once ("stayed busy for 0 ms"): give
+    // that time to show, then have the waiter give its connection back.
+    bool const early = eventually([&] { return returned.load(); }, 2s);
+    stop.request_stop();
+    EXPECT_FALSE(early) << "the try returned while the pool's only connection was lent to a waiting acquire: " << error;
+    std::optional<lease> t = trying.get();
+    EXPECT_EQ(waiting.get(), "cancelled");
+    ASSERT_TRUE(t.has_value()) << "the try did not get the connection the cancelled acquire gave back: " << error;
+    EXPECT_TRUE(t->held());
+    EXPECT_NO_THROW(t->release());
+    EXPECT_NO_THROW(h.release());
 }
 
 // Creating the lock row on first use must not need a connection beyond the one

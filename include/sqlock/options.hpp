@@ -40,7 +40,9 @@ struct SQLOCK_EXPORT store_options {
     std::chrono::milliseconds lock_wait_timeout = std::chrono::seconds(5);
 
     /// How long an operation waits for a free pooled connection. A waiting
-    /// `acquire` never waits past its own deadline for one.
+    /// `acquire` never waits past its own deadline for one; a row lock's
+    /// `try_acquire` waits for one only lent out for a moment, and gives up at
+    /// once when every connection is pinned by a held row lock.
     std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
 
     /// The client-side bound on one statement, beyond any wait the engine is

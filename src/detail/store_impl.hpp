@@ -40,6 +40,8 @@ struct slots {
     std::vector<char> open;  // per slot; touched only by the thread that leased the slot
     // Per slot, like `open`. Declared after the pool: destroyed before its sessions close.
     std::vector<std::unique_ptr<prepared_statements>> prepared;
+    // How many slots are pinned by held leases (`connection::pin`), as opposed to lent for one statement.
+    std::atomic<std::size_t> pinned{0};
 };
 
 /// A pooled connection borrowed for one operation; given back on destruction.
@@ -48,7 +50,10 @@ public:
     connection(class store_impl& owner, slots& pool, std::size_t pos) noexcept
         : owner_(&owner), pool_(&pool), pos_(pos) {}
     connection(connection&& other) noexcept
-        : owner_(std::exchange(other.owner_, nullptr)), pool_(other.pool_), pos_(other.pos_) {}
+        : owner_(std::exchange(other.owner_, nullptr)),
+          pool_(other.pool_),
+          pos_(other.pos_),
+          pinned_(std::exchange(other.pinned_, false)) {}
     connection& operator=(connection&&) = delete;
     ~connection();
 
@@ -60,11 +65,14 @@ public:
     /// Close it now (its prepared statements first, without waiting on the
     /// server), and reopen it on its next use.
     void close() noexcept;
+    /// Held by a lease until it is given back (counted in `slots::pinned`).
+    void pin() noexcept;
 
 private:
     class store_impl* owner_;
     slots* pool_;
     std::size_t pos_;
+    bool pinned_ = false;
 };
 
 /// The client-side bound on every statement. libpq has no timeout of its own
@@ -163,6 +171,11 @@ public:
     /// @throws timeout when the pool stays exhausted; backend_unavailable when connecting fails.
     [[nodiscard]] connection borrow(std::string_view what);
     [[nodiscard]] connection borrow(std::string_view what, std::chrono::milliseconds wait, bool reserved = false);
+    /// A main connection for a lease to pin, waiting up to `wait`. With no time
+    /// left (a try) it still waits, up to `pool_wait`, while some connection is
+    /// only lent out (a token draw, a statement), and gives up at once when every
+    /// one is pinned by a held lease.
+    [[nodiscard]] connection borrow_to_pin(std::string_view what, std::chrono::milliseconds wait);
     /// A free main connection at once, else a reserved one (waiting up to `wait`).
     [[nodiscard]] connection borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait);
 
@@ -242,7 +255,12 @@ private:
 
 inline connection::~connection() {
     // In a forked child the pool is the parent's copy, its mutex perhaps held by a parent's thread: leave it.
-    if (owner_ != nullptr && !forked_from(owner_->pid_)) pool_->pool.give_back(pos_);
+    if (owner_ == nullptr || forked_from(owner_->pid_)) return;
+    if (pinned_) pool_->pinned.fetch_sub(1, std::memory_order_relaxed);
+    pool_->pool.give_back(pos_);
+}
+inline void connection::pin() noexcept {
+    if (!std::exchange(pinned_, true)) pool_->pinned.fetch_add(1, std::memory_order_relaxed);
 }
 inline soci::session& connection::session() const { return pool_->pool.at(pos_); }
 inline void connection::mark_broken() noexcept { pool_->open[pos_] = 0; }
