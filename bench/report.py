@@ -46,8 +46,8 @@ IMPL_TITLE = {
 # What run.sh runs, for the rows of a suite that did not run at all.
 HANDOFF_GRID = [
     ("postgresql", "", ["notify", "row-queue", "poll", "in-process"]),
-    ("mysql", "", ["row-queue", "poll", "in-process"]),
-    ("sqlite", "sync=full", ["poll", "in-process"]),
+    ("mysql", "", ["notify", "row-queue", "poll", "in-process"]),
+    ("sqlite", "sync=full", ["notify", "poll", "in-process"]),
 ]
 REAPER_ENGINES = ["postgresql", "mysql"]
 RENEWAL_ENGINES = ["postgresql", "mysql"]
@@ -675,8 +675,9 @@ class Page:
             every_client("table lock ≥ 0.9× the floor", f"{title}, 1/4/16 clients", "sqlock-table", "floor",
                          "sqlite", variant, 0.9)
         for engine, _, title, _ in LANES[:2]:
-            every_client("row lock ≥ 0.9× `BEGIN; SELECT … FOR UPDATE; COMMIT`", f"{title}, 1/4/16 clients",
-                         "sqlock-row", "floor-rowlock", engine, "", 0.9)
+            want = 0.9 if engine == "postgresql" else 0.5  # MariaDB's floor flushes nothing; a durable token must
+            every_client(f"row lock ≥ {want}× `BEGIN; SELECT … FOR UPDATE; COMMIT`", f"{title}, 1/4/16 clients",
+                         "sqlock-row", "floor-rowlock", engine, "", want)
 
         def handoff_target(target, where, engine, path, limit_us):
             h = d.one(suite="handoff", engine=engine, path=path)
@@ -688,17 +689,28 @@ class Page:
         handoff_target("hand-off p50 ≤ 0.4 ms with row locks", "PostgreSQL, `row-queue`", "postgresql",
                        "row-queue", 400)
         handoff_target("hand-off p50 ≤ 0.4 ms with row locks", "MariaDB, `row-queue`", "mysql", "row-queue", 400)
+        for engine, variant, limit_us in (("mysql", "", 1000), ("sqlite", "sync=full", 2000)):
+            # Across stores (as across processes): the engine's announcement; `poll` where it has none.
+            path = "notify" if d.one(suite="handoff", engine=engine, path="notify") else "poll"
+            title = ENGINE_TITLE[engine]
+            handoff_target(f"hand-off across processes p50 ≤ {limit_us // 1000} ms", f"{title}, `{path}`",
+                           engine, path, limit_us)
         every_client("≥ 3× tooz", "PostgreSQL, 1/4/16 clients", "sqlock-table", "tooz", "postgresql", "", 3.0)
         every_client("≥ 1× tooz", "MariaDB, 1/4/16 clients", "sqlock-table", "tooz", "mysql", "", 1.0)
 
         _, _, base, _, healthy, stopped = self.majority_sets()
         b = time_per_cycle_us(base[-1]) if base else None
-        for label, recs in (("healthy", healthy), ("one member stopped", stopped)):
-            t = time_per_cycle_us(recs[-1]) if recs else None
-            r = ratio(t, b)
-            measured = "—" if r is None else f"{fratio(r)} ({fus(t)} against {fus(b)} per cycle on one member)"
-            rows.append(["majority ≤ 1.3× one member (time per cycle)", f"3 members, {label}"]
-                        + verdict(None if r is None else r <= 1.3, measured, *(recs[-1:] + base[-1:])))
+        h = time_per_cycle_us(healthy[-1]) if healthy else None
+        r = ratio(h, b)
+        measured = "—" if r is None else f"{fratio(r)} ({fus(h)} against {fus(b)} per cycle on one member)"
+        rows.append(["majority ≤ 2× one member (time per cycle)", "3 members, healthy"]
+                    + verdict(None if r is None else r <= 2.0, measured, *(healthy[-1:] + base[-1:])))
+        t = time_per_cycle_us(stopped[-1]) if stopped else None
+        r = ratio(t, h)
+        measured = "—" if r is None else f"{fratio(r)} ({fus(t)} against {fus(h)} per cycle, all members up)"
+        rows.append(["majority with one member stopped ≤ 1.2× the healthy majority (time per cycle)",
+                     "3 members, one stopped"]
+                    + verdict(None if r is None else r <= 1.2, measured, *(stopped[-1:] + healthy[-1:])))
 
         for e in sorted({r["engine"] for r in d.find(suite="reaper")} | {"postgresql"},
                         key=lambda e: (e != "postgresql", e)):
@@ -709,8 +721,16 @@ class Page:
             m = f"{fnum(rate)} rows/s" if rate is not None else "—"
             if idle and num(idle.get("rows_per_s")) is not None:
                 m += f" (idle: {fnum(idle.get('rows_per_s'))} rows/s)"
-            rows.append(["reaper ≥ 100,000 rows/s with live traffic", t]
-                        + verdict(None if rate is None else rate >= 100000, m, live, idle))
+            if e == "mysql":  # issue 21: MariaDB's goal is the idle rate
+                rate = num(idle.get("rows_per_s")) if idle else None
+                m = f"{fnum(rate)} rows/s" if rate is not None else "—"
+                if live and num(live.get("rows_per_s")) is not None:
+                    m += f" (with live traffic: {fnum(live.get('rows_per_s'))} rows/s)"
+                rows.append(["reaper ≥ 100,000 rows/s idle", t]
+                            + verdict(None if rate is None else rate >= 100000, m, idle, live))
+            else:
+                rows.append(["reaper ≥ 100,000 rows/s with live traffic", t]
+                            + verdict(None if rate is None else rate >= 100000, m, live, idle))
             r = ratio(live and live.get("acquire_p99_us"), live and live.get("baseline_p99_us"))
             m = "—" if r is None else (f"{fratio(r)} ({fus(live.get('acquire_p99_us'))} against "
                                        f"{fus(live.get('baseline_p99_us'))})")
