@@ -281,8 +281,8 @@ void io_deadlines::run(std::stop_token const& stop) {
 
 release_hub& store_impl::hub() {
     std::call_once(listener_once_, [this] {
-        listener_ = dialect_->listen(connect_string_, [this](std::string_view name) {
-            if (!name.empty()) notifications_.fetch_add(1, std::memory_order_relaxed);
+        listener_ = dialect_->listen(connect_string_, [this](std::string_view name, bool heard) {
+            if (heard) notifications_.fetch_add(1, std::memory_order_relaxed);
             hub_.announce(name);
         });
     });
