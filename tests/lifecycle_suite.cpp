@@ -671,6 +671,79 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
     EXPECT_NO_THROW(w->release());
 }
 
+// The same across processes on every engine: the holder and the waiter are two store objects
+// (two pools, two hubs: nothing in-process connects them) on tables of their own, and the
+// waiter polls every 8 hours. Only the engine's announcement can wake it within parked_poll /
+// 1000 of the release: PostgreSQL's NOTIFY, MariaDB's KILL QUERY of the waiter store's parked
+// SLEEP, SQLite's touch of the bell file its store watches with inotify. The waiter's first
+// busy answer marks the row (seen here), and on MariaDB its store's SLEEP is parked before the
+// release (seen in the process list); SQLite arms its watch before the waiter's first try.
+TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
+    std::string const tables = "sqlh" + random_hex(8);
+    sqlock::store_options const opts{.create_schema = true, .table_prefix = tables};
+    sqlock::store holder_store(url_, opts);
+    sqlock::store waiter_store(url_, opts);
+    locker holder = sqlock::table_locker(holder_store, {.ttl = 60s});
+    locker waiter =
+        sqlock::table_locker(waiter_store, {.ttl = 60s, .backoff_min = parked_poll, .backoff_max = parked_poll});
+    std::string const name = n("wake-across");
+
+    lease h = holder.acquire(name, 0ms);
+    std::stop_source give_up;
+    std::atomic<std::int64_t> returned_ns{0};
+    auto got = std::async(std::launch::async, [&] {
+        return_stamp stamp{returned_ns};
+        return waiter.acquire(name, parked_poll, give_up.get_token());
+    });
+    stop_on_exit const cancel_at_exit{give_up};
+    ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
+    ASSERT_TRUE(eventually([&] {
+        int marked = 0;
+        std::string const waits = e_ == engine::postgresql ? "waiters" : "waiters <> 0";
+        *raw_ << "SELECT COUNT(*) FROM " + tables + "_locks WHERE name = :n AND " + waits, soci::use(name, "n"),
+            soci::into(marked);
+        return marked == 1;
+    }, 30s)) << "the waiting acquire did not mark the row";
+    if (e_ == engine::postgresql) {
+        ASSERT_TRUE(listener_ready(holder_store, waiter_store, n("wake-across-probe")))
+            << "the waiter's store never received a notification: its LISTEN connection is not up";
+    }
+    if (e_ == engine::mysql) {
+        std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
+        ASSERT_TRUE(eventually([&] {
+            int parked = 0;
+            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
+                soci::into(parked);
+            return parked >= 1;
+        }, 30s)) << "the waiter's store never parked its listener";
+    }
+    ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
+    std::uint64_t const notifications_before = waiter_store.stats().notifications;
+
+    std::int64_t const released_ns = steady_ns();
+    h.release();
+    if (got.wait_for(prompt) != std::future_status::ready) {
+        give_up.request_stop();
+        got.wait_for(60s);
+        FAIL() << "the waiter of another store was still parked " << prompt.count()
+               << " ms after the release: no announcement reached it";
+    }
+    std::optional<lease> w;
+    try {
+        w.emplace(got.get());
+    } catch (std::exception const& e) {
+        FAIL() << "the woken waiter did not get the lock: " << describe(e);
+    }
+    std::int64_t const handoff_ns = returned_ns.load() - released_ns;
+    EXPECT_LT(handoff_ns, std::chrono::nanoseconds(prompt).count()) << "the hand-off took " << ms_text(handoff_ns);
+    RecordProperty("handoff_us", static_cast<int>(handoff_ns / 1000));
+    EXPECT_TRUE(w->held());
+    EXPECT_GT(w->token(), h.token());
+    EXPECT_GT(waiter_store.stats().notifications, notifications_before)
+        << "the waiter's store heard no announcement of the release";
+    EXPECT_NO_THROW(w->release());
+}
+
 // ============================================================ 7. cancellation
 
 // A waiter parked between polls (every 8 hours) is cancelled through its

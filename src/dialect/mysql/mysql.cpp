@@ -6,7 +6,14 @@ namespace sqlock::detail::mysql_engine {
 mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
-    release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
+    release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ? RETURNING waiters";
+    // waiters + 1 changes the row every time, so the affected count says whether it was there.
+    mark_sql_ = "UPDATE " + locks_ + " SET waiters = waiters + 1 WHERE name = ? AND expires_at >= NOW(6)";
+    // Shorter than the connection's read timeout (at least 32 s, connect_string).
+    bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";
+    listeners_sql_ =
+        "SELECT QUERY_ID FROM information_schema.PROCESSLIST"
+        " WHERE INFO = :bell AND DB = DATABASE() AND ID <> CONNECTION_ID()";
     // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
     // comes back in the statement's OK packet (mysql_stmt_insert_id): the
     // token without a second statement. INSERT ... SELECT: MySQL refuses a

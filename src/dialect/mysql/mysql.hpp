@@ -151,7 +151,7 @@ inline MYSQL_BIND integer_param(long long& value) {
 
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
-    std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
+    std::optional<server_statement> call_acquire, call_renew, delete_row, mark_waiting, draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
         row_keep, row_commit, row_rollback;
@@ -203,8 +203,16 @@ public:
     idle_news read_idle(soci::session& s, bool hung_up) const override;
     failure classify(soci::soci_error const& e, soci::session&) const override;
     std::string native_code(soci::soci_error const& e) const override;
+    // A connection of its own parked in bell_sql_ (a SLEEP), which a release that a waiter
+    // marked interrupts with KILL QUERY ID: MariaDB has no NOTIFY.
+    std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
 
     // ---- the schema (schema.cpp) ----
+    std::vector<std::pair<std::string, std::string>> added_columns() const override {
+        auto columns = dialect::added_columns();
+        columns.emplace_back("waiters", "BIGINT NOT NULL DEFAULT 0");
+        return columns;
+    }
     std::optional<std::string> relaxed_durability(soci::session& s) const override;
     bool multi_writer_cluster(soci::session& s) const override;
     // The procedures are part of the schema: a store on tables without them
@@ -212,8 +220,12 @@ public:
     std::vector<std::string> required_tables() const override;
 
     // ---- the table lock (table_lock.cpp) ----
+    // `waiting` and busy: the live row is marked (its release will ring), in a second statement;
+    // when that finds the row gone, the acquire is tried once more.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool /*waiting*/, bool retry) const override;
+                  std::int64_t ttl_us, bool waiting, bool retry) const override;
+    // When a waiter marked the row: KILL QUERY ID to every listener of this database and prefix
+    // that this user can see (its own threads); a refusal leaves those waiters to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
@@ -286,6 +298,10 @@ private:
     std::string acquire_sql_;
     std::string renew_sql_;
     std::string release_sql_;
+    std::string mark_sql_;
+    std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
+    std::string listeners_sql_;  // the query ids of the parked listeners
+    void ring(soci::session& s) const;
     std::string draw_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;

@@ -4,7 +4,7 @@
 namespace sqlock::detail::mysql_engine {
 
 grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                             std::int64_t ttl_us, bool /*waiting*/, bool retry) const {
+                             std::int64_t ttl_us, bool waiting, bool retry) const {
     auto& c = cache(ps);
     prepared(c.call_acquire, ps, acquire_sql_);
     long long id = attempt, again = retry ? 1 : 0, ttl = ttl_us, budget = budget_us(ps.session);
@@ -16,7 +16,19 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
                                      integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
-    bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+    bool got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+    if (waiting && (!got || row[0] != 1)) {
+        prepared(c.mark_waiting, ps, mark_sql_);
+        unsigned long mark_length = 0;
+        std::array<MYSQL_BIND, 1> mark{bytes_param(name, mark_length)};
+        std::array<long long, 0> none{};
+        bool const marked = on(c.mark_waiting, [&](server_statement& st) {
+            (void)st.execute(mark.data(), none);
+            return st.affected_rows() > 0;
+        });
+        // Released between the two statements: nobody would ring for us, so try again now.
+        if (!marked) got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+    }
     // The pause a client can still take inside an acquire: after the server
     // decided and committed, before the caller hears of it.
     SQLOCK_FAILPOINT("mysql.acquire.after_call");
@@ -32,11 +44,30 @@ bool mysql_dialect::release(pooled_session ps, std::string const& name, std::str
     unsigned long name_length = 0, owner_length = 0;
     std::array<MYSQL_BIND, 3> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
                                      integer_param(tok)};
-    std::array<long long, 0> none{};
-    return on(c.delete_row, [&](server_statement& st) {
-        (void)st.execute(params.data(), none);
-        return st.affected_rows() > 0;
-    });
+    std::array<long long, 1> waiters{};
+    bool const deleted =
+        on(c.delete_row, [&](server_statement& st) { return st.execute(params.data(), waiters); });
+    if (deleted && waiters[0] != 0) ring(ps.session);
+    return deleted;
+}
+
+void mysql_dialect::ring(soci::session& s) const {
+    try {
+        std::vector<long long> ids(64);
+        s << listeners_sql_, soci::use(bell_sql_, "bell"), soci::into(ids);
+        for (auto id : ids) {
+            try {
+                s << "KILL QUERY ID " + std::to_string(id);
+            } catch (soci::mysql_soci_error const& e) {
+                if (e.err_num_ >= CR_MIN_ERROR) throw;  // the connection, not the listener
+                // 1957: that SLEEP has ended meanwhile (its listener woke anyway or parks again).
+            }
+        }
+    } catch (soci::soci_error const& e) {
+        // The release has committed: only a broken connection is worth reporting (the executor
+        // reconnects and finds the row gone). Anything else leaves the waiters to their back-off.
+        if (classify(e, s) == failure::connection) throw;
+    }
 }
 
 std::optional<renewal> mysql_dialect::renew(pooled_session ps, std::string const& name, std::string const& owner,
