@@ -688,7 +688,8 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
         sqlock::table_locker(waiter_store, {.ttl = 60s, .backoff_min = parked_poll, .backoff_max = parked_poll});
     std::string const name = n("wake-across");
 
-    lease h = holder.acquire(name, 0ms);
+    // try_acquire: the holder's store starts no listener of its own (it would park a SLEEP too).
+    lease h = *holder.try_acquire(name);
     std::stop_source give_up;
     std::atomic<std::int64_t> returned_ns{0};
     auto got = std::async(std::launch::async, [&] {
@@ -742,6 +743,79 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
     EXPECT_GT(waiter_store.stats().notifications, notifications_before)
         << "the waiter's store heard no announcement of the release";
     EXPECT_NO_THROW(w->release());
+}
+
+// The announcement's channel lost: on MariaDB the waiter store's listener connection killed
+// (KILL <id>), on SQLite its bell file removed. A waiter meanwhile still gets the lock by its
+// back-off (never a hang), the listener comes back by itself (a new parked SLEEP; the bell file
+// made again), and then wakes a waiter parked for 8 hours again. (PostgreSQL's LISTEN connection
+// coming back after a restart is Engines/EngineSuite's server-restart test.)
+TEST_P(Lifecycle, ReleaseAnnouncementsRecoverWhenTheirChannelIsLost) {
+    if (e_ == engine::postgresql) GTEST_SKIP() << "MariaDB's and SQLite's announcement channels";
+    std::string const tables = "sqlh" + random_hex(8);
+    sqlock::store_options const opts{.create_schema = true, .table_prefix = tables};
+    sqlock::store holder_store(url_, opts);
+    sqlock::store waiter_store(url_, opts);
+    locker holder = sqlock::table_locker(holder_store, {.ttl = 60s});
+    locker polling = sqlock::table_locker(waiter_store, {.ttl = 60s, .backoff_min = 10ms, .backoff_max = 50ms});
+    locker parked =
+        sqlock::table_locker(waiter_store, {.ttl = 60s, .backoff_min = parked_poll, .backoff_max = parked_poll});
+    std::string const bell_sql = "SELECT SLEEP(20) AS " + tables + "_bell";
+    auto const listeners = [&] {
+        std::vector<long long> ids(8);
+        *raw_ << "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell_sql, "b"),
+            soci::into(ids);
+        return ids;
+    };
+    std::string const bell_file = e_ == engine::sqlite ? sqlite_path_of(url_) + "-" + tables + "-bell" : "";
+
+    // The listener starts with the waiter store's first waiting acquire.
+    {
+        lease h = *holder.try_acquire(n("start"));
+        auto got = std::async(std::launch::async, [&] { return polling.acquire(n("start"), 30s); });
+        ASSERT_TRUE(eventually([&] { return polling.stats().busy >= 1; }, 30s));
+        h.release();
+        got.get().release();
+    }
+    if (e_ == engine::mysql) {
+        ASSERT_TRUE(eventually([&] { return !listeners().empty(); }, 30s)) << "no listener parked";
+        auto const before = listeners();
+        ASSERT_EQ(before.size(), 1U);
+        *raw_ << "KILL " + std::to_string(before[0]);
+    } else {
+        ASSERT_TRUE(std::filesystem::exists(bell_file)) << bell_file;
+        std::filesystem::remove(bell_file);
+    }
+
+    // Meanwhile a waiter gets a released lock by its back-off.
+    {
+        lease h = *holder.try_acquire(n("meanwhile"));
+        auto got = std::async(std::launch::async, [&] { return polling.acquire(n("meanwhile"), 30s); });
+        ASSERT_TRUE(eventually([&] { return polling.stats().busy >= 2; }, 30s));
+        h.release();
+        lease w = got.get();  // a timeout here: the lost channel stopped the back-off too
+        EXPECT_TRUE(w.held());
+    }
+
+    // Back by itself.
+    if (e_ == engine::mysql) {
+        ASSERT_TRUE(eventually([&] { return !listeners().empty(); }, 30s)) << "the listener did not reconnect";
+    } else {
+        ASSERT_TRUE(eventually([&] { return std::filesystem::exists(bell_file); }, 30s))
+            << "the listener did not make its bell file again";
+    }
+    lease h = *holder.try_acquire(n("after"));
+    std::stop_source give_up;
+    auto got = std::async(std::launch::async, [&] { return parked.acquire(n("after"), parked_poll, give_up.get_token()); });
+    stop_on_exit const cancel_at_exit{give_up};
+    ASSERT_TRUE(eventually([&] { return parked.stats().busy >= 1; }, 30s)) << "the waiter never tried";
+    h.release();
+    if (got.wait_for(prompt) != std::future_status::ready) {
+        give_up.request_stop();
+        got.wait_for(60s);
+        FAIL() << "after the channel came back, a release did not wake the parked waiter";
+    }
+    EXPECT_TRUE(got.get().held());
 }
 
 // ============================================================ 7. cancellation
