@@ -818,6 +818,28 @@ TEST_P(Lifecycle, ReleaseAnnouncementsRecoverWhenTheirChannelIsLost) {
     EXPECT_TRUE(got.get().held());
 }
 
+// A lock table from before the waiters column (MariaDB, SQLite; PostgreSQL's is
+// HotPathPostgres.LockTableWithoutTheWaitersColumnIsRefusedOrUpgraded): refused at open with the
+// ALTER TABLE to run, and create_schema adds the column (no ADD COLUMN IF NOT EXISTS there).
+TEST_P(Lifecycle, LockTableWithoutTheWaitersColumnIsRefusedOrUpgraded) {
+    if (e_ == engine::postgresql) GTEST_SKIP() << "HotPathPostgres covers PostgreSQL";
+    std::string const tables = "sqlh" + random_hex(8);
+    { sqlock::store made(url_, {.create_schema = true, .table_prefix = tables}); }
+    *raw_ << "ALTER TABLE " + tables + "_locks DROP COLUMN waiters";
+    try {
+        sqlock::store old(url_, {.create_schema = false, .table_prefix = tables});
+        FAIL() << "a lock table without the waiters column was accepted";
+    } catch (sqlock::schema_missing const& e) {
+        std::string const what = e.what();
+        EXPECT_NE(what.find("ALTER TABLE " + tables + "_locks ADD COLUMN waiters"), std::string::npos) << what;
+    }
+    sqlock::store upgraded(url_, {.create_schema = true, .table_prefix = tables});
+    locker locks = sqlock::table_locker(upgraded, {.ttl = 30s});
+    EXPECT_TRUE(locks.try_acquire(n("upgraded")).has_value());
+    int found = 0;
+    *raw_ << "SELECT COUNT(waiters) FROM " + tables + "_locks", soci::into(found);  // throws when still missing
+}
+
 // ============================================================ 7. cancellation
 
 // A waiter parked between polls (every 8 hours) is cancelled through its
