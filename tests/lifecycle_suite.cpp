@@ -608,16 +608,15 @@ bool listener_ready(sqlock::store& notifying, sqlock::store& listening, std::str
 //  - PostgreSQL: the holder is on another store object (its own pool), so only
 //    the release's NOTIFY, through the waiter store's LISTEN connection, can
 //    reach the waiter: the wake-up that also works across processes.
-//  - MariaDB, SQLite: the engines have no wake-up across processes (waiters of
-//    other processes poll, docs/choosing-a-lock.md); what they have is the
-//    in-process one, the store's release hub: the holder shares the waiter's
-//    store, and that is what this instance proves.
+//  - MariaDB, SQLite: the holder shares the waiter's store: this instance
+//    proves the in-process wake-up, the store's release hub. Their wake-up
+//    across processes is ReleaseWakesAParkedWaiterOfAnotherStore below.
 TEST_P(Lifecycle, ReleaseWakesAParkedWaiter) {
     std::optional<sqlock::store> other_store;
     if (e_ == engine::postgresql) other_store.emplace(url_, sqlock::store_options{.create_schema = true});
     sqlock::store& holder_store = other_store ? *other_store : *db_;
     RecordProperty("wake_up", e_ == engine::postgresql ? "NOTIFY from another store (works across processes)"
-                                                       : "in-process release hub (no wake-up across processes)");
+                                                       : "in-process release hub (across stores: the next test)");
 
     locker holder = sqlock::table_locker(holder_store, {.ttl = 60s});
     locker waiter = make_locker({.backoff_min = parked_poll, .backoff_max = parked_poll});

@@ -162,7 +162,8 @@ struct scenario {
     std::map<std::string, std::string> mysql_globals;
     /// Count the workers' connections on the server (tagged: PostgreSQL application_name, MariaDB a
     /// user of the run) every 50 ms; asserted: never more than the stores' limit, processes ×
-    /// (pool_size + 2 reserved + PostgreSQL's LISTEN connection), plus the reaper's. Not on SQLite.
+    /// (pool_size + 2 reserved + the release listener's connection: PostgreSQL's LISTEN, MariaDB's
+    /// parked SLEEP), plus the reaper's. Not on SQLite.
     bool count_connections = false;
     /// Tag the workers' connections (as count_connections does) without counting them: the session
     /// kill of nemesis_kind::mixed_faults finds them so.
@@ -1235,11 +1236,10 @@ private:
             if (e_ == engine::sqlite || s_.majority) {
                 conn.counts["not_counted"] = 1;  // no server to ask
             } else {
-                // Each worker's store: its pool, 2 reserved connections, and on PostgreSQL the LISTEN connection.
-                long long const per_worker =
-                    (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + (e_ == engine::postgresql ? 1 : 0);
-                long long const limit =
-                    s_.processes * per_worker + (s_.reaper ? 4 + (e_ == engine::postgresql ? 1 : 0) : 0);
+                // Each worker's store: its pool, 2 reserved connections, and the release listener's
+                // connection (PostgreSQL's LISTEN; MariaDB's parked SLEEP since issue 21).
+                long long const per_worker = (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + 1;
+                long long const limit = s_.processes * per_worker + (s_.reaper ? 4 + 1 : 0);
                 conn.counts["max"] = max_connections_;
                 conn.counts["limit"] = limit;
                 conn.counts["samples"] = connection_samples_;
@@ -1253,7 +1253,7 @@ private:
                                                                   "above the stores' limit " +
                                                                   std::to_string(limit) +
                                                                   " (processes × (pool_size + 2 reserved" +
-                                                                  (e_ == engine::postgresql ? " + 1 listener)" : ")") +
+                                                                  " + 1 listener)" +
                                                                   (s_.reaper ? " + the reaper's)" : ")")});
             }
             reports.push_back({std::move(conn), true, true});

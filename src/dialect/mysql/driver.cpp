@@ -46,11 +46,14 @@ private:
         while (!stop.stop_requested()) {
             std::unique_ptr<soci::session> s;
             try {
+                // Connected (bounded by connect_timeout), its socket is published before any statement,
+                // so a stop never waits for an answer; SLEEP needs none of the pooled sessions' settings.
                 s = std::make_unique<soci::session>();
-                dialect_.open(*s, connect_string_);
+                s->open(*soci::factory_mysql(), connect_string_);
                 {
                     std::lock_guard lock(mutex_);
                     fd_ = dialect_.socket_of(*s);
+                    if (fd_ >= 0) (void)::fcntl(fd_, F_SETFD, ::fcntl(fd_, F_GETFD) | FD_CLOEXEC);
                 }
                 retry = std::chrono::milliseconds(100);
                 on_notify_("", false);  // anything released while we were away is unknown

@@ -228,6 +228,8 @@ public:
     // that this user can see (its own threads); a refusal leaves those waiters to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // The operator's force_release rings always, as PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session& s, std::string const&) const override { ring(s); }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 

@@ -154,6 +154,11 @@ public:
     // holder until the row expires; the next durable commit syncs it anyway.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // Touches the bell. The release rings when a waiter marked the row; the operator's
+    // force_release always, as PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session&, std::string const&) const override {
+        if (!bell_path_.empty()) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
+    }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 

@@ -49,7 +49,7 @@ bool sqlite_dialect::release(pooled_session ps, std::string const& name, std::st
     if (relax_release_) c.durable.start(db, durable_sql_).run();  // back to the URL's setting, whatever happened
     if (failed) std::rethrow_exception(failed);
     // Committed: ring. The listeners watch the file's inode; no file, nobody listens.
-    if (waited) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
+    if (waited) notify_release(ps.session, name);
     return deleted;
 }
 
