@@ -55,6 +55,8 @@ private:
                     fd_ = dialect_.socket_of(*s);
                     if (fd_ >= 0) (void)::fcntl(fd_, F_SETFD, ::fcntl(fd_, F_GETFD) | FD_CLOEXEC);
                 }
+                auto* backend = static_cast<soci::mysql_session_backend*>(s->get_backend());
+                dialect_.set_listener_id(static_cast<long long>(mysql_thread_id(backend->conn_)));
                 retry = std::chrono::milliseconds(100);
                 on_notify_("", false);  // anything released while we were away is unknown
                 while (!stop.stop_requested()) {
@@ -71,6 +73,7 @@ private:
             }
             {
                 std::lock_guard lock(mutex_);  // never shut down a descriptor number reused meanwhile
+                dialect_.set_listener_id(0);
                 fd_ = -1;
                 s.reset();
             }

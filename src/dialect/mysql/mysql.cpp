@@ -7,13 +7,21 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
     release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ? RETURNING waiters";
-    // waiters + 1 changes the row every time, so the affected count says whether it was there.
-    mark_sql_ = "UPDATE " + locks_ + " SET waiters = waiters + 1 WHERE name = ? AND expires_at >= NOW(6)";
+    // Only an unmarked row is written: a herd of waiters would otherwise queue on the row's lock
+    // (READ COMMITTED's semi-consistent read skips a marked row without waiting for it). A release
+    // between the busy answer and the mark is therefore not seen here: it costs one back-off.
+    // The mark is the marking store's listener connection: its release wakes that store's waiters
+    // only. Waking every listening store made each release a herd of busy acquires (each a durable
+    // transaction), which starved the holders' releases (B02: a third of the grants).
+    mark_sql_ = "UPDATE " + locks_ +
+                " SET waiters = ? WHERE name = ? AND expires_at >= NOW(6) AND waiters = 0";
     // Shorter than the connection's read timeout (at least 32 s, connect_string).
     bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";
     listeners_sql_ =
         "SELECT QUERY_ID FROM information_schema.PROCESSLIST"
         " WHERE INFO = :bell AND DB = DATABASE() AND ID <> CONNECTION_ID()";
+    // By connection id and statement: an id from before a server restart may name another connection.
+    listener_sql_ = "SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID = :id AND INFO = :bell";
     // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
     // comes back in the statement's OK packet (mysql_stmt_insert_id): the
     // token without a second statement. INSERT ... SELECT: MySQL refuses a

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -206,6 +207,8 @@ public:
     // A connection of its own parked in bell_sql_ (a SLEEP), which a release that a waiter
     // marked interrupts with KILL QUERY ID: MariaDB has no NOTIFY.
     std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
+    // The connection id of this store's listener while it is connected, else 0 (set by the listener).
+    void set_listener_id(long long id) const noexcept { listener_id_.store(id, std::memory_order_relaxed); }
 
     // ---- the schema (schema.cpp) ----
     std::vector<std::pair<std::string, std::string>> added_columns() const override {
@@ -220,16 +223,16 @@ public:
     std::vector<std::string> required_tables() const override;
 
     // ---- the table lock (table_lock.cpp) ----
-    // `waiting` and busy: the live row is marked (its release will ring), in a second statement;
-    // when that finds the row gone, the acquire is tried once more.
+    // `waiting` and busy: the live row is marked with this store's listener (its release will ring
+    // that listener), in a second statement; a row another waiter marked first is left as it is.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool waiting, bool retry) const override;
-    // When a waiter marked the row: KILL QUERY ID to every listener of this database and prefix
-    // that this user can see (its own threads); a refusal leaves those waiters to their back-off.
+    // When a waiter marked the row: KILL QUERY ID to the parked SLEEP of the listener the mark
+    // names, if this user can see it (its own threads); else its waiters keep to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
-    // The operator's force_release rings always, as PostgreSQL's NOTIFYs always.
-    void notify_release(soci::session& s, std::string const&) const override { ring(s); }
+    // The operator's force_release rings every listener, as PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session& s, std::string const&) const override { ring(s, 0); }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
@@ -303,7 +306,10 @@ private:
     std::string mark_sql_;
     std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
     std::string listeners_sql_;  // the query ids of the parked listeners
-    void ring(soci::session& s) const;
+    std::string listener_sql_;   // the query id of one parked listener, by its connection id
+    mutable std::atomic<long long> listener_id_{0};
+    // KILL QUERY ID to the parked SLEEP of listener `connection`, or of every listener (0).
+    void ring(soci::session& s, long long connection) const;
     std::string draw_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;

@@ -16,18 +16,14 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
                                      integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
-    bool got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
-    if (waiting && (!got || row[0] != 1)) {
+    bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+    long long listener = listener_id_.load(std::memory_order_relaxed);
+    if (waiting && (!got || row[0] != 1) && listener != 0) {
         prepared(c.mark_waiting, ps, mark_sql_);
         unsigned long mark_length = 0;
-        std::array<MYSQL_BIND, 1> mark{bytes_param(name, mark_length)};
+        std::array<MYSQL_BIND, 2> mark{integer_param(listener), bytes_param(name, mark_length)};
         std::array<long long, 0> none{};
-        bool const marked = on(c.mark_waiting, [&](server_statement& st) {
-            (void)st.execute(mark.data(), none);
-            return st.affected_rows() > 0;
-        });
-        // Released between the two statements: nobody would ring for us, so try again now.
-        if (!marked) got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+        on(c.mark_waiting, [&](server_statement& st) { (void)st.execute(mark.data(), none); });
     }
     // The pause a client can still take inside an acquire: after the server
     // decided and committed, before the caller hears of it.
@@ -47,14 +43,19 @@ bool mysql_dialect::release(pooled_session ps, std::string const& name, std::str
     std::array<long long, 1> waiters{};
     bool const deleted =
         on(c.delete_row, [&](server_statement& st) { return st.execute(params.data(), waiters); });
-    if (deleted && waiters[0] != 0) ring(ps.session);
+    if (deleted && waiters[0] != 0) ring(ps.session, waiters[0]);
     return deleted;
 }
 
-void mysql_dialect::ring(soci::session& s) const {
+void mysql_dialect::ring(soci::session& s, long long connection) const {
     try {
         std::vector<long long> ids(64);
-        s << listeners_sql_, soci::use(bell_sql_, "bell"), soci::into(ids);
+        if (connection == 0) {
+            s << listeners_sql_, soci::use(bell_sql_, "bell"), soci::into(ids);
+        } else {
+            ids.resize(1);
+            s << listener_sql_, soci::use(connection, "id"), soci::use(bell_sql_, "bell"), soci::into(ids);
+        }
         for (auto id : ids) {
             try {
                 s << "KILL QUERY ID " + std::to_string(id);
@@ -63,10 +64,10 @@ void mysql_dialect::ring(soci::session& s) const {
                 // 1957: that SLEEP has ended meanwhile (its listener woke anyway or parks again).
             }
         }
-    } catch (soci::soci_error const& e) {
-        // The release has committed: only a broken connection is worth reporting (the executor
-        // reconnects and finds the row gone). Anything else leaves the waiters to their back-off.
-        if (classify(e, s) == failure::connection) throw;
+    } catch (soci::soci_error const&) {
+        // The release has committed and must not be reported otherwise (a retry after a reconnect
+        // could find the lock taken by a woken waiter and call the release lost): the waiters fall
+        // back to their back-off, and a broken connection shows at its next use.
     }
 }
 
