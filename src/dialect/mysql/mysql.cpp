@@ -6,7 +6,12 @@ namespace sqlock::detail::mysql_engine {
 mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
-    release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ? RETURNING waiters";
+    // MySQL has no DELETE ... RETURNING. An unmarked row goes in one statement; a marked one (or
+    // none of ours) is read, then deleted, and its waiter rung (release()).
+    std::string const ours = " WHERE name = ? AND owner = ? AND token = ?";
+    release_sql_ = "DELETE FROM " + locks_ + ours + " AND waiters = 0";
+    marked_sql_ = "SELECT waiters FROM " + locks_ + ours;
+    release_marked_sql_ = "DELETE FROM " + locks_ + ours;
     // Only an unmarked row is written: a herd of waiters would otherwise queue on the row's lock
     // (READ COMMITTED's semi-consistent read skips a marked row without waiting for it). A release
     // between the busy answer and the mark is therefore not seen here: it costs one back-off.

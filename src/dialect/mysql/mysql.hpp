@@ -152,7 +152,8 @@ inline MYSQL_BIND integer_param(long long& value) {
 
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
-    std::optional<server_statement> call_acquire, call_renew, delete_row, mark_waiting, draw_token;
+    std::optional<server_statement> call_acquire, call_renew, delete_row, read_marked, delete_marked, mark_waiting,
+        draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
         row_keep, row_commit, row_rollback;
@@ -302,7 +303,9 @@ private:
     }
     std::string acquire_sql_;
     std::string renew_sql_;
-    std::string release_sql_;
+    std::string release_sql_;          // the row, if ours and unmarked
+    std::string marked_sql_;           // its mark, if ours
+    std::string release_marked_sql_;   // the row, if ours
     std::string mark_sql_;
     std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
     std::string listeners_sql_;  // the query ids of the parked listeners

@@ -40,11 +40,23 @@ bool mysql_dialect::release(pooled_session ps, std::string const& name, std::str
     unsigned long name_length = 0, owner_length = 0;
     std::array<MYSQL_BIND, 3> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
                                      integer_param(tok)};
+    auto const deletes = [&](std::optional<server_statement>& slot) {
+        std::array<long long, 0> none{};
+        return on(slot, [&](server_statement& st) {
+            (void)st.execute(params.data(), none);
+            return st.affected_rows() > 0;
+        });
+    };
+    if (deletes(c.delete_row)) return true;
+    // Marked, or not ours (lost). A mark is written only on an unmarked row, so it stays as read
+    // until the row goes.
+    prepared(c.read_marked, ps, marked_sql_);
     std::array<long long, 1> waiters{};
-    bool const deleted =
-        on(c.delete_row, [&](server_statement& st) { return st.execute(params.data(), waiters); });
-    if (deleted && waiters[0] != 0) ring(ps.session, waiters[0]);
-    return deleted;
+    if (!on(c.read_marked, [&](server_statement& st) { return st.execute(params.data(), waiters); })) return false;
+    prepared(c.delete_marked, ps, release_marked_sql_);
+    if (!deletes(c.delete_marked)) return false;
+    if (waiters[0] != 0) ring(ps.session, waiters[0]);
+    return true;
 }
 
 void mysql_dialect::ring(soci::session& s, long long connection) const {
