@@ -153,7 +153,7 @@ inline MYSQL_BIND integer_param(long long& value) {
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_renew, delete_row, read_marked, delete_marked, mark_waiting,
-        draw_token;
+        mark_seen, draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
         row_keep, row_commit, row_rollback;
@@ -307,6 +307,10 @@ private:
     std::string marked_sql_;           // its mark, if ours
     std::string release_marked_sql_;   // the row, if ours
     std::string mark_sql_;
+    std::string mark_seen_sql_;  // whether a live row of the name is marked
+    // Mark the live row of `name` with `listener`: false when there is no live marked row (it was
+    // released or ran out since the busy answer), so the caller tries again at once.
+    bool mark(pooled_session ps, std::string const& name, long long listener) const;
     std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
     std::string listeners_sql_;  // the query ids of the parked listeners
     std::string listener_sql_;   // the query id of one parked listener, by its connection id

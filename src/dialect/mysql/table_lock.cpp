@@ -16,20 +16,39 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
                                      integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
-    bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
-    long long listener = listener_id_.load(std::memory_order_relaxed);
-    if (waiting && (!got || row[0] != 1) && listener != 0) {
-        prepared(c.mark_waiting, ps, mark_sql_);
-        unsigned long mark_length = 0;
-        std::array<MYSQL_BIND, 2> mark{integer_param(listener), bytes_param(name, mark_length)};
-        std::array<long long, 0> none{};
-        on(c.mark_waiting, [&](server_statement& st) { (void)st.execute(mark.data(), none); });
+    auto const call = [&] {
+        return on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); }) && row[0] == 1;
+    };
+    bool ours = call();
+    long long const listener = listener_id_.load(std::memory_order_relaxed);
+    for (int calls = 1; waiting && !ours && listener != 0; ++calls) {
+        SQLOCK_FAILPOINT("mysql.acquire.before_mark");
+        if (mark(ps, name, listener) || calls == 2) break;
+        ours = call();  // released between the busy answer and the mark: nobody would ring for us
     }
     // The pause a client can still take inside an acquire: after the server
     // decided and committed, before the caller hears of it.
     SQLOCK_FAILPOINT("mysql.acquire.after_call");
-    if (!got || row[0] != 1) return {};
+    if (!ours) return {};
     return {true, row[1], row[2], row[3]};
+}
+
+bool mysql_dialect::mark(pooled_session ps, std::string const& name, long long listener) const {
+    auto& c = cache(ps);
+    prepared(c.mark_waiting, ps, mark_sql_);
+    unsigned long name_length = 0;
+    std::array<MYSQL_BIND, 2> params{integer_param(listener), bytes_param(name, name_length)};
+    std::array<long long, 0> none{};
+    if (on(c.mark_waiting, [&](server_statement& st) {
+            (void)st.execute(params.data(), none);
+            return st.affected_rows() > 0;
+        }))
+        return true;
+    // Affected rows count changed rows only: read whether a live row is marked at all.
+    prepared(c.mark_seen, ps, mark_seen_sql_);
+    std::array<long long, 1> marked{};
+    on(c.mark_seen, [&](server_statement& st) { return st.execute(params.data() + 1, marked); });
+    return marked[0] != 0;
 }
 
 bool mysql_dialect::release(pooled_session ps, std::string const& name, std::string const& owner,
