@@ -226,10 +226,12 @@ public:
     // ---- the table lock (table_lock.cpp) ----
     // `waiting` and busy: the live row is marked with this store's listener (its release will ring
     // that listener), in a second statement; a row another waiter marked first is left as it is.
+    // No live row to mark (released since the busy answer): the acquire is tried once more at once.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool waiting, bool retry) const override;
-    // When a waiter marked the row: KILL QUERY ID to the parked SLEEP of the listener the mark
-    // names, if this user can see it (its own threads); else its waiters keep to their back-off.
+    // One DELETE of an unmarked row. A marked one is read, deleted, and KILL QUERY ID sent to the
+    // parked SLEEP of the listener the mark names, if this user can see it (its own threads); else
+    // its waiters keep to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
     // The operator's force_release rings every listener, as PostgreSQL's NOTIFYs always.
