@@ -13,14 +13,14 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     marked_sql_ = "SELECT waiters FROM " + locks_ + ours;
     release_marked_sql_ = "DELETE FROM " + locks_ + ours;
     // Only an unmarked row is written: a herd of waiters would otherwise queue on the row's lock
-    // (READ COMMITTED's semi-consistent read skips a marked row without waiting for it). When it
-    // changes nothing, mark_seen_sql_ tells a row marked already from one released meanwhile.
+    // (READ COMMITTED's semi-consistent read skips a marked row without waiting for it). The
+    // mark reads the live row first (mark_seen_sql_): marked already, gone, or to be written.
     // The mark is the marking store's listener connection: its release wakes that store's waiters
     // only. Waking every listening store made each release a herd of busy acquires (each a durable
     // transaction), which starved the holders' releases (B02: a third of the grants).
     mark_sql_ = "UPDATE " + locks_ +
                 " SET waiters = ? WHERE name = ? AND expires_at >= NOW(6) AND waiters = 0";
-    mark_seen_sql_ = "SELECT COUNT(*) FROM " + locks_ + " WHERE name = ? AND expires_at >= NOW(6) AND waiters <> 0";
+    mark_seen_sql_ = "SELECT waiters FROM " + locks_ + " WHERE name = ? AND expires_at >= NOW(6)";
     // Shorter than the connection's read timeout (at least 32 s, connect_string).
     bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";
     listeners_sql_ =

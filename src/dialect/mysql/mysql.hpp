@@ -309,7 +309,7 @@ private:
     std::string marked_sql_;           // its mark, if ours
     std::string release_marked_sql_;   // the row, if ours
     std::string mark_sql_;
-    std::string mark_seen_sql_;  // whether a live row of the name is marked
+    std::string mark_seen_sql_;  // the live row's mark
     // Mark the live row of `name` with `listener`: false when there is no live marked row (it was
     // released or ran out since the busy answer), so the caller tries again at once.
     bool mark(pooled_session ps, std::string const& name, long long listener) const;

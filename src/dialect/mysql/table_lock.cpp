@@ -35,20 +35,20 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
 
 bool mysql_dialect::mark(pooled_session ps, std::string const& name, long long listener) const {
     auto& c = cache(ps);
-    prepared(c.mark_waiting, ps, mark_sql_);
     unsigned long name_length = 0;
     std::array<MYSQL_BIND, 2> params{integer_param(listener), bytes_param(name, name_length)};
-    std::array<long long, 0> none{};
-    if (on(c.mark_waiting, [&](server_statement& st) {
-            (void)st.execute(params.data(), none);
-            return st.affected_rows() > 0;
-        }))
-        return true;
-    // Affected rows count changed rows only: read whether a live row is marked at all.
+    // Read first, without a lock: in a herd the row is marked already, and the read is all it costs.
     prepared(c.mark_seen, ps, mark_seen_sql_);
     std::array<long long, 1> marked{};
-    on(c.mark_seen, [&](server_statement& st) { return st.execute(params.data() + 1, marked); });
-    return marked[0] != 0;
+    if (!on(c.mark_seen, [&](server_statement& st) { return st.execute(params.data() + 1, marked); })) return false;
+    if (marked[0] != 0) return true;
+    prepared(c.mark_waiting, ps, mark_sql_);
+    std::array<long long, 0> none{};
+    // Nothing changed: released or marked since the read; the caller tries once more either way.
+    return on(c.mark_waiting, [&](server_statement& st) {
+        (void)st.execute(params.data(), none);
+        return st.affected_rows() > 0;
+    });
 }
 
 bool mysql_dialect::release(pooled_session ps, std::string const& name, std::string const& owner,
