@@ -5,6 +5,8 @@
 #   majority_token.pml -DLOSS          the same with a member that restarts without its data (a new
 #                                      identity), seeded before it counts: must hold; with -DNOSEED
 #                                      (it counts at once, the old behaviour) spin must find a violation;
+#   majority_token.pml -DEARLYWRITE    the write round settled once a majority was sent the write (a write in
+#                                      flight counted as won): spin must find a violation;
 #   tests/spin/one_round_shortcut.pml  per-member tokens, client takes the max: spin must find
 #                                      a violation;
 #   tests/spin/majority_exclusion.pml  exclusion in real time (Redlock's timing argument): must hold
@@ -87,6 +89,7 @@ check "majority_token 2 clients x 2 rounds, any order" majority_token.pml hold -
 check "majority_token 3 clients" majority_token.pml hold -DNCLIENTS=3 -DNACQ=1 -DMAXROUNDS=1
 check "majority_token with data loss, seeded before it counts" majority_token.pml hold -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DLOSS
 check "majority_token with data loss, counted at once (the old behaviour)" majority_token.pml violate -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DLOSS -DNOSEED
+check "majority_token, write round settled before a majority won" majority_token.pml violate -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DEARLYWRITE
 check "one_round_shortcut" one_round_shortcut.pml violate
 check "majority_exclusion" majority_exclusion.pml hold
 check "majority_exclusion with delayed rejoin after data loss" majority_exclusion.pml hold -DNACQ=1 -DLOSS -DREJOIN

@@ -11,6 +11,7 @@
 #include <sqlock/majority.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -205,10 +206,12 @@ public:
                     auto late_call = f->late_;
                     lock.unlock();
                     if (late_call) late_call(i, std::move(r));
-                    return;
+                    lock.lock();
+                } else {
+                    f->results_[i] = std::move(r);
+                    ++f->answered_;
                 }
-                f->results_[i] = std::move(r);
-                ++f->answered_;
+                ++f->finished_;
                 lock.unlock();
                 f->cv_.notify_all();
             });
@@ -226,12 +229,20 @@ public:
         return std::move(results_);
     }
 
+    /// Wait until every call returned and a late answer's handler ran, or `deadline`.
+    void drain(clock::time_point deadline) {
+        std::unique_lock lock(mutex_);
+        cv_.wait_until(lock, deadline, [&] { return finished_ == calls_; });
+    }
+
 private:
-    fanout(std::size_t n, late_handler late) : results_(n), late_(std::move(late)) {}
+    fanout(std::size_t n, late_handler late) : calls_(n), results_(n), late_(std::move(late)) {}
     std::mutex mutex_;
     std::condition_variable cv_;
+    std::size_t const calls_;
     std::vector<std::optional<R>> results_;
     std::size_t answered_ = 0;
+    std::size_t finished_ = 0;  // calls returned, their late handler (if any) run
     bool settled_ = false;
     late_handler late_;
 };
@@ -245,7 +256,15 @@ struct answer {
     std::shared_ptr<void>
         in_flight;             // acquire: the member's claim (majority_locker_impl::claim_member) until given back
     member_identity identity;  // token read: the member's identity and whether it has joined
+    bool read = false;         // acquire: the member's counter was read in the same call (value, identity)
 };
+
+/// How many answered ok with a counter read from a member that has joined: the reads a token may be settled on.
+std::size_t joined_reads(std::vector<std::optional<answer>> const& r) {
+    return static_cast<std::size_t>(std::count_if(r.begin(), r.end(), [](auto const& a) {
+        return a && a->what == answer::kind::ok && a->read && a->identity.joined;
+    }));
+}
 
 answer failure_of(std::exception_ptr const& e) {
     try {
@@ -278,9 +297,10 @@ class majority_row final : public lease_row {
 public:
     majority_row(std::shared_ptr<locker_impl> locker, std::shared_ptr<majority_locker_impl> majority, std::string name,
                  std::string owner, grant const& g, milliseconds ttl, clock::time_point valid_until,
-                 std::vector<std::shared_ptr<lease_row>> rows)
+                 std::vector<std::shared_ptr<lease_row>> rows, std::shared_ptr<fanout<answer>> acquiring)
         : lease_row(std::move(locker), std::move(name), std::move(owner), g, ttl, valid_until),
           majority_(std::move(majority)),
+          acquiring_(std::move(acquiring)),
           rows_(std::move(rows)),
           confirmed_(rows_.size(), false) {}
 
@@ -291,12 +311,13 @@ public:
         for (auto& r : rows_snapshot()) give_back(r);
     }
 
-    /// A member that answered after the grant: one more member that holds it.
+    /// A member that answered after the grant: one more member that holds it (its expiry counts).
     bool adopt(std::size_t i, std::shared_ptr<lease_row> row) {
         std::lock_guard lock(rows_mutex_);
         auto s = state();
         if (closed_ || (s != lease_state::held && s != lease_state::in_doubt)) return false;
         if (rows_[i]) return false;
+        lower_expiry(duration_cast<microseconds>(row->expires_at().time_since_epoch()).count());
         rows_[i] = std::move(row);
         return true;
     }
@@ -312,7 +333,13 @@ private:
     bool db_drop_hold() override { return true; }
     std::optional<renewal> db_renew(milliseconds ttl) override;
 
+    /// Wait (up to the member timeout) for the grant's calls that had not answered when it
+    /// settled: a member's grant that lands meanwhile is adopted, so that a release or renewal
+    /// covers it rather than leave it to be given back (and busy) after the release returned.
+    void await_late_grants();
+
     std::shared_ptr<majority_locker_impl> majority_;
+    std::shared_ptr<fanout<answer>> acquiring_;  // the acquire's calls
     std::mutex rows_mutex_;
     std::vector<std::shared_ptr<lease_row>> rows_;  // per member; null where not held
     std::vector<bool> confirmed_;  // guarded by rows_mutex_: per member, its delete confirmed by a release
@@ -389,11 +416,14 @@ protected:
 private:
     /// Settle a fencing token on the members in `granted`: read their counters
     /// (a majority must answer), then write max + 1 where it is still the
-    /// largest (a majority must take it). Empty when that did not happen;
-    /// `contended` then tells whether another client's token got in the way
-    /// (rather than members failing to answer).
+    /// largest (a majority must take it). `first` (per member of `granted`)
+    /// holds the counters read with the grants, used as the first read when a
+    /// majority of them is there. Empty when that did not happen; `contended`
+    /// then tells whether another client's token got in the way (rather than
+    /// members failing to answer).
     std::optional<std::int64_t> settle_token(std::string const& name, std::vector<std::size_t> const& granted,
-                                             clock::time_point valid_until, std::string& why, bool& contended);
+                                             std::vector<std::optional<answer>> first, clock::time_point valid_until,
+                                             std::string& why, bool& contended);
 
     /// Seed the members that have not joined (a new identity) from the others'
     /// counters and record them as joined, where the rules allow (docs/majority.md,
@@ -450,6 +480,7 @@ std::string majority_locker_impl_summary(std::vector<std::optional<answer>> cons
 
 std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const& name,
                                                                std::vector<std::size_t> const& granted,
+                                                               std::vector<std::optional<answer>> first,
                                                                clock::time_point valid_until, std::string& why,
                                                                bool& contended) {
     contended = false;
@@ -461,6 +492,7 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
             auto read = self->members_[granted[k]].locker->read_token(name, clock::now() + self->member_timeout_);
             answer a{answer::kind::ok, nullptr, read.value, {}};
             a.identity = std::move(read.identity);
+            a.read = true;
             return a;
         } catch (...) {
             return failure_of(std::current_exception());
@@ -471,10 +503,21 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
             std::count_if(r.begin(), r.end(), [](auto const& a) { return a && a->what == answer::kind::ok; }));
     };
     bool joined_some = false;
+    // The first read comes with the grants when a majority of joined members gave one.
+    std::optional<std::vector<std::optional<answer>>> carried;
+    if (joined_reads(first) >= quorum_) carried = std::move(first);
     for (int round = 0; round < 3 && clock::now() < valid_until; ++round) {
-        auto reads = fanout<answer>::start(pool_, granted.size(), read_call)
-                         ->settle(std::min(valid_until, clock::now() + member_timeout_),
-                                  [&](auto const& r) { return count_ok(r) == granted.size(); });
+        // A majority of joined members' counters is enough: it shares a member with the majority
+        // the last token was won on, and the write round alone carries the safety.
+        std::vector<std::optional<answer>> reads;
+        if (carried) {
+            reads = std::move(*carried);
+            carried.reset();
+        } else {
+            reads = fanout<answer>::start(pool_, granted.size(), read_call)
+                        ->settle(std::min(valid_until, clock::now() + member_timeout_),
+                                 [&](auto const& r) { return joined_reads(r) >= quorum_; });
+        }
         // Only members whose counters were seeded under their present identity count.
         std::vector<std::size_t> counted;  // indexes into granted
         std::vector<std::string> ids;
@@ -525,9 +568,15 @@ std::optional<std::int64_t> majority_locker_impl::settle_token(std::string const
                 return failure_of(std::current_exception());
             }
         };
+        // Settled once a majority won (a write still in flight only raises a counter, which is
+        // safe at any time) or can no longer win.
         auto writes = fanout<answer>::start(pool_, counted.size(), write_call)
-                          ->settle(std::min(valid_until, clock::now() + member_timeout_),
-                                   [&](auto const& r) { return count_ok(r) == counted.size(); });
+                          ->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
+                              auto const won = count_ok(r);
+                              auto const answered = static_cast<std::size_t>(
+                                  std::count_if(r.begin(), r.end(), [](auto const& a) { return a.has_value(); }));
+                              return won >= quorum_ || answered - won > counted.size() - quorum_;
+                          });
         if (count_ok(writes) >= quorum_) return token;
         // Another client settled this token (or a higher one) meanwhile, or a
         // member was recreated since the read: read again. Members that failed
@@ -627,9 +676,13 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     auto const valid_until = start + ttl - drift_;
     auto self = std::static_pointer_cast<majority_locker_impl>(shared_from_this());
 
-    // Who takes a member's late grant: the lease, once there is one; else nobody.
+    // Who takes a member's grant that answers after the round settled: while
+    // the attempt goes on it waits here; then the lease adopts it, or (no
+    // lease, or one released meanwhile) it is given back.
     struct shared_outcome {
         std::mutex mutex;
+        bool open = true;
+        std::vector<std::pair<std::size_t, answer>> parked;
         std::weak_ptr<majority_row> lease;
     };
     auto outcome = std::make_shared<shared_outcome>();
@@ -638,50 +691,101 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
         std::shared_ptr<majority_row> lease;
         {
             std::lock_guard lock(outcome->mutex);
+            if (outcome->open) {
+                outcome->parked.emplace_back(i, std::move(a));
+                return;
+            }
             lease = outcome->lease.lock();
         }
         if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
         // The claim ends while `lease` still holds the locker: dropping `lease` may destroy it.
         a.in_flight.reset();
     };
+    // Ends the attempt: the parked grants are adopted by `lease`, or given back on the pool.
+    auto close = [this, outcome](std::shared_ptr<majority_row> const& lease) noexcept {
+        std::vector<std::pair<std::size_t, answer>> parked;
+        {
+            std::lock_guard lock(outcome->mutex);
+            if (!outcome->open) return;
+            outcome->open = false;
+            outcome->lease = lease;
+            parked.swap(outcome->parked);
+        }
+        for (auto& p : parked) {
+            auto& a = p.second;
+            if (lease && lease->adopt(p.first, a.row)) continue;  // its claim ends with `parked`
+            try {
+                pool_.run([a]() mutable noexcept {
+                    give_back(a.row);
+                    a.in_flight.reset();
+                });
+            } catch (...) {
+                give_back(a.row);
+            }
+        }
+    };
+    struct closer {
+        std::function<void()> f;
+        ~closer() { f(); }
+    } closing{[&close] { close(nullptr); }};  // any path that hands out no lease
+
     auto* me = this;
+    auto settled = std::make_shared<std::atomic<bool>>(false);
     auto acquires = fanout<answer>::start(
         pool_, members_.size(),
-        [me, name, owner](std::size_t i) -> answer {
+        [me, name, owner, settled](std::size_t i) -> answer {
             // Still on this owner's previous attempt: busy, as the member itself would say once
             // that attempt's grant lands (this attempt is another), and the wait goes on.
             auto claim = me->claim_member(i, name, owner);
             if (!claim) return {answer::kind::busy, nullptr, 0, {}};
+            std::shared_ptr<lease_row> row;
             try {
-                auto row = me->try_member(i, name);
+                row = me->try_member(i, name);
                 if (!row) return {answer::kind::busy, nullptr, 0, {}};
-                // Claimed until the row is kept by a lease or given back (a late answer's handler).
-                return {answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
             } catch (...) {
                 return failure_of(std::current_exception());
             }
+            // Claimed until the row is kept by a lease or given back (a late answer's handler).
+            answer a{answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
+            // The token's first read, in the same call: no round of its own. Safe before any
+            // exclusion: the write round alone carries the token's safety (docs/majority.md).
+            // A grant after the round settled needs no read, and its give-back no delay.
+            if (settled->load()) return a;
+            try {
+                auto read = me->members_[i].locker->read_token(name, clock::now() + me->member_timeout_);
+                a.value = read.value;
+                a.identity = std::move(read.identity);
+                a.read = true;
+            } catch (...) {}  // read again in a round of its own
+            return a;
         },
         late);
     auto refused_count = [](std::vector<std::optional<answer>> const& r) {
         return static_cast<std::size_t>(
             std::count_if(r.begin(), r.end(), [](auto const& a) { return a && a->what != answer::kind::ok; }));
     };
-    // Settle as soon as the outcome is known: every member answered, or so many
-    // refused that no majority is possible. A majority granted early still waits
-    // (up to the member timeout) for the rest, so the lease starts on as many
-    // members as answer in time.
-    auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_),
-                                    [&](auto const& r) { return refused_count(r) > members_.size() - quorum_; });
+    // Settle as soon as the outcome is known: a majority of joined members
+    // granted and read (the token can be settled on them; the others' grants
+    // are adopted when they answer), so many refused that no majority is
+    // possible, or every member answered.
+    auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
+        return joined_reads(r) >= quorum_ || refused_count(r) > members_.size() - quorum_;
+    });
+    settled->store(true);
 
     std::vector<std::shared_ptr<lease_row>> rows(members_.size());
     std::vector<std::size_t> granted;
+    std::vector<std::optional<answer>> reads;  // per member of `granted`: its counter read with the grant
     for (std::size_t i = 0; i < answers.size(); ++i)
         if (answers[i] && answers[i]->what == answer::kind::ok) {
             rows[i] = answers[i]->row;
             granted.push_back(i);
+            auto& a = *answers[i];
+            if (a.read) reads.push_back(answer{answer::kind::ok, nullptr, a.value, {}, nullptr, a.identity, true});
+            else reads.emplace_back();
         }
     auto give_all_back = [&] {
-        // Members that did not answer in time are released by `late` when they do.
+        close(nullptr);
         auto releases = fanout<answer>::start(pool_, granted.size(), [rows, granted](std::size_t k) -> answer {
             give_back(rows[granted[k]]);
             return {answer::kind::ok, nullptr, 0, {}};
@@ -704,7 +808,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     std::string why;
     bool contended = false;
     SQLOCK_FAILPOINT("majority.between_members");  // members granted, the token not settled yet
-    auto token = settle_token(name, granted, valid_until, why, contended);
+    auto token = settle_token(name, granted, std::move(reads), valid_until, why, contended);
     if (!token && !contended && clock::now() < valid_until) {
         give_all_back();
         throw backend_unavailable("sqlock: majority lock '" + name + "' was granted by " +
@@ -723,15 +827,18 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     for (auto i : granted)
         g.expires_us =
             std::min(g.expires_us, duration_cast<microseconds>(rows[i]->expires_at().time_since_epoch()).count());
-    auto lease = std::make_shared<majority_row>(shared_from_this(), self, name, owner, g, ttl, valid_until, rows);
-    {
-        std::lock_guard lock(outcome->mutex);
-        outcome->lease = lease;
-    }
+    auto lease =
+        std::make_shared<majority_row>(shared_from_this(), self, name, owner, g, ttl, valid_until, rows, acquires);
+    close(lease);
     return lease;
 }
 
+void majority_row::await_late_grants() {
+    if (acquiring_) acquiring_->drain(std::min(valid_until(), clock::now() + majority_->member_timeout()));
+}
+
 bool majority_row::db_delete() {
+    await_late_grants();
     // Adopt no more: a late grant that arrives while the releases run is given
     // back by its handler, not kept by a released lease.
     std::vector<std::shared_ptr<lease_row>> rows;
@@ -795,6 +902,7 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             throw backend_unavailable("sqlock: majority lock '" + name() +
                                       "' is not renewed: its release was not confirmed by a majority");
     }
+    await_late_grants();
     auto rows = rows_snapshot();
     auto const n = rows.size();
     // The late handler holds the lease weakly: a lease dropped meanwhile gives the grant back.

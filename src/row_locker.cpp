@@ -125,6 +125,8 @@ private:
     clock::time_point io_deadline() const { return deadline_after(store_->options().io_timeout); }
 
     bool db_delete() override {
+        // Out of the watch first: the COMMIT needs no pause and resume of it.
+        store_->pinned_sessions().unwatch(std::exchange(watch_, 0));
         bool committed = on_connection(
             "the release's COMMIT",
             [&](pooled_session s) {
@@ -134,7 +136,6 @@ private:
                 return true;
             },
             false, io_deadline());
-        store_->pinned_sessions().unwatch(std::exchange(watch_, 0));  // before the pool hands it out again
         conn_.reset();
         return committed;
     }

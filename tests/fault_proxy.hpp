@@ -316,8 +316,8 @@ private:
                 std::lock_guard lock(mutex_);
                 reap_finished();
                 if (blocked_) {
+                    ++refused_;  // first: the client sees the close and its test may look at once
                     ::close(client);
-                    ++refused_;
                     continue;
                 }
                 into_blackhole = mode_ == mode::blackhole;
@@ -335,9 +335,9 @@ private:
             }
             std::lock_guard lock(mutex_);
             if (blocked_ || stopping_) {  // blocked while we were connecting
+                ++refused_;
                 ::close(client);
                 ::close(server);
-                ++refused_;
                 continue;
             }
             // Relay every chunk at once, as the client libraries and servers do on

@@ -1050,6 +1050,40 @@ TEST_P(RowLock, FirstUseOfANameNeedsNoSecondConnection) {
     }
 }
 
+// A row lock gives its pooled connection back as it found it: out of its
+// transaction and in autocommit (MariaDB opens the holding transaction with
+// autocommit = 0 and its release's autocommit = 1 commits it; a busy try rolls
+// back first), so that what runs next on that connection commits by itself.
+// Over a pool of one, a table lock taken and released on that very connection,
+// after a release and after a busy try, is free at once for another store.
+TEST_P(RowLock, ConnectionGoesBackInAutocommit) {
+    sqlock::store one(url_, {.pool_size = 1, .pool_wait = 5s});
+    locker R = sqlock::row_locker(one, {.ttl = 30s});
+    locker T = sqlock::table_locker(one, {.ttl = 30s});
+    locker other = sqlock::table_locker(*db_, {.ttl = 30s});
+    std::string const row = n("autocommit-row");
+    auto table_lock_is_committed = [&](std::string const& name, char const* after) {
+        try {
+            std::optional<lease> t = T.try_acquire(name);
+            ASSERT_TRUE(t.has_value()) << after << ": the table lock is busy on a free name";
+            t->release();
+            std::optional<lease> o = other.try_acquire(name);
+            EXPECT_TRUE(o.has_value()) << after
+                                       << ": the table lock's release on the row lock's connection was not committed";
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << after << ": " << describe(e);
+        }
+    };
+
+    R.acquire(row, 5s).release();
+    table_lock_is_committed(n("autocommit-1"), "after a row lock's release");
+
+    lease held = make_locker({.ttl = 30s}).acquire(row, 5s);
+    EXPECT_FALSE(R.try_acquire(row).has_value());
+    held.release();  // SQLite: the row lock is the file's
+    table_lock_is_committed(n("autocommit-2"), "after a busy try_acquire");
+}
+
 // ============================================================ fencing tokens
 
 // Tokens strictly increase per name across releases, holders killed with

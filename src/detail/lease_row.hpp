@@ -91,6 +91,13 @@ protected:
     /// keep-alive or closed session). Called with the row's statement lock held.
     void note_gone(std::string why) { gone_ = std::move(why); }
 
+    /// A majority lease's member that granted after the lease was handed out: the
+    /// lease's expiry is the earliest of its members', so it only moves earlier here.
+    void lower_expiry(std::int64_t expires_us) noexcept {
+        auto now = expires_us_.load();
+        while (expires_us < now && !expires_us_.compare_exchange_weak(now, expires_us)) {}
+    }
+
     /// Runs `f` under the row's statement lock unless a statement holds it
     /// now (that statement then finds out for itself); true when `f` ran.
     template <class F>

@@ -17,8 +17,10 @@ namespace sqlock::detail {
 
 class dialect;
 
-/// One thread per store, started on first use, poll()s the sockets of the
-/// watched sessions while no statement is in flight on them. A hang-up, a
+/// One thread per store, started on first use, waits (epoll) on the sockets
+/// of the watched sessions while no statement is in flight on them; watching,
+/// pausing and unwatching change the epoll set from the caller's thread and
+/// never wake it. A hang-up, a
 /// socket error, or data that says the server ended the session (its last
 /// error message; read by `dialect::read_idle`) calls that session's `ended`
 /// once, from this thread, and ends its watch. Whoever runs a statement on a

@@ -14,7 +14,16 @@
  *            otherwise read again (at most MAXROUNDS rounds), then give up.
  * Any read may be lost (no answer in time); any write may be applied with its
  * answer lost, never arrive, or arrive late: at any later moment, after the
- * client has moved on (the network process below). Every client asks all three
+ * client has moved on (the network process below).
+ *
+ * Since issue 21 the first round 1 is the read each member makes in the same
+ * call as its grant, and every round settles as soon as a majority answered:
+ * the reads of the members that had not answered yet are lost reads, their
+ * writes are writes that land late. Both are behaviours the model already has
+ * (it assumes nothing of when a read is made within the attempt, nor that the
+ * lock is held then). -DEARLYWRITE is the tempting wrong way to settle the
+ * write round early: a write still in flight counts as won (settled once a
+ * majority was *sent* the write, not once it *won*). It must fail. Every client asks all three
  * members: a member outside its M is one whose read and write are lost, so
  * this covers every choice of M, overlapping the other clients' or not.
  *
@@ -108,13 +117,18 @@ inline write(i, t, e, won) {
 
 /* Round 2 on member i, same order rule: T where it is still the largest. */
 #define READINC(i) ((seeninc >> i) & 1)
+#ifdef EARLYWRITE
+#define OPTIMISTIC wins++  /* wrong: a write in flight counted as won */
+#else
+#define OPTIMISTIC skip
+#endif
 #define SEND(i) \
     :: d_step { NEXT(i) && SENT(i) -> done = done | (1 << i); \
                 write(i, t, READINC(i), won); if :: won -> wins++ :: !won fi; won = false }  /* answered */ \
     :: d_step { NEXT(i) && SENT(i) -> done = done | (1 << i); \
                 write(i, t, READINC(i), won); won = false }          /* lands, answer lost */ \
     :: d_step { NEXT(i) && SENT(i) && pend_t == 0 -> done = done | (1 << i); \
-                pend_t = t; pend_i = i; pend_inc = READINC(i) }      /* lands later, answer lost */ \
+                pend_t = t; pend_i = i; pend_inc = READINC(i); OPTIMISTIC }  /* lands later, answer lost */ \
     :: d_step { NEXT(i) -> done = done | (1 << i) }   /* never arrives, or not in M */
 
 proctype client(byte id) {

@@ -47,8 +47,16 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     // The holding transaction's bounds: the server ends a holder idle in it
     // for a TTL, and a waiting lock gives up after innodb_lock_wait_timeout
     // (FOR UPDATE WAIT n takes no parameter: it could not be prepared once).
-    // The same statement puts both back to the session's defaults.
-    row_bounds_sql_ = "SET SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?";
+    // autocommit = 0 opens the transaction at the lock statement: no START
+    // TRANSACTION round trip. The release's autocommit = 1 commits it (an
+    // implicit commit) and puts the bounds back to the session's defaults in
+    // the same round trip, so that no other statement on the pooled connection
+    // (a table lock's CALL waiting for a row, the reaper's transaction) runs
+    // under the row lock's bounds.
+    row_bounds_sql_ =
+        "SET SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?, SESSION autocommit = 0";
+    row_end_sql_ =
+        "SET SESSION autocommit = 1, SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?";
     row_idle_sql_ = "SET SESSION idle_transaction_timeout = ?";
     // SYSDATE(6), unlike NOW(6), is read when the row is returned, so after
     // it was locked: when the lock was granted, recorded by the UPDATE below

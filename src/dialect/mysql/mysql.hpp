@@ -155,9 +155,10 @@ struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_renew, delete_row, read_marked, delete_marked, mark_waiting,
         mark_seen, draw_token;
     // The row lock's.
-    std::optional<server_statement> row_bounds, row_idle, row_begin, row_try, row_wait, row_exists, row_record,
-        row_keep, row_commit, row_rollback;
+    std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record, row_keep,
+        row_rollback;
     long long idle_seconds = 0;  // idle_transaction_timeout as the row lock last set it (0: unknown)
+    int keepalive_seconds = 0;   // the TCP keepalive the row lock last set on the socket (0: none)
 };
 
 /// `slot`'s statement, prepared on `s`'s connection if it is not yet.
@@ -328,9 +329,10 @@ private:
     std::string record_sql_;
     std::string exists_sql_;
     std::string row_bounds_sql_;
+    std::string row_end_sql_;
     std::string row_idle_sql_;
     std::string keep_sql_;
-    // idle_transaction_timeout and innodb_lock_wait_timeout of the session.
+    // idle_transaction_timeout and innodb_lock_wait_timeout of the session, and autocommit off.
     void set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const;
     // A statement without parameters or results, prepared on first use.
     static void run(std::optional<server_statement>& slot, pooled_session ps, char const* sql) {

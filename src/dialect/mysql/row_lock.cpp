@@ -11,23 +11,25 @@ std::optional<grant> mysql_dialect::lock_row(pooled_session ps, std::string cons
     // The server's TCP keepalive settings are global (tcp_keepalive_time):
     // see docs. On our side, probe the connection so a holder learns soon
     // that the server vanished.
+    // Set once per connection and TTL: the socket keeps them.
     auto* backend = static_cast<soci::mysql_session_backend*>(ps.session.get_backend());
-    if (auto fd = mysql_get_socket(backend->conn_); fd >= 0) {
-        int on = 1;
-        int idle = static_cast<int>(std::max<long long>(1, ttl.count() / 3000));
-        int count = 3;
-        ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
-        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    if (int idle = static_cast<int>(std::max<long long>(1, ttl.count() / 3000)); idle != c.keepalive_seconds) {
+        if (auto fd = mysql_get_socket(backend->conn_); fd >= 0) {
+            int on = 1;
+            int count = 3;
+            bool const set = ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
+                             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) == 0 &&
+                             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle) == 0 &&
+                             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) == 0;
+            c.keepalive_seconds = set ? idle : 0;
+        }
     }
     // A wait is in whole seconds; the caller polls what is left below a
     // second. It also stays below the client's read timeout (see
     // connect_string), or the client would give up on a healthy server: the
     // caller waits again.
     long long const seconds = std::min<long long>(wait.count() / 1000, max_wait_seconds);
-    set_bounds(c, ps, idle_seconds(ttl), std::max<long long>(1, seconds));
-    run(c.row_begin, ps, "START TRANSACTION");
+    set_bounds(c, ps, idle_seconds(ttl), std::max<long long>(1, seconds));  // the lock statement begins the transaction
     unsigned long name_length = 0;
     std::array<MYSQL_BIND, 1> by_name{bytes_param(name, name_length)};
     std::array<long long, 2> row{};  // token, when locked
@@ -87,10 +89,15 @@ std::int64_t mysql_dialect::keep_row_lock(pooled_session ps, std::string const& 
 
 void mysql_dialect::end_row_lock(pooled_session ps, bool commit) const {
     auto& c = cache(ps);
-    if (commit) run(c.row_commit, ps, "COMMIT");
-    else run(c.row_rollback, ps, "ROLLBACK");
-    auto const wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
-    set_bounds(c, ps, wait_seconds, wait_seconds);  // the session's defaults (see open)
+    if (!commit) run(c.row_rollback, ps, "ROLLBACK");
+    // autocommit = 1 commits what is open; the bounds go back to the session's defaults (see open).
+    long long wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
+    prepared(c.row_end, ps, row_end_sql_);
+    std::array<MYSQL_BIND, 2> params{integer_param(wait_seconds), integer_param(wait_seconds)};
+    std::array<long long, 0> none{};
+    c.idle_seconds = 0;
+    (void)on(c.row_end, [&](server_statement& st) { return st.execute(params.data(), none); });
+    c.idle_seconds = wait_seconds;
 }
 
 void mysql_dialect::set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const {

@@ -62,8 +62,9 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
                       " ON CONFLICT (name) DO NOTHING";
     // The holding transaction's settings travel in the lock statement (its
     // FROM list: evaluated before the row is locked or waited for, and kept
-    // there by their volatile functions), so BEGIN, the settings and the lock
-    // are two round trips, all prepared. The server ends a holder that stays
+    // there by their volatile functions), and BEGIN travels with it in one
+    // round trip (libpq's pipeline mode; the parameters are $n, for libpq's
+    // own prepared statement, see row_lock.cpp). The server ends a holder that stays
     // idle in its transaction for a TTL, and probes the connection so that a
     // vanished host is noticed within about a TTL. Its COMMIT (the release)
     // need not wait for the disk nor a synchronous standby: a crash or a
@@ -76,23 +77,22 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
     auto settings = [](bool waits) {
         return std::string(
                    " (SELECT set_config('synchronous_commit', 'off', true),"
-                   " set_config('idle_in_transaction_session_timeout', :idle, true),"
-                   " set_config('tcp_keepalives_idle', :probe, true),"
-                   " set_config('tcp_keepalives_interval', :probe2, true),"
+                   " set_config('idle_in_transaction_session_timeout', $3, true),"
+                   " set_config('tcp_keepalives_idle', $4, true),"
+                   " set_config('tcp_keepalives_interval', $4, true),"
                    " set_config('tcp_keepalives_count', '3', true),"
-                   " set_config('tcp_user_timeout', :idle2, true)") +
-               (waits ? ", set_config('lock_timeout', :lock_timeout, true)" : "") + ") AS settings";
+                   " set_config('tcp_user_timeout', $3, true)") +
+               (waits ? ", set_config('lock_timeout', $5, true)" : "") + ") AS settings";
     };
-    auto const record = " SET owner = :owner, locked_at = clock_timestamp()";
+    auto const record = " SET owner = $2, locked_at = clock_timestamp()";
     auto const returning = " RETURNING " + epoch_us_sql("r.locked_at");
     // SKIP LOCKED answers "busy" without an error: NOWAIT would raise one,
     // abort the transaction and log it on the server.
     try_lock_sql_ = "WITH l AS (SELECT name FROM " + rows +
-                    " WHERE name = :name FOR UPDATE SKIP LOCKED)"
+                    " WHERE name = $1 FOR UPDATE SKIP LOCKED)"
                     " UPDATE " +
                     rows + " AS r" + record + " FROM l," + settings(false) + " WHERE r.name = l.name" + returning;
-    wait_lock_sql_ =
-        "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = :name" + returning;
+    wait_lock_sql_ = "UPDATE " + rows + " AS r" + record + " FROM" + settings(true) + " WHERE r.name = $1" + returning;
     record_token_sql_ = "UPDATE " + rows + " SET token = :token WHERE name = :name";
     exists_sql_ = "SELECT COUNT(*) FROM " + rows + " WHERE name = :name";
     keep_sql_ = "SELECT ";  // appended: GCC 12 warns falsely on "lit" + string&& (bug 105329)

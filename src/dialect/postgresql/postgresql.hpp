@@ -30,8 +30,8 @@ struct pg_cache final : statement_cache {
     std::string idle, probe, lock_timeout;  // in: the holding transaction's settings
     long long locked = 0;                   // out: when the row was locked
     int rows = 0;                           // out
-    std::optional<soci::statement> row_begin, row_try, row_wait, row_exists, row_record, row_keep, row_commit,
-        row_rollback;
+    std::optional<soci::statement> row_exists, row_record, row_keep, row_commit, row_rollback;
+    bool row_begin_prepared = false, row_try_prepared = false, row_wait_prepared = false;  // libpq's own (lock_row)
 };
 
 class postgresql_dialect final : public dialect {
@@ -75,6 +75,8 @@ public:
                                   std::function<std::int64_t()> const& draw, bool& missing) const override;
     std::int64_t keep_row_lock(pooled_session ps, std::string const&, std::chrono::milliseconds ttl) const override;
     void end_row_lock(pooled_session ps, bool commit) const override;
+    // BEGIN and the lock statement in one round trip; true with `locked` set when it locked the row.
+    bool begin_and_lock(pooled_session ps, bool waits) const;
 
     // ---- the token counters (tokens.cpp) ----
     std::int64_t draw_token(pooled_session s, std::string const& name) const override;
@@ -117,8 +119,8 @@ private:
     std::string record_token_sql_;
     std::string release_sql_;
     std::string ensure_row_sql_;
-    std::string try_lock_sql_;
-    std::string wait_lock_sql_;
+    std::string try_lock_sql_;   // $1 name, $2 owner, $3 idle limit, $4 probe interval
+    std::string wait_lock_sql_;  // the same and $5 lock_timeout
     std::string exists_sql_;
     std::string keep_sql_;
 };
