@@ -691,6 +691,8 @@ sqlock::locker make_locker(bool row, sqlock::store const& db, sqlock::locker_opt
 }
 
 // Waits until the server runs no client statement but ours (an in-flight one has finished), either engine.
+// On MariaDB each store's listener stays parked in its bell statement (SELECT SLEEP(20) AS <prefix>_bell,
+// tables prefix "sqlock" here): that is waiting, not a statement still running.
 bool server_quiet_on(soci::session& s, engine e) {
     if (e == engine::postgresql)
         return eventually(
@@ -706,7 +708,7 @@ bool server_quiet_on(soci::session& s, engine e) {
         [&] {
             long long busy = 0;
             s << "SELECT count(*) FROM information_schema.PROCESSLIST WHERE COMMAND NOT IN ('Sleep', 'Daemon')"
-                 " AND ID <> CONNECTION_ID() AND USER = 'sqlock'",
+                 " AND ID <> CONNECTION_ID() AND USER = 'sqlock' AND NOT (INFO <=> 'SELECT SLEEP(20) AS sqlock_bell')",
                 soci::into(busy);
             return busy == 0;
         },
