@@ -1281,6 +1281,11 @@ private:
                     conn.violations.push_back({"connections", "the server's connections could not be counted: " +
                                                                   (connection_error_.empty() ? std::string("no sample")
                                                                                              : connection_error_)});
+                else if (max_server_sessions_ > 0 && max_connections_ == 0)
+                    conn.violations.push_back(
+                        {"connections", "the workers' " + std::to_string(max_server_sessions_) +
+                                            " server sessions matched no socket of this machine "
+                                            "(/proc/net/tcp): their connections were not counted"});
                 else if (max_connections_ > limit)
                     conn.violations.push_back(
                         {"connections", std::to_string(max_connections_) +
