@@ -506,8 +506,8 @@ suite_handoff() {
   local b spec label engine variant url path name limit=600
   ((quick)) && limit=180
   for spec in "postgresql|postgresql||$SQLOCK_TEST_PG_URL|notify row-queue poll in-process" \
-    "mysql|mysql||$SQLOCK_TEST_MYSQL_URL|row-queue poll in-process" \
-    "sqlite-full|sqlite|sync=full|$SQLITE_URL?synchronous=full|poll in-process"; do
+    "mysql|mysql||$SQLOCK_TEST_MYSQL_URL|notify row-queue poll in-process" \
+    "sqlite-full|sqlite|sync=full|$SQLITE_URL?synchronous=full|notify poll in-process"; do
     IFS='|' read -r label engine variant url paths <<<"$spec"
     for path in $paths; do
       name=handoff-$label-$path

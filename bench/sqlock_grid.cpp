@@ -21,13 +21,15 @@
 //       sample = (right after the waiter's acquire returned) - (right after the holder's release()
 //       returned); a negative one (the wake-up overtook release's own return) is counted as 0 and
 //       in `early`. Three unrecorded samples first. Paths:
-//         notify      table lock, PostgreSQL only; holder and waiter on two stores (as two processes);
-//                     the waiter's backoff is 60 s, so only LISTEN/NOTIFY can wake it in time
+//         notify      table lock; holder and waiter on two stores (as two processes); the waiter's
+//                     backoff is 60 s, so only the engine's announcement can wake it in time
+//                     (PostgreSQL: LISTEN/NOTIFY; MariaDB: KILL QUERY of a parked SLEEP; SQLite:
+//                     the bell file, inotify)
 //         row-queue   row lock (PostgreSQL, MariaDB), two stores: the waiter waits in the engine's
 //                     lock queue
-//         poll        table lock, two stores, default backoff (5 ms doubling to 500 ms). On
-//                     PostgreSQL LISTEN/NOTIFY wakes the waiter too, so there it is `notify` with
-//                     a shorter backoff
+//         poll        table lock, two stores, default backoff (5 ms doubling to 500 ms). The
+//                     announcement wakes the waiter too (every engine since issue 21), so this is
+//                     `notify` with a shorter backoff; a SQLite URL without a file of its own polls
 //         in-process  table lock, one store: the releasing thread wakes the waiter (backoff 60 s)
 //
 //   sqlock-grid renewal --url URL [--leases 10000] [--ttl 15s] [--seconds 60] [--threads 4]
@@ -282,8 +284,6 @@ int run_handoff(handoff_args const& a) {
 
     sqlock::store holder_db(a.url, {.pool_size = 4, .create_schema = true});
     auto const e = holder_db.engine();
-    if (a.path == "notify" && e != sqlock::engine::postgresql)
-        throw sqlock::usage_error("the notify path needs PostgreSQL (LISTEN/NOTIFY)");
     if (row && e == sqlock::engine::sqlite)
         throw sqlock::usage_error("the row-queue path needs PostgreSQL or MariaDB (an engine lock queue)");
     std::optional<sqlock::store> second;
@@ -294,8 +294,6 @@ int run_handoff(handoff_args const& a) {
     if (slow_backoff) waiter_options.backoff_min = waiter_options.backoff_max = 60s;
     auto holder = row ? sqlock::row_locker(holder_db) : sqlock::table_locker(holder_db);
     auto waiter = row ? sqlock::row_locker(waiter_db, waiter_options) : sqlock::table_locker(waiter_db, waiter_options);
-    if (a.path == "poll" && e == sqlock::engine::postgresql)
-        std::cerr << "sqlock-grid: note: on PostgreSQL LISTEN/NOTIFY wakes a polling waiter too\n";
 
     std::string const name = name_prefix + "handoff:" + a.path;
     error_log errors;

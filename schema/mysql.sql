@@ -7,6 +7,9 @@
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
 -- clean-up after a broken connection deletes only its own attempt's row.
+-- waiters: raised by an acquire that found the row held and will wait; only
+-- then does the release interrupt the waiting stores' parked SLEEP (docs/table-lock.md).
+-- (A table made by an older sqlock lacks it: create_schema adds it, with ALTER TABLE.)
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       VARBINARY(255) NOT NULL PRIMARY KEY,
     owner      VARBINARY(255) NOT NULL,
@@ -15,6 +18,7 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
     attempt    BIGINT         NOT NULL DEFAULT 0,
     created_at DATETIME(6)    NOT NULL,
     expires_at DATETIME(6)    NOT NULL,
+    waiters    BIGINT         NOT NULL DEFAULT 0,
     KEY sqlock_locks_expires_at_idx (expires_at)
 ) ENGINE = InnoDB;
 

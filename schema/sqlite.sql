@@ -11,6 +11,9 @@
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
 -- clean-up after a broken connection deletes only its own attempt's row.
+-- waiters: set by an acquire that found the row held and will wait; only then
+-- does the release ring the bell file next to the database (docs/table-lock.md).
+-- (A file made by an older sqlock lacks it: create_schema adds it, with ALTER TABLE.)
 CREATE TABLE IF NOT EXISTS sqlock_locks (
     name       TEXT    NOT NULL PRIMARY KEY,
     owner      TEXT    NOT NULL,
@@ -18,7 +21,8 @@ CREATE TABLE IF NOT EXISTS sqlock_locks (
     holds      INTEGER NOT NULL DEFAULT 1,
     attempt    BIGINT  NOT NULL DEFAULT 0,
     created_at BIGINT  NOT NULL,
-    expires_at BIGINT  NOT NULL
+    expires_at BIGINT  NOT NULL,
+    waiters    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
 -- Lets the reaper find expired rows without a scan.

@@ -293,8 +293,12 @@ void io_deadlines::run(std::stop_token const& stop) {
 
 release_hub& store_impl::hub() {
     std::call_once(listener_once_, [this] {
-        listener_ = dialect_->listen(connect_string_, [this](std::string_view name) {
-            if (!name.empty()) notifications_.fetch_add(1, std::memory_order_relaxed);
+        // A multi-writer cluster (Galera): a waiter's mark would be a write on the busy row that
+        // certification aborts against releases on other nodes, and a ring reaches one node's process
+        // list only. No listener means no mark and no ring: waiters poll.
+        if (multi_writer_cluster_) return;
+        listener_ = dialect_->listen(connect_string_, [this](std::string_view name, bool heard) {
+            if (heard) notifications_.fetch_add(1, std::memory_order_relaxed);
             hub_.announce(name);
         });
     });

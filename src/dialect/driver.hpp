@@ -51,9 +51,10 @@ enum class failure {
     other,       // report as backend_error
 };
 
-/// Listens for release announcements on a connection of its own (PostgreSQL
-/// LISTEN/NOTIFY) and hands each announced lock name to a callback, from its
-/// own thread, until destroyed. Reconnects by itself when the connection drops.
+/// Listens for release announcements from other processes (PostgreSQL: LISTEN/NOTIFY on a
+/// connection of its own; MariaDB: a parked SLEEP that a releaser interrupts; SQLite: inotify on
+/// a bell file) and hands them to a callback, from its own thread, until destroyed. Reconnects
+/// (re-arms) by itself when its connection drops (its file goes).
 class release_listener {
 public:
     virtual ~release_listener() = default;
@@ -112,11 +113,13 @@ public:
     [[nodiscard]] virtual std::string native_code(soci::soci_error const& e) const = 0;
 
     /// A listener for releases announced by other processes, or null where the
-    /// engine has no such thing (then waiters poll). `on_notify(name)` is called
-    /// for each release, and `on_notify("")` after (re)connecting, since
-    /// announcements may have been missed meanwhile.
-    [[nodiscard]] virtual std::unique_ptr<release_listener> listen(
-        std::string const& connect_string, std::function<void(std::string_view)> on_notify) const;
+    /// engine or the URL has no such thing (then waiters poll). `on_notify(name, true)`
+    /// is called for each release heard (name empty where the engine does not say
+    /// which lock: every waiter tries again), and `on_notify("", false)` after
+    /// (re)connecting, since announcements may have been missed meanwhile.
+    using notify_fn = std::function<void(std::string_view name, bool heard)>;
+    [[nodiscard]] virtual std::unique_ptr<release_listener> listen(std::string const& connect_string,
+                                                                   notify_fn on_notify) const;
 };
 
 /// Throws what SOCI's backend for `e` throws for a failed statement

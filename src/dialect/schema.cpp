@@ -74,6 +74,15 @@ void dialect::create_schema(soci::session& s) const {
         if (end == std::string::npos) break;
         start = end + 1;
     }
+    // A lock table made by an older sqlock: CREATE TABLE IF NOT EXISTS kept it as it was, and
+    // neither SQLite nor MySQL 8 has ADD COLUMN IF NOT EXISTS.
+    for (auto const& [column, type] : added_columns()) {
+        try {
+            s << "SELECT COUNT(" + column + ") FROM " + locks_ + " WHERE 1 = 0";
+        } catch (soci::soci_error const&) {
+            s << "ALTER TABLE " + locks_ + " ADD COLUMN " + column + " " + type;
+        }
+    }
 }
 
 std::optional<std::string> dialect::relaxed_durability(soci::session&) const { return std::nullopt; }

@@ -61,6 +61,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -78,6 +79,27 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using sqlock::engine;
 using std::chrono::milliseconds;
+
+/// The local ports of this machine's TCP sockets connected to `server_port` and still ESTABLISHED
+/// (/proc/net/tcp{,6}): the connections some process holds open. A connection closed or shut down
+/// by its client has left that state, even while the server still counts its session.
+inline std::set<int> established_ports_to(int server_port) {
+    std::set<int> ports;
+    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream in(table);
+        std::string line;
+        std::getline(in, line);  // header
+        while (std::getline(in, line)) {
+            std::istringstream f(line);
+            std::string sl, local, remote, st;
+            f >> sl >> local >> remote >> st;
+            if (st != "01" || local.empty() || remote.empty()) continue;  // 01: TCP_ESTABLISHED
+            if (std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16) == server_port)
+                ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+        }
+    }
+    return ports;
+}
 
 inline bool soak_mode() { return sqlock_test::getenv_nonempty("SQLOCK_SOAK").value_or("0") != "0"; }
 
@@ -161,8 +183,9 @@ struct scenario {
     /// {"tx_isolation", "'READ-COMMITTED'"}. Such a scenario must run alone (RUN_SERIAL).
     std::map<std::string, std::string> mysql_globals;
     /// Count the workers' connections on the server (tagged: PostgreSQL application_name, MariaDB a
-    /// user of the run) every 50 ms; asserted: never more than the stores' limit, processes ×
-    /// (pool_size + 2 reserved + PostgreSQL's LISTEN connection), plus the reaper's. Not on SQLite.
+    /// user of the run) whose client end is open, every 50 ms; asserted: never more than the stores'
+    /// limit, processes × (pool_size + 2 reserved + the release listener's connection: PostgreSQL's
+    /// LISTEN, MariaDB's parked SLEEP), plus the reaper's. Not on SQLite.
     bool count_connections = false;
     /// Tag the workers' connections (as count_connections does) without counting them: the session
     /// kill of nemesis_kind::mixed_faults finds them so.
@@ -569,19 +592,29 @@ private:
         }
     }
 
-    /// Counts the tagged connections of the workers on the server every 50 ms until stopped; the most
-    /// seen goes to max_connections_.
+    /// Counts the tagged connections of the workers every 50 ms until stopped: the server's sessions whose
+    /// client end is still open (the stores' connections); the most seen goes to max_connections_. A
+    /// statement cut at its deadline closes its connection at once, but the server keeps its session
+    /// until that statement ends (a release's KILL QUERY queued 3 s on a loaded server): the most
+    /// sessions seen go to max_server_sessions_, reported only.
     void sample_connections(std::stop_token stop) {
         lock_db const& d = dbs_.front();
         try {
             auto s = sqlock_test::raw_session(d.e, d.url);
-            std::string const sql = d.e == engine::postgresql
-                                        ? "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = :m"
-                                        : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = :m";
+            int const server_port = std::stoi(sqlock_test::parse_server_url(d.url).port);
+            std::string const sql =
+                d.e == engine::postgresql
+                    ? "SELECT CAST(client_port AS bigint) FROM pg_stat_activity WHERE application_name = :m"
+                    : "SELECT CAST(SUBSTRING_INDEX(HOST, ':', -1) AS SIGNED) FROM information_schema.PROCESSLIST"
+                      " WHERE USER = :m";
             while (!stop.stop_requested()) {
-                long long n = 0;
-                *s << sql, soci::use(conn_marker_), soci::into(n);
+                std::vector<long long> ports(4096);
+                *s << sql, soci::use(conn_marker_), soci::into(ports);
+                auto const open = established_ports_to(server_port);
+                long long const n = std::count_if(ports.begin(), ports.end(),
+                                                  [&](long long p) { return open.count(static_cast<int>(p)) > 0; });
                 max_connections_ = std::max<long long>(max_connections_, n);
+                max_server_sessions_ = std::max<long long>(max_server_sessions_, static_cast<long long>(ports.size()));
                 ++connection_samples_;
                 std::this_thread::sleep_for(50ms);
             }
@@ -667,6 +700,7 @@ private:
         killpoint_hits_ = 0;
         fault_bag_.clear();
         max_connections_ = 0;
+        max_server_sessions_ = 0;
         connection_samples_ = 0;
         connection_error_.clear();
         nemesis_.close();
@@ -1235,26 +1269,30 @@ private:
             if (e_ == engine::sqlite || s_.majority) {
                 conn.counts["not_counted"] = 1;  // no server to ask
             } else {
-                // Each worker's store: its pool, 2 reserved connections, and on PostgreSQL the LISTEN connection.
-                long long const per_worker =
-                    (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + (e_ == engine::postgresql ? 1 : 0);
-                long long const limit =
-                    s_.processes * per_worker + (s_.reaper ? 4 + (e_ == engine::postgresql ? 1 : 0) : 0);
+                // Each worker's store: its pool, 2 reserved connections, and the release listener's
+                // connection (PostgreSQL's LISTEN; MariaDB's parked SLEEP since issue 21).
+                long long const per_worker = (s_.pool_size > 0 ? s_.pool_size : s_.threads + 4) + 2 + 1;
+                long long const limit = s_.processes * per_worker + (s_.reaper ? 4 + 1 : 0);
                 conn.counts["max"] = max_connections_;
+                conn.counts["server_sessions_max"] = max_server_sessions_;
                 conn.counts["limit"] = limit;
                 conn.counts["samples"] = connection_samples_;
                 if (!connection_error_.empty() || connection_samples_ == 0)
                     conn.violations.push_back({"connections", "the server's connections could not be counted: " +
                                                                   (connection_error_.empty() ? std::string("no sample")
                                                                                              : connection_error_)});
+                else if (max_server_sessions_ > 0 && max_connections_ == 0)
+                    conn.violations.push_back(
+                        {"connections", "the workers' " + std::to_string(max_server_sessions_) +
+                                            " server sessions matched no socket of this machine "
+                                            "(/proc/net/tcp): their connections were not counted"});
                 else if (max_connections_ > limit)
-                    conn.violations.push_back({"connections", std::to_string(max_connections_) +
-                                                                  " connections of the run's workers on the server, "
-                                                                  "above the stores' limit " +
-                                                                  std::to_string(limit) +
-                                                                  " (processes × (pool_size + 2 reserved" +
-                                                                  (e_ == engine::postgresql ? " + 1 listener)" : ")") +
-                                                                  (s_.reaper ? " + the reaper's)" : ")")});
+                    conn.violations.push_back(
+                        {"connections", std::to_string(max_connections_) +
+                                            " connections of the run's workers open on the server, "
+                                            "above the stores' limit " +
+                                            std::to_string(limit) + " (processes × (pool_size + 2 reserved" +
+                                            " + 1 listener)" + (s_.reaper ? " + the reaper's)" : ")")});
             }
             reports.push_back({std::move(conn), true, true});
         }
@@ -1534,6 +1572,7 @@ private:
     std::string mysql_user_;          ///< the MariaDB user of the run, dropped at cleanup
     std::vector<std::pair<std::string, std::string>> saved_globals_;  ///< MariaDB globals to restore
     std::atomic<long long> max_connections_{0};
+    std::atomic<long long> max_server_sessions_{0};
     std::atomic<long long> connection_samples_{0};
     std::string connection_error_;
     std::chrono::steady_clock::time_point started_, end_;

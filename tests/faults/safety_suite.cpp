@@ -377,6 +377,47 @@ TEST_P(SafetyMariaDB, PausedAcquireDoesNotBlockTheName) {
     fs::remove_all(dir);
 }
 
+// A release between a waiter's busy answer and its mark of the row: the mark finds no live row,
+// and no release will ring for this waiter. It must try again at once rather than sleep its
+// back-off (8 hours here, full jitter: the chance it wakes by itself within the 30 s asked is
+// 1/1000). The waiter, in another process, stops itself at the failpoint between the two
+// statements (mysql.acquire.before_mark); the holder releases while it is stopped. The waiter's
+// listener is parked before its acquire starts: a listener just up wakes its store's waiters.
+TEST_P(SafetyMariaDB, ReleaseBeforeTheMarkIsNotMissed) {
+    std::string const tables = "sqls" + random_hex(8);
+    std::string const name = n("released-before-mark");
+    fs::path const dir = fs::temp_directory_path() / ("sqlt-safety-" + random_hex(8));
+    fs::create_directories(dir);
+    sqlock::store s(url_, {.pool_size = 2, .create_schema = true, .table_prefix = tables});
+    locker L = sqlock::table_locker(s, {.ttl = 60s, .auto_renew = false});
+    lease held = *L.try_acquire(name);
+    std::string const hours8 = std::to_string(std::chrono::milliseconds(8h).count());
+    child_process worker = start_safety_worker("mysql.acquire.before_mark=stop",
+                                               {url_, name, "2000", "60000", hours8, hours8, tables, (dir / "go").string()}, dir);
+
+    std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
+    ASSERT_TRUE(eventually([&] {
+        int parked = 0;
+        *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
+            soci::into(parked);
+        return parked == 1;
+    }, 30s)) << "the worker's listener never parked (stdout: " << slurp(dir / "out") << "; stderr: "
+             << slurp(dir / "err") << ")";
+    std::ofstream(dir / "go").close();
+    bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
+    ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"
+                         << process_state(worker.pid()) << "'; stdout: " << slurp(dir / "out")
+                         << "; stderr: " << slurp(dir / "err") << ")";
+    held.release();
+    ::kill(worker.pid(), SIGCONT);
+    bool const ended = eventually([&] { return process_state(worker.pid()) == 'Z'; }, 30s);
+    EXPECT_TRUE(ended) << "the waiter was still waiting 30 s after the release: its mark found the row gone "
+                          "and it went to sleep its back-off";
+    EXPECT_EQ(slurp(dir / "out").rfind("warm\nacquired ", 0), 0U)
+        << "stdout: " << slurp(dir / "out") << "; stderr: " << slurp(dir / "err");
+    fs::remove_all(dir);
+}
+
 // P6, "a waiting acquire never returns a lease that already ran out": the
 // grant commits, then the acquirer stops (failpoint
 // acquire.after_commit_before_return: a GC pause, SIGSTOP) until the

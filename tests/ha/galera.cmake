@@ -17,7 +17,7 @@ sqlock_test_target(sqlock_ha_galera_tests)
 # loaded machine (load 14), the storm 9 s. The storm while a node is killed and rejoins runs with
 # `scripts/battery.sh ha` (60 s, two restarts; docs/ha/galera.md, "Rejoined nodes").
 sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_smoke
-                      FILTER "GaleraTest.CounterStormAcrossNodes:GaleraTest.RowLock*:GaleraTest.Cli*"
+                      FILTER "GaleraTest.CounterStormAcrossNodes:GaleraTest.RowLock*:GaleraTest.TableLock*:GaleraTest.Cli*"
                       LABELS ha fault-smoke FIXTURE ha_galera SERIAL)
 sqlock_discover_tests(sqlock_ha_galera_tests NAME sqlock_ha_galera_storms
                       FILTER "GaleraTest.CounterStormWhileNodeKilledAndRejoins" LABELS ha FIXTURE ha_galera SERIAL

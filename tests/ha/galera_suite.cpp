@@ -6,6 +6,9 @@
 //                                                to use instead (also with galera_single_writer=false)   fault-smoke
 //   GaleraTest.RowLockGrantedWhenSingleWriterDeclared  store_options::galera_single_writer or the URL parameter:
 //                                                the row lock works with every client on one node      fault-smoke
+//   GaleraTest.TableLockWaitersPollWithoutMarks   a waiter on node 2 of a lock held on node 1: its store parks no
+//                                                listener, the row's waiters column stays 0, the release is
+//                                                found by the waiter's poll                            fault-smoke
 //   GaleraTest.CliNineRunsOverThreeNodes          the experiment: 9 `sqlock run` loops over 3 nodes, 5
 //                                                sections each, a shared counter file: table 45/45; row refused
 //                                                (exit 64, the message)                                 fault-smoke
@@ -131,6 +134,40 @@ TEST_F(GaleraTest, RowLockGrantedWhenSingleWriterDeclared) {
     auto next = second.try_acquire(name);
     ASSERT_TRUE(next);
     EXPECT_GT(next->token(), token);
+}
+
+/// On Galera a waiter polls: a mark would be a write on the busy row that certification aborts against releases on
+/// other nodes, and a release's KILL QUERY reaches its own node only. The waiter's store parks no listener (no
+/// bell statement on any node), its busy answers leave the row unmarked, and it gets the lock once it is released.
+TEST_F(GaleraTest, TableLockWaitersPollWithoutMarks) {
+    auto const urls = node_urls();
+    std::string const tables = "sqlg" + sqlock_test::random_hex(8);
+    sqlock::store holder_store(urls[0], {.create_schema = true, .table_prefix = tables});
+    sqlock::store waiter_store(urls[1], {.table_prefix = tables});
+    auto holder = sqlock::table_locker(holder_store, {.ttl = 30s});
+    auto waiter = sqlock::table_locker(waiter_store, {.ttl = 30s, .backoff_min = 50ms, .backoff_max = 200ms});
+    std::string const name = "galera-poll-" + sqlock_test::random_hex(6);
+    auto held = holder.try_acquire(name);
+    ASSERT_TRUE(held);
+    EXPECT_THROW((void)waiter.acquire(name, 2s), sqlock::timeout);
+    ASSERT_GE(waiter.stats().busy, 2) << "the waiter did not wait: nothing was tested";
+    std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
+    for (auto const& url : urls) {
+        auto s = sqlock_test::raw_session(engine::mysql, url);
+        long long parked = -1;
+        *s << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
+            soci::into(parked);
+        EXPECT_EQ(parked, 0) << "a store on Galera parked its release listener (" << url << ")";
+    }
+    auto s = sqlock_test::raw_session(engine::mysql, urls[0]);
+    long long waiters = -1;
+    *s << "SELECT waiters FROM " + tables + "_locks WHERE name = :n", soci::use(name, "n"), soci::into(waiters);
+    EXPECT_EQ(waiters, 0) << "a waiter on Galera marked the busy row";
+    auto const token = held->token();
+    held->release();
+    auto next = waiter.acquire(name, 30s);
+    EXPECT_GT(next.token(), token);
+    next.release();
 }
 
 /// The CLI experiment: 9 loops of `sqlock run` (3 per node), 5 critical sections each, around a

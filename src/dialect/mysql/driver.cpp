@@ -1,7 +1,105 @@
 // MariaDB / MySQL: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/mysql/mysql.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
 namespace sqlock::detail::mysql_engine {
+namespace {
+
+// Parks a connection of its own in the bell statement (a SLEEP); a releaser that saw a waiter's
+// mark finds it in the process list and interrupts it with KILL QUERY ID (which hits that
+// statement only, never the next one). The ring says no name: every waiter of the store tries
+// again. Stopped by shutting its socket down, as the statement deadline does.
+class sleep_listener final : public release_listener {
+public:
+    sleep_listener(mysql_dialect const& dialect, std::string connect_string, std::string bell,
+                   dialect::notify_fn on_notify)
+        : dialect_(dialect),
+          connect_string_(std::move(connect_string)),
+          bell_(std::move(bell)),
+          on_notify_(std::move(on_notify)),
+          wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+          thread_([this](std::stop_token stop) { run(stop); }) {}
+
+    ~sleep_listener() override {
+        thread_.request_stop();
+        {
+            std::lock_guard lock(mutex_);
+            if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+        }
+        std::uint64_t one = 1;
+        (void)!::write(wake_, &one, sizeof one);
+        thread_.join();
+        ::close(wake_);
+    }
+
+private:
+    void run(std::stop_token const& stop) {
+        auto retry = std::chrono::milliseconds(100);
+        while (!stop.stop_requested()) {
+            std::unique_ptr<soci::session> s;
+            try {
+                // Connected (bounded by connect_timeout), its socket is published before any statement,
+                // so a stop never waits for an answer; SLEEP needs none of the pooled sessions' settings.
+                s = std::make_unique<soci::session>();
+                s->open(*soci::factory_mysql(), connect_string_);
+                {
+                    std::lock_guard lock(mutex_);
+                    fd_ = dialect_.socket_of(*s);
+                    if (fd_ >= 0) (void)::fcntl(fd_, F_SETFD, ::fcntl(fd_, F_GETFD) | FD_CLOEXEC);
+                }
+                auto* backend = static_cast<soci::mysql_session_backend*>(s->get_backend());
+                dialect_.set_listener_id(static_cast<long long>(mysql_thread_id(backend->conn_)));
+                retry = std::chrono::milliseconds(100);
+                on_notify_("", false);  // anything released while we were away is unknown
+                while (!stop.stop_requested()) {
+                    int interrupted = 0;
+                    try {
+                        *s << bell_, soci::into(interrupted);
+                    } catch (soci::mysql_soci_error const& e) {
+                        if (e.err_num_ != 1317) throw;  // ER_QUERY_INTERRUPTED: a ring
+                        interrupted = 1;
+                    }
+                    if (interrupted == 1) on_notify_("", true);
+                }
+            } catch (std::exception const&) {  // reconnect below; waiters poll meanwhile
+            }
+            {
+                std::lock_guard lock(mutex_);  // never shut down a descriptor number reused meanwhile
+                dialect_.set_listener_id(0);
+                fd_ = -1;
+                s.reset();
+            }
+            if (stop.stop_requested()) break;
+            pollfd fd{wake_, POLLIN, 0};
+            ::poll(&fd, 1, static_cast<int>(retry.count()));
+            retry = std::min(retry * 2, std::chrono::milliseconds(5000));
+        }
+    }
+
+    mysql_dialect const& dialect_;
+    std::string connect_string_;
+    std::string bell_;
+    dialect::notify_fn on_notify_;
+    int wake_;
+    std::mutex mutex_;
+    int fd_ = -1;  // guarded by mutex_
+    std::jthread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<release_listener> mysql_dialect::listen(std::string const& connect_string,
+                                                        notify_fn on_notify) const {
+    return std::make_unique<sleep_listener>(*this, connect_string, bell_sql_, std::move(on_notify));
+}
 
 bool galera(soci::session& s) {
     std::string name, value;

@@ -6,7 +6,28 @@ namespace sqlock::detail::mysql_engine {
 mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
-    release_sql_ = "DELETE FROM " + locks_ + " WHERE name = ? AND owner = ? AND token = ?";
+    // MySQL has no DELETE ... RETURNING. An unmarked row goes in one statement; a marked one (or
+    // none of ours) is read, then deleted, and its waiter rung (release()).
+    std::string const ours = " WHERE name = ? AND owner = ? AND token = ?";
+    release_sql_ = "DELETE FROM " + locks_ + ours + " AND waiters = 0";
+    marked_sql_ = "SELECT waiters FROM " + locks_ + ours;
+    release_marked_sql_ = "DELETE FROM " + locks_ + ours;
+    // Only an unmarked row is written: a herd of waiters would otherwise queue on the row's lock
+    // (READ COMMITTED's semi-consistent read skips a marked row without waiting for it). The
+    // mark reads the live row first (mark_seen_sql_): marked already, gone, or to be written.
+    // The mark is the marking store's listener connection: its release wakes that store's waiters
+    // only. Waking every listening store made each release a herd of busy acquires (each a durable
+    // transaction), which starved the holders' releases (B02: a third of the grants).
+    mark_sql_ = "UPDATE " + locks_ +
+                " SET waiters = ? WHERE name = ? AND expires_at >= NOW(6) AND waiters = 0";
+    mark_seen_sql_ = "SELECT waiters FROM " + locks_ + " WHERE name = ? AND expires_at >= NOW(6)";
+    // Shorter than the connection's read timeout (at least 32 s, connect_string).
+    bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";
+    listeners_sql_ =
+        "SELECT QUERY_ID FROM information_schema.PROCESSLIST"
+        " WHERE INFO = :bell AND DB = DATABASE() AND ID <> CONNECTION_ID()";
+    // By connection id and statement: an id from before a server restart may name another connection.
+    listener_sql_ = "SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID = :id AND INFO = :bell";
     // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
     // comes back in the statement's OK packet (mysql_stmt_insert_id): the
     // token without a second statement. INSERT ... SELECT: MySQL refuses a

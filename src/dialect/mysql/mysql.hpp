@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -151,7 +152,8 @@ inline MYSQL_BIND integer_param(long long& value) {
 
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
-    std::optional<server_statement> call_acquire, call_renew, delete_row, draw_token;
+    std::optional<server_statement> call_acquire, call_renew, delete_row, read_marked, delete_marked, mark_waiting,
+        mark_seen, draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record, row_keep,
         row_rollback;
@@ -204,8 +206,18 @@ public:
     idle_news read_idle(soci::session& s, bool hung_up) const override;
     failure classify(soci::soci_error const& e, soci::session&) const override;
     std::string native_code(soci::soci_error const& e) const override;
+    // A connection of its own parked in bell_sql_ (a SLEEP), which a release that a waiter
+    // marked interrupts with KILL QUERY ID: MariaDB has no NOTIFY.
+    std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
+    // The connection id of this store's listener while it is connected, else 0 (set by the listener).
+    void set_listener_id(long long id) const noexcept { listener_id_.store(id, std::memory_order_relaxed); }
 
     // ---- the schema (schema.cpp) ----
+    std::vector<std::pair<std::string, std::string>> added_columns() const override {
+        auto columns = dialect::added_columns();
+        columns.emplace_back("waiters", "BIGINT NOT NULL DEFAULT 0");
+        return columns;
+    }
     std::optional<std::string> relaxed_durability(soci::session& s) const override;
     bool multi_writer_cluster(soci::session& s) const override;
     // The procedures are part of the schema: a store on tables without them
@@ -213,10 +225,18 @@ public:
     std::vector<std::string> required_tables() const override;
 
     // ---- the table lock (table_lock.cpp) ----
+    // `waiting` and busy: the live row is marked with this store's listener (its release will ring
+    // that listener), in a second statement; a row another waiter marked first is left as it is.
+    // No live row to mark (released since the busy answer): the acquire is tried once more at once.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool /*waiting*/, bool retry) const override;
+                  std::int64_t ttl_us, bool waiting, bool retry) const override;
+    // One DELETE of an unmarked row. A marked one is read, deleted, and KILL QUERY ID sent to the
+    // parked SLEEP of the listener the mark names, if this user can see it (its own threads); else
+    // its waiters keep to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // The operator's force_release rings every listener, as PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session& s, std::string const&) const override { ring(s, 0); }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
@@ -286,7 +306,20 @@ private:
     }
     std::string acquire_sql_;
     std::string renew_sql_;
-    std::string release_sql_;
+    std::string release_sql_;          // the row, if ours and unmarked
+    std::string marked_sql_;           // its mark, if ours
+    std::string release_marked_sql_;   // the row, if ours
+    std::string mark_sql_;
+    std::string mark_seen_sql_;  // the live row's mark
+    // Mark the live row of `name` with `listener`: false when there is no live marked row (it was
+    // released or ran out since the busy answer), so the caller tries again at once.
+    bool mark(pooled_session ps, std::string const& name, long long listener) const;
+    std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
+    std::string listeners_sql_;  // the query ids of the parked listeners
+    std::string listener_sql_;   // the query id of one parked listener, by its connection id
+    mutable std::atomic<long long> listener_id_{0};
+    // KILL QUERY ID to the parked SLEEP of listener `connection`, or of every listener (0).
+    void ring(soci::session& s, long long connection) const;
     std::string draw_sql_;
     std::string fence_sql_;
     std::string fence_seen_sql_;

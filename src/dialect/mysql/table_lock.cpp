@@ -4,7 +4,7 @@
 namespace sqlock::detail::mysql_engine {
 
 grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                             std::int64_t ttl_us, bool /*waiting*/, bool retry) const {
+                             std::int64_t ttl_us, bool waiting, bool retry) const {
     auto& c = cache(ps);
     prepared(c.call_acquire, ps, acquire_sql_);
     long long id = attempt, again = retry ? 1 : 0, ttl = ttl_us, budget = budget_us(ps.session);
@@ -16,12 +16,39 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
                                      integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
-    bool const got = on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); });
+    auto const call = [&] {
+        return on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); }) && row[0] == 1;
+    };
+    bool ours = call();
+    long long const listener = listener_id_.load(std::memory_order_relaxed);
+    for (int calls = 1; waiting && !ours && listener != 0; ++calls) {
+        SQLOCK_FAILPOINT("mysql.acquire.before_mark");
+        if (mark(ps, name, listener) || calls == 2) break;
+        ours = call();  // released between the busy answer and the mark: nobody would ring for us
+    }
     // The pause a client can still take inside an acquire: after the server
     // decided and committed, before the caller hears of it.
     SQLOCK_FAILPOINT("mysql.acquire.after_call");
-    if (!got || row[0] != 1) return {};
+    if (!ours) return {};
     return {true, row[1], row[2], row[3]};
+}
+
+bool mysql_dialect::mark(pooled_session ps, std::string const& name, long long listener) const {
+    auto& c = cache(ps);
+    unsigned long name_length = 0;
+    std::array<MYSQL_BIND, 2> params{integer_param(listener), bytes_param(name, name_length)};
+    // Read first, without a lock: in a herd the row is marked already, and the read is all it costs.
+    prepared(c.mark_seen, ps, mark_seen_sql_);
+    std::array<long long, 1> marked{};
+    if (!on(c.mark_seen, [&](server_statement& st) { return st.execute(params.data() + 1, marked); })) return false;
+    if (marked[0] != 0) return true;
+    prepared(c.mark_waiting, ps, mark_sql_);
+    std::array<long long, 0> none{};
+    // Nothing changed: released or marked since the read; the caller tries once more either way.
+    return on(c.mark_waiting, [&](server_statement& st) {
+        (void)st.execute(params.data(), none);
+        return st.affected_rows() > 0;
+    });
 }
 
 bool mysql_dialect::release(pooled_session ps, std::string const& name, std::string const& owner,
@@ -32,11 +59,47 @@ bool mysql_dialect::release(pooled_session ps, std::string const& name, std::str
     unsigned long name_length = 0, owner_length = 0;
     std::array<MYSQL_BIND, 3> params{bytes_param(name, name_length), bytes_param(owner, owner_length),
                                      integer_param(tok)};
-    std::array<long long, 0> none{};
-    return on(c.delete_row, [&](server_statement& st) {
-        (void)st.execute(params.data(), none);
-        return st.affected_rows() > 0;
-    });
+    auto const deletes = [&](std::optional<server_statement>& slot) {
+        std::array<long long, 0> none{};
+        return on(slot, [&](server_statement& st) {
+            (void)st.execute(params.data(), none);
+            return st.affected_rows() > 0;
+        });
+    };
+    if (deletes(c.delete_row)) return true;
+    // Marked, or not ours (lost). A mark is written only on an unmarked row, so it stays as read
+    // until the row goes.
+    prepared(c.read_marked, ps, marked_sql_);
+    std::array<long long, 1> waiters{};
+    if (!on(c.read_marked, [&](server_statement& st) { return st.execute(params.data(), waiters); })) return false;
+    prepared(c.delete_marked, ps, release_marked_sql_);
+    if (!deletes(c.delete_marked)) return false;
+    if (waiters[0] != 0) ring(ps.session, waiters[0]);
+    return true;
+}
+
+void mysql_dialect::ring(soci::session& s, long long connection) const {
+    try {
+        std::vector<long long> ids(64);
+        if (connection == 0) {
+            s << listeners_sql_, soci::use(bell_sql_, "bell"), soci::into(ids);
+        } else {
+            ids.resize(1);
+            s << listener_sql_, soci::use(connection, "id"), soci::use(bell_sql_, "bell"), soci::into(ids);
+        }
+        for (auto id : ids) {
+            try {
+                s << "KILL QUERY ID " + std::to_string(id);
+            } catch (soci::mysql_soci_error const& e) {
+                if (e.err_num_ >= CR_MIN_ERROR) throw;  // the connection, not the listener
+                // 1957: that SLEEP has ended meanwhile (its listener woke anyway or parks again).
+            }
+        }
+    } catch (soci::soci_error const&) {
+        // The release has committed and must not be reported otherwise (a retry after a reconnect
+        // could find the lock taken by a woken waiter and call the release lost): the waiters fall
+        // back to their back-off, and a broken connection shows at its next use.
+    }
 }
 
 std::optional<renewal> mysql_dialect::renew(pooled_session ps, std::string const& name, std::string const& owner,

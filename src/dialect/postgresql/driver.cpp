@@ -16,7 +16,7 @@ namespace {
 class pg_listener final : public release_listener {
 public:
     pg_listener(std::string conninfo, std::string const& channel, std::chrono::milliseconds io_timeout,
-                std::function<void(std::string_view)> on_notify)
+                dialect::notify_fn on_notify)
         : conninfo_(std::move(conninfo)),
           listen_sql_("LISTEN \"" + channel + "\""),
           io_timeout_(io_timeout),
@@ -40,7 +40,7 @@ private:
             if (PQstatus(conn) == CONNECTION_OK) {
                 if (subscribe(conn, stop)) {
                     retry = std::chrono::milliseconds(100);
-                    on_notify_("");  // anything released while we were away is unknown
+                    on_notify_("", false);  // anything released while we were away is unknown
                     pump(conn, stop);
                 }
             }
@@ -85,7 +85,7 @@ private:
                 while (PGnotify* n = PQnotifies(conn)) {
                     std::string name = n->extra;
                     PQfreemem(n);
-                    if (!name.empty()) on_notify_(name);
+                    if (!name.empty()) on_notify_(name, true);
                 }
             }
         }
@@ -99,7 +99,7 @@ private:
     std::string conninfo_;
     std::string listen_sql_;
     std::chrono::milliseconds io_timeout_;
-    std::function<void(std::string_view)> on_notify_;
+    dialect::notify_fn on_notify_;
     int wake_;
     std::jthread thread_;
 };
@@ -264,7 +264,7 @@ dialect::idle_news postgresql_dialect::read_idle(soci::session& s, bool hung_up)
 }
 
 std::unique_ptr<release_listener> postgresql_dialect::listen(std::string const& connect_string,
-                                                             std::function<void(std::string_view)> on_notify) const {
+                                                             dialect::notify_fn on_notify) const {
     return std::make_unique<pg_listener>(connect_string, channel(), options_.io_timeout, std::move(on_notify));
 }
 

@@ -46,8 +46,7 @@ public:
                        std::string const& url) const override;
     int socket_of(soci::session& s) const override;
     idle_news read_idle(soci::session& s, bool hung_up) const override;
-    std::unique_ptr<release_listener> listen(std::string const& connect_string,
-                                             std::function<void(std::string_view)> on_notify) const override;
+    std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
     failure classify(soci::soci_error const& e, soci::session& s) const override;
     std::string native_code(soci::soci_error const& e) const override;
 

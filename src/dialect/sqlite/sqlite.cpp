@@ -19,7 +19,9 @@ sqlite_dialect::sqlite_dialect(std::string const& prefix, store_options const& o
                 " attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at"
                 " WHERE expires_at < " +
                 now + " RETURNING token, created_at, expires_at";
-    release_sql_ = "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token";
+    release_sql_ =
+        "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token RETURNING waiters";
+    mark_sql_ = "UPDATE " + locks_ + " SET waiters = 1 WHERE name = :name AND expires_at >= " + now;
     renew_sql_ = "UPDATE " + locks_ + " SET expires_at = " + now +
                  " + :ttl"
                  " WHERE name = :name AND owner = :owner AND token = :token AND expires_at >= " +

@@ -17,6 +17,9 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <exception>
@@ -102,7 +105,7 @@ private:
 };
 
 struct lite_cache final : statement_cache {
-    lite_statement token, lock, release, renew, relaxed, durable;
+    lite_statement token, lock, mark, release, renew, relaxed, durable;
     // The row lock's.
     lite_statement begin, commit, rollback, current_token, row_lock, now;
 };
@@ -123,11 +126,18 @@ public:
     bool busy_is_lock_wait() const noexcept override { return true; }
     failure classify(soci::soci_error const& e, soci::session&) const override;
     std::string native_code(soci::soci_error const& e) const override;
+    // The bell file next to the database (inotify); null for a URL without a file of its own.
+    std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
 
     // ---- the schema (schema.cpp) ----
     // The triggers that keep the token counter are as necessary as the tables:
     // without them the acquire would hand the same token out again.
     std::vector<std::string> required_tables() const override;
+    std::vector<std::pair<std::string, std::string>> added_columns() const override {
+        auto columns = dialect::added_columns();
+        columns.emplace_back("waiters", "INTEGER NOT NULL DEFAULT 0");
+        return columns;
+    }
     // In one write transaction: another process opening the file meanwhile sees
     // the whole schema or none of it, never a part it would call missing.
     void create_schema(soci::session& s) const override;
@@ -135,13 +145,20 @@ public:
     // ---- the table lock (table_lock.cpp) ----
     // Granted only when RETURNING answers: this very statement inserted the row
     // or took it over, with the token it computed, never a row another wrote.
+    // `waiting` and busy: the live row is marked (its release will ring), in a second statement;
+    // when that finds the row gone, the acquire is tried once more.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
-                  std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const override;
+                  std::int64_t ttl_us, bool waiting, bool /*retry*/) const override;
     // With synchronous = FULL the release alone commits at NORMAL, which in WAL
     // mode does not sync: lost in a power cut, a release only delays the next
     // holder until the row expires; the next durable commit syncs it anyway.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // Touches the bell. The release rings when a waiter marked the row; the operator's
+    // force_release always, as PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session&, std::string const&) const override {
+        if (!bell_path_.empty()) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
+    }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
@@ -199,8 +216,12 @@ private:
     mutable std::string durable_sql_ = "PRAGMA synchronous = full";
     std::string const relaxed_sql_ = "PRAGMA synchronous = NORMAL";
     std::string release_sql_;
+    std::string mark_sql_;
     std::string renew_sql_;
     mutable std::string path_;
+    // `<database>-<prefix>-bell`, touched by a release that a waiter marked; empty when the URL
+    // names no file of its own (":memory:", a "file:" URI): waiters of other processes then poll.
+    mutable std::string bell_path_;
 };
 
 }  // namespace sqlock::detail::sqlite_engine

@@ -4,19 +4,28 @@
 namespace sqlock::detail::sqlite_engine {
 
 grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner,
-                              std::int64_t attempt, std::int64_t ttl_us, bool /*waiting*/, bool /*retry*/) const {
+                              std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool /*retry*/) const {
     auto& c = static_cast<lite_cache&>(cache(ps));
+    auto* db = handle_of(ps);
     grant g;
-    g.acquired = c.lock.start(handle_of(ps), lock_sql_)
-                     .bind(":name", name)
-                     .bind(":owner", owner)
-                     .bind(":attempt", static_cast<long long>(attempt))
-                     .bind(":ttl", static_cast<long long>(ttl_us))
-                     .run([&](sqlite3_stmt* st) {
-                         g.token = sqlite3_column_int64(st, 0);
-                         g.created_us = sqlite3_column_int64(st, 1);
-                         g.expires_us = sqlite3_column_int64(st, 2);
-                     });
+    auto const once = [&] {
+        g.acquired = c.lock.start(db, lock_sql_)
+                         .bind(":name", name)
+                         .bind(":owner", owner)
+                         .bind(":attempt", static_cast<long long>(attempt))
+                         .bind(":ttl", static_cast<long long>(ttl_us))
+                         .run([&](sqlite3_stmt* st) {
+                             g.token = sqlite3_column_int64(st, 0);
+                             g.created_us = sqlite3_column_int64(st, 1);
+                             g.expires_us = sqlite3_column_int64(st, 2);
+                         });
+    };
+    once();
+    // Released between the two statements: nobody would ring for us, so try again now.
+    if (!g.acquired && waiting && !bell_path_.empty()) {
+        c.mark.start(db, mark_sql_).bind(":name", name).run();
+        if (sqlite3_changes(db) == 0) once();
+    }
     return g.acquired ? g : grant{};
 }
 
@@ -25,20 +34,22 @@ bool sqlite_dialect::release(pooled_session ps, std::string const& name, std::st
     auto& c = static_cast<lite_cache&>(cache(ps));
     auto* db = handle_of(ps);
     if (relax_release_) c.relaxed.start(db, relaxed_sql_).run();
+    bool waited = false;
     bool deleted = false;
     std::exception_ptr failed;
     try {
-        c.release.start(db, release_sql_)
-            .bind(":name", name)
-            .bind(":owner", owner)
-            .bind(":token", static_cast<long long>(token))
-            .run();
-        deleted = sqlite3_changes(db) > 0;
+        deleted = c.release.start(db, release_sql_)
+                      .bind(":name", name)
+                      .bind(":owner", owner)
+                      .bind(":token", static_cast<long long>(token))
+                      .run([&](sqlite3_stmt* st) { waited = sqlite3_column_int64(st, 0) != 0; });
     } catch (...) {
         failed = std::current_exception();
     }
     if (relax_release_) c.durable.start(db, durable_sql_).run();  // back to the URL's setting, whatever happened
     if (failed) std::rethrow_exception(failed);
+    // Committed: ring. The listeners watch the file's inode; no file, nobody listens.
+    if (waited) notify_release(ps.session, name);
     return deleted;
 }
 
