@@ -697,25 +697,31 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
     });
     stop_on_exit const cancel_at_exit{give_up};
     ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
-    ASSERT_TRUE(eventually([&] {
-        int marked = 0;
-        std::string const waits = e_ == engine::postgresql ? "waiters" : "waiters <> 0";
-        *raw_ << "SELECT COUNT(*) FROM " + tables + "_locks WHERE name = :n AND " + waits, soci::use(name, "n"),
-            soci::into(marked);
-        return marked == 1;
-    }, 30s)) << "the waiting acquire did not mark the row";
+    ASSERT_TRUE(eventually(
+        [&] {
+            int marked = 0;
+            std::string const waits = e_ == engine::postgresql ? "waiters" : "waiters <> 0";
+            *raw_ << "SELECT COUNT(*) FROM " + tables + "_locks WHERE name = :n AND " + waits, soci::use(name, "n"),
+                soci::into(marked);
+            return marked == 1;
+        },
+        30s))
+        << "the waiting acquire did not mark the row";
     if (e_ == engine::postgresql) {
         ASSERT_TRUE(listener_ready(holder_store, waiter_store, n("wake-across-probe")))
             << "the waiter's store never received a notification: its LISTEN connection is not up";
     }
     if (e_ == engine::mysql) {
         std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
-        ASSERT_TRUE(eventually([&] {
-            int parked = 0;
-            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
-                soci::into(parked);
-            return parked >= 1;
-        }, 30s)) << "the waiter's store never parked its listener";
+        ASSERT_TRUE(eventually(
+            [&] {
+                int parked = 0;
+                *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
+                    soci::into(parked);
+                return parked >= 1;
+            },
+            30s))
+            << "the waiter's store never parked its listener";
     }
     ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
     std::uint64_t const notifications_before = waiter_store.stats().notifications;
@@ -805,7 +811,8 @@ TEST_P(Lifecycle, ReleaseAnnouncementsRecoverWhenTheirChannelIsLost) {
     }
     lease h = *holder.try_acquire(n("after"));
     std::stop_source give_up;
-    auto got = std::async(std::launch::async, [&] { return parked.acquire(n("after"), parked_poll, give_up.get_token()); });
+    auto got =
+        std::async(std::launch::async, [&] { return parked.acquire(n("after"), parked_poll, give_up.get_token()); });
     stop_on_exit const cancel_at_exit{give_up};
     ASSERT_TRUE(eventually([&] { return parked.stats().busy >= 1; }, 30s)) << "the waiter never tried";
     h.release();

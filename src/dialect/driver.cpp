@@ -32,9 +32,7 @@ std::string quote_connect_value(std::string const& value) {
 
 // By value for the engines that keep it.
 // NOLINTBEGIN(performance-unnecessary-value-param)
-std::unique_ptr<release_listener> engine_driver::listen(std::string const&, notify_fn) const {
-    return nullptr;
-}
+std::unique_ptr<release_listener> engine_driver::listen(std::string const&, notify_fn) const { return nullptr; }
 // NOLINTEND(performance-unnecessary-value-param)
 
 // NOLINTNEXTLINE(bugprone-easily-swappable-parameters): the interface's order

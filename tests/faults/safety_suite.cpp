@@ -392,17 +392,21 @@ TEST_P(SafetyMariaDB, ReleaseBeforeTheMarkIsNotMissed) {
     locker L = sqlock::table_locker(s, {.ttl = 60s, .auto_renew = false});
     lease held = *L.try_acquire(name);
     std::string const hours8 = std::to_string(std::chrono::milliseconds(8h).count());
-    child_process worker = start_safety_worker("mysql.acquire.before_mark=stop",
-                                               {url_, name, "2000", "60000", hours8, hours8, tables, (dir / "go").string()}, dir);
+    child_process worker =
+        start_safety_worker("mysql.acquire.before_mark=stop",
+                            {url_, name, "2000", "60000", hours8, hours8, tables, (dir / "go").string()}, dir);
 
     std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
-    ASSERT_TRUE(eventually([&] {
-        int parked = 0;
-        *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
-            soci::into(parked);
-        return parked == 1;
-    }, 30s)) << "the worker's listener never parked (stdout: " << slurp(dir / "out") << "; stderr: "
-             << slurp(dir / "err") << ")";
+    ASSERT_TRUE(eventually(
+        [&] {
+            int parked = 0;
+            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
+                soci::into(parked);
+            return parked == 1;
+        },
+        30s))
+        << "the worker's listener never parked (stdout: " << slurp(dir / "out") << "; stderr: " << slurp(dir / "err")
+        << ")";
     std::ofstream(dir / "go").close();
     bool const stopped = eventually([&] { return process_state(worker.pid()) == 'T'; }, 30s);
     ASSERT_TRUE(stopped) << "the worker did not stop at the failpoint within 30 s (state '"

@@ -96,8 +96,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<release_listener> mysql_dialect::listen(std::string const& connect_string,
-                                                        notify_fn on_notify) const {
+std::unique_ptr<release_listener> mysql_dialect::listen(std::string const& connect_string, notify_fn on_notify) const {
     return std::make_unique<sleep_listener>(*this, connect_string, bell_sql_, std::move(on_notify));
 }
 

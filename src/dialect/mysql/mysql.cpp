@@ -18,8 +18,7 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     // The mark is the marking store's listener connection: its release wakes that store's waiters
     // only. Waking every listening store made each release a herd of busy acquires (each a durable
     // transaction), which starved the holders' releases (B02: a third of the grants).
-    mark_sql_ = "UPDATE " + locks_ +
-                " SET waiters = ? WHERE name = ? AND expires_at >= NOW(6) AND waiters = 0";
+    mark_sql_ = "UPDATE " + locks_ + " SET waiters = ? WHERE name = ? AND expires_at >= NOW(6) AND waiters = 0";
     mark_seen_sql_ = "SELECT waiters FROM " + locks_ + " WHERE name = ? AND expires_at >= NOW(6)";
     // Shorter than the connection's read timeout (at least 32 s, connect_string).
     bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";

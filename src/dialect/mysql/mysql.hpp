@@ -306,9 +306,9 @@ private:
     }
     std::string acquire_sql_;
     std::string renew_sql_;
-    std::string release_sql_;          // the row, if ours and unmarked
-    std::string marked_sql_;           // its mark, if ours
-    std::string release_marked_sql_;   // the row, if ours
+    std::string release_sql_;         // the row, if ours and unmarked
+    std::string marked_sql_;          // its mark, if ours
+    std::string release_marked_sql_;  // the row, if ours
     std::string mark_sql_;
     std::string mark_seen_sql_;  // the live row's mark
     // Mark the live row of `name` with `listener`: false when there is no live marked row (it was
