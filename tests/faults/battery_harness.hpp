@@ -37,6 +37,7 @@
 #include "majority_members.hpp"
 
 #include "../fault_proxy.hpp"
+#include "../proc_net.hpp"
 #include "../test_env.hpp"
 #include "../test_process.hpp"
 
@@ -80,24 +81,13 @@ using namespace std::chrono_literals;
 using sqlock::engine;
 using std::chrono::milliseconds;
 
-/// The local ports of this machine's TCP sockets connected to `server_port` and still ESTABLISHED
-/// (/proc/net/tcp{,6}): the connections some process holds open. A connection closed or shut down
-/// by its client has left that state, even while the server still counts its session.
+/// The local ports of this machine's TCP sockets connected to `server_port` and still ESTABLISHED:
+/// the connections some process holds open. A connection closed or shut down by its client has left
+/// that state, even while the server still counts its session.
 inline std::set<int> established_ports_to(int server_port) {
     std::set<int> ports;
-    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-        std::ifstream in(table);
-        std::string line;
-        std::getline(in, line);  // header
-        while (std::getline(in, line)) {
-            std::istringstream f(line);
-            std::string sl, local, remote, st;
-            f >> sl >> local >> remote >> st;
-            if (st != "01" || local.empty() || remote.empty()) continue;  // 01: TCP_ESTABLISHED
-            if (std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16) == server_port)
-                ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
-        }
-    }
+    for (auto const& s : sqlock_test::tcp_sockets())
+        if (s.remote_port == server_port && s.state == sqlock_test::tcp_established) ports.insert(s.local_port);
     return ports;
 }
 

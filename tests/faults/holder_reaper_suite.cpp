@@ -37,6 +37,7 @@
 #include "audit.hpp"
 #include "checkers.hpp"
 #include "history.hpp"
+#include "proc_net.hpp"
 #include "skewed_process.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
@@ -155,32 +156,6 @@ private:
     std::optional<int> status_;
     std::string err_;
 };
-
-/// The local TCP ports of this process's sockets connected to `remote_port` (/proc/self/fd and
-/// /proc/net/tcp{,6}): which server sessions are this process's own.
-std::set<int> own_ports_to(int remote_port) {
-    std::set<std::string> inodes;
-    for (auto const& fd : fs::directory_iterator("/proc/self/fd")) {
-        std::error_code ec;
-        auto target = fs::read_symlink(fd.path(), ec).string();
-        if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-    }
-    std::set<int> ports;
-    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-        std::ifstream in(table);
-        std::string line;
-        std::getline(in, line);  // header
-        while (std::getline(in, line)) {
-            std::istringstream f(line);
-            std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-            f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-            if (!inodes.count(inode)) continue;
-            int const rport = std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16);
-            if (rport == remote_port) ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
-        }
-    }
-    return ports;
-}
 
 class HolderReaper : public engine_fixture {
 protected:

@@ -14,6 +14,7 @@
 //                    "purged <n> batches <b> complete <0|1>" to --out. Run with
 //                    SQLOCK_FAILPOINTS=reaper.between_batches=stop, the suite kills it between batches.
 // Every line of --out is flushed as it is written: the suite reads it while the process is stopped.
+#include "../proc_net.hpp"
 #include "history.hpp"
 
 #include <sqlock/fence.hpp>
@@ -126,32 +127,6 @@ int row_hold(config const& c) {
     return 0;
 }
 
-/// The local TCP ports of this process's sockets connected to `remote_port` (/proc/self/fd and
-/// /proc/net/tcp{,6}): the suite looks for them among the server's sessions after this process is gone.
-std::set<int> own_ports_to(int remote_port) {
-    std::set<std::string> inodes;
-    for (auto const& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
-        std::error_code ec;
-        auto target = std::filesystem::read_symlink(fd.path(), ec).string();
-        if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-    }
-    std::set<int> ports;
-    for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-        std::ifstream in(table);
-        std::string line;
-        std::getline(in, line);  // header
-        while (std::getline(in, line)) {
-            std::istringstream f(line);
-            std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-            f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-            if (inodes.count(inode) == 0) continue;
-            if (std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16) == remote_port)
-                ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
-        }
-    }
-    return ports;
-}
-
 int churn(config const& c) {
     history_writer h(c.history, c.name);
     sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables, .lock_wait_timeout = 1s, .io_timeout = 3s});
@@ -224,7 +199,8 @@ int churn(config const& c) {
     }
     if (c.server_port > 0) {
         std::string line = "ports";
-        for (int p : own_ports_to(c.server_port)) line += " " + std::to_string(p);
+        // The suite looks for these among the server's sessions after this process is gone.
+        for (int p : sqlock_test::own_ports_to(c.server_port)) line += " " + std::to_string(p);
         std::cout << line << std::endl;
     }
     if (c.abandon) {

@@ -44,6 +44,7 @@
 // postgres): without it these skip outside CI and fail under CI=true.
 #include "audit.hpp"
 #include "private_server.hpp"
+#include "proc_net.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -177,22 +178,11 @@ protected:
     // statement cut off by its deadline while the server was frozen) has been read to its end by its
     // backend, which ran whatever statement was still in its input first.
     static bool hung_up_connections_drained(std::string const& port) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, ":%04X", static_cast<unsigned>(std::stoi(port)));
+        int const server_port = std::stoi(port);
         return eventually(
             [&] {
-                for (char const* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-                    std::istringstream in(slurp(table));
-                    std::string line;
-                    std::getline(in, line);  // header
-                    while (std::getline(in, line)) {
-                        std::istringstream f(line);
-                        std::string slot, local, remote, state;
-                        f >> slot >> local >> remote >> state;
-                        if (local.size() >= 5 && local.compare(local.size() - 5, 5, hex) == 0 && state == "08")
-                            return false;  // 08: CLOSE_WAIT
-                    }
-                }
+                for (auto const& s : tcp_sockets())
+                    if (s.local_port == server_port && s.state == tcp_close_wait) return false;
                 return true;
             },
             10s);
