@@ -55,13 +55,14 @@
 // Examples (servers: source the env.sh printed by `bash scripts/test-servers.sh start`):
 //   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_PG_URL" --lock table --clients 4 --names distinct --seconds 5
 //   build/bench/sqlock-grid cycle --url sqlite:/tmp/grid.db --lock row --clients 1 --names shared --seconds 5
-//   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_MYSQL_URL" --lock semaphore --permits 4 --clients 4 --names shared
-//   build/bench/sqlock-grid handoff --url "$SQLOCK_TEST_PG_URL" --path notify --samples 200
+//   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_MYSQL_URL" --lock semaphore --permits 4 --clients 4 --names
+//   shared build/bench/sqlock-grid handoff --url "$SQLOCK_TEST_PG_URL" --path notify --samples 200
 //   build/bench/sqlock-grid renewal --url "$SQLOCK_TEST_PG_URL" --leases 10000 --ttl 15s --seconds 60
 // Exit status: 0 after printing the line (even with errors > 0: they are in the line), 1 when the
 // run could not happen at all (no database), 2 on bad arguments.
 #include "duration.hpp"  // tools/: "30s" -> milliseconds
 
+#include <sqlock/coordination.hpp>
 #include <sqlock/sqlock.hpp>
 
 #include <CLI/CLI.hpp>
@@ -604,7 +605,8 @@ int main(int argc, char** argv) {
     cycle_args cycle;
     auto* c = app.add_subcommand("cycle", "acquire + release loops of N clients");
     c->add_option("--url", cycle.url, "database URL (postgresql://, mysql://, sqlite:)")->required();
-    c->add_option("--lock", cycle.lock, "table, row, semaphore, rw-shared or rw-exclusive (the last three over a table locker)")
+    c->add_option("--lock", cycle.lock,
+                  "table, row, semaphore, rw-shared or rw-exclusive (the last three over a table locker)")
         ->check(CLI::IsMember({"table", "row", "semaphore", "rw-shared", "rw-exclusive"}))
         ->capture_default_str();
     c->add_option("--permits", cycle.permits, "--lock semaphore: permits per name")

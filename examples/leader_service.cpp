@@ -16,6 +16,7 @@
 // The state row and the fence table live in the lock database here; in a real
 // service they are in the service's own database (the fence table must be in
 // the database of what it protects).
+#include <sqlock/coordination.hpp>
 #include <sqlock/sqlock.hpp>
 
 #include <soci/mysql/soci-mysql.h>
@@ -129,26 +130,27 @@ int replica(std::string const& url, std::string const& address, std::chrono::mil
     while (!stop.stop_requested()) {
         try {
             // lead() resigns only after the work below has returned, whatever happens to `stop`.
-            election.lead(election_name, address, 1h,
-                          [&](sqlock::leadership& lead, std::stop_token leading) {
-                              say(me + "leads, term " + std::to_string(lead.term()));
-                              while (!leading.stop_requested()) {
-                                  try {
-                                      beat(s, fence, lead);
-                                  } catch (sqlock::stale_token const& e) {
-                                      ++stale;  // a newer leader wrote first: we are no longer leader
-                                      say(me + "write refused: " + e.what());
-                                      return;
-                                  }
-                                  std::condition_variable_any cv;
-                                  std::mutex m;
-                                  std::unique_lock lock(m);
-                                  cv.wait_for(lock, leading, beat_every, [] { return false; });
-                              }
-                              say(me + (lead.held() ? "steps down, term " : "lost its leadership, term ") +
-                                  std::to_string(lead.term()));
-                          },
-                          stop);
+            election.lead(
+                election_name, address, 1h,
+                [&](sqlock::leadership& lead, std::stop_token leading) {
+                    say(me + "leads, term " + std::to_string(lead.term()));
+                    while (!leading.stop_requested()) {
+                        try {
+                            beat(s, fence, lead);
+                        } catch (sqlock::stale_token const& e) {
+                            ++stale;  // a newer leader wrote first: we are no longer leader
+                            say(me + "write refused: " + e.what());
+                            return;
+                        }
+                        std::condition_variable_any cv;
+                        std::mutex m;
+                        std::unique_lock lock(m);
+                        cv.wait_for(lock, leading, beat_every, [] { return false; });
+                    }
+                    say(me + (lead.held() ? "steps down, term " : "lost its leadership, term ") +
+                        std::to_string(lead.term()));
+                },
+                stop);
         } catch (sqlock::cancelled const&) {
             break;  // stopped while campaigning
         } catch (sqlock::timeout const&) {
@@ -253,14 +255,15 @@ int demo(std::string const& url, std::chrono::milliseconds ttl, std::chrono::mil
         open_session(s, url);
         s << "SELECT term, beats FROM service_state WHERE id = 1", soci::into(written_term), soci::into(beats);
     }
-    say("demo: terms " + [&] {
-        std::string t;
-        for (auto x : terms) t += (t.empty() ? "" : ", ") + std::to_string(x);
-        return t;
-    }() + "; last fenced write by term " + std::to_string(written_term) + ", " + std::to_string(beats) + " writes");
+    say("demo: terms " +
+        [&] {
+            std::string t;
+            for (auto x : terms) t += (t.empty() ? "" : ", ") + std::to_string(x);
+            return t;
+        }() +
+        "; last fenced write by term " + std::to_string(written_term) + ", " + std::to_string(beats) + " writes");
     bool ok = terms.size() == 3 && increasing && written_term == last_term && beats > 0 && failed == 0;
-    std::cout << (ok ? "OK: three leaders in turn, terms strictly increasing, the last one's writes last"
-                     : "FAILED")
+    std::cout << (ok ? "OK: three leaders in turn, terms strictly increasing, the last one's writes last" : "FAILED")
               << std::endl;
     return ok ? 0 : 1;
 }
@@ -292,9 +295,7 @@ int main(int argc, char** argv) {
         auto ttl = parse(ttl_text);
         auto beat_every = parse(beat_text);
         if (run_demo) return demo(url, ttl, beat_every);
-        {
-            sqlock::store db{url, {.create_schema = url.starts_with("sqlite:")}};
-        }
+        { sqlock::store db{url, {.create_schema = url.starts_with("sqlite:")}}; }
         soci::session s;
         open_session(s, url);
         s << "CREATE TABLE IF NOT EXISTS service_state (id INTEGER PRIMARY KEY, term BIGINT NOT NULL, "
