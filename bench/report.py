@@ -342,7 +342,7 @@ class Page:
             "[Targets](#targets) table says which goals are met and which are missed.", "")
         self.add("## How to reproduce", "")
         self.add("```sh",
-                 "bash bench/run.sh                 # everything, from scratch: ~25 minutes on 2 cores",
+                 "bash bench/run.sh                 # everything, from scratch: ~30 minutes on 2 cores",
                  "bash bench/run.sh --quick         # a smoke test (1 s per cell, small sizes): numbers mean nothing",
                  "bash bench/run.sh --only handoff majority   # rerun some suites; the others' results are kept",
                  "/usr/bin/python3 bench/report.py  # this page again from build/bench-results",

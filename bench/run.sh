@@ -28,7 +28,7 @@
 # machine facts to build/bench-results/meta-<UTC time>.json; finally bench/report.py. Every server
 # is stopped on exit, whatever happened. A program that is not built (yet) or fails costs only its
 # own cells: they are recorded as skipped or failed and the report says so.
-# A full run takes about 20-25 minutes on 2 cores (first build included).
+# A full run takes about 25-30 minutes on 2 cores (first build included; the coordination cells add ~5).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
