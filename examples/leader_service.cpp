@@ -39,6 +39,7 @@
 #include <regex>
 #include <stdexcept>
 #include <stop_token>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,13 +168,13 @@ int replica(std::string const& url, std::string const& address, std::chrono::mil
 }
 
 // SIGTERM and SIGINT, blocked in every thread, turn into a stop request.
-std::jthread stop_on_signals(std::stop_source& stopping) {
+std::jthread stop_on_signals(std::stop_source stopping) {  // a copy shares the stop state
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return std::jthread([set, &stopping](std::stop_token st) {
+    return std::jthread([set, stopping](std::stop_token st) mutable {
         // sigtimedwait, so that the thread also notices a stop from elsewhere.
         while (!st.stop_requested()) {
             timespec tick{0, 100'000'000};
@@ -187,9 +188,10 @@ std::jthread stop_on_signals(std::stop_source& stopping) {
 
 int run_one(std::string const& url, std::string const& address, std::chrono::milliseconds ttl,
             std::chrono::milliseconds beat_every) {
-    std::stop_source stopping;
-    auto signals = stop_on_signals(stopping);
-    int rc = replica(url, address, ttl, beat_every, stopping.get_token());
+    // On the heap: GCC 12 warns (-Wmaybe-uninitialized) about a std::stop_source built on this stack.
+    auto const stopping = std::make_unique<std::stop_source>();
+    auto signals = stop_on_signals(*stopping);
+    int rc = replica(url, address, ttl, beat_every, stopping->get_token());
     signals.request_stop();
     return rc;
 }
