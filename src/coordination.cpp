@@ -294,22 +294,32 @@ public:
             // Read the generation first, so a release announced during the read is not missed.
             auto const generation = db.hub().generation(name);
             auto next = clock::now() + options_.observe_interval;
+            std::optional<leader_info> now;
             try {
-                auto now = leader(name);
-                if (now && now->term != marked_term) {
-                    // Once per term: mark the leader's row as a waiter does, so its
-                    // resignation is announced to this store (NOTIFY, a ring, the
-                    // bell) instead of waiting for the next read.
+                now = leader(name);
+            } catch (error const&) {  // unreachable for now: report nothing, read again
+                db.hub().wait(name, generation, next, stop);
+                continue;
+            }
+            if (first || !same(now, last)) {
+                first = false;
+                last = now;
+                on_change(now);
+            }
+            if (now && now->term != marked_term) {
+                // Once per term: mark the leader's row as a waiter does, so its
+                // resignation is announced to this store (NOTIFY, a ring, the bell)
+                // before the next read. Best effort, bounded by the interval: a mark
+                // that fails leaves the reads to report the change.
+                marked_term = now->term;
+                try {
                     db.run("watching the leader of '" + name + "'",
-                           [&](pooled_session s) { db.dialect().mark_watched(s, name); });
-                    marked_term = now->term;
-                }
-                if (first || !same(now, last)) {
-                    first = false;
-                    last = now;
-                    on_change(now);
-                }
-            } catch (error const&) {  // unreachable for now: report nothing, try again
+                           [&](pooled_session s) { db.dialect().mark_watched(s, name); },
+                           {.deadline = next,
+                            .engine_wait = options_.observe_interval,
+                            .pool_wait = options_.observe_interval});
+                } catch (error const&) {
+                } catch (row_busy const&) {}
             }
             db.hub().wait(name, generation, next, stop);
         }
