@@ -86,6 +86,9 @@ int elect_command(elect_args const& args) {
         wait = parse_duration("--wait", args.wait);
     }
     std::string const value = args.value_given ? args.value : default_value();
+    if (value.empty())
+        fail(exit_code::usage, "--value must not be empty: it is what `sqlock leader` shows for this leader (default "
+                               "HOST:PID)");
     auto db = resolve_database(args.dbs);
 
     supervisor sup;

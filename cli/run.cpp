@@ -926,7 +926,8 @@ supervisor::outcome supervisor::run(std::vector<std::string> const& command, com
                                 return_on_loss, after_loss);
     if (done.lost) {
         // Neither released nor destroyed: a lease whose renewal hangs would hang both.
-        new sqlock::lease(std::move(lease));  // NOLINT: left behind on purpose
+        static auto* const left_behind = new std::vector<sqlock::lease>();  // never destroyed, on purpose
+        left_behind->push_back(std::move(lease));
         return {exit_code::lost, true, done.signalled};
     }
     int const code = finish_run(what, lease, *s.loss, child, done.guardian_status);
