@@ -504,11 +504,13 @@ TEST_P(Cli, ForwardedSignalsReachTheWholeProcessTree) {
     std::string const name = n("forward-tree");
     pid_files_killer cleanup{{file("gc.pid")}};
     std::string const script =
-        background("gc", "trap 'touch \"$1/gc.term\"; exit 0' TERM; while :; do sleep 0.02; done") +
+        background("gc",
+                   "trap 'touch \"$1/gc.term\"; exit 0' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
         " touch \"$1/started\"; wait";
     auto p = start(run(name, sh(script, dir())));
+    // gc.ready, not gc.pid: the pid is written before the trap is set.
     ASSERT_TRUE(
-        eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); }, 30s));
+        eventually([&] { return (present(file("started")) && present(file("gc.ready"))) || p->finished(); }, 30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     ::kill(p->pid(), SIGTERM);
     auto r = p->wait();
@@ -1091,11 +1093,14 @@ TEST_P(CliCoordination, ElectStopsTheCommandsTreeWhenLeadershipIsLost) {
     std::string const name = n("elect-lost");
     pid_files_killer cleanup{{file("gc.pid")}};
     std::string const script =
-        background("gc", "trap 'echo TERM >> \"$1/gc.terms\"' TERM; while :; do sleep 0.02; done") +
+        background("gc", "trap 'echo TERM >> \"$1/gc.terms\"' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
         " touch \"$1/started\"; wait";
     auto p = start(elect(name, sh(script, dir()), {"--ttl", "1s"}));
-    ASSERT_TRUE(
-        eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); }, 30s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return (present(file("started")) && present(file("gc.pid")) && present(file("gc.ready"))) || p->finished();
+        },
+        30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     pid_t const gc = read_pid(file("gc.pid"));
 
