@@ -55,9 +55,8 @@ std::string shown_name(sqlock::lock_info const& l) {
 std::vector<std::string> cells(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
     std::vector<std::string> r;
     if (member) r.push_back(*member);
-    for (auto&& c :
-         {shown_name(l), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
-          sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining), printable(l.value)})
+    for (auto&& c : {shown_name(l), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
+                     sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining), printable(l.value)})
         r.push_back(c);
     return r;
 }

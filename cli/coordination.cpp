@@ -81,14 +81,14 @@ int elect_command(elect_args const& args) {
     auto const ttl = parse_duration("--ttl", args.ttl);
     std::optional<milliseconds> wait;  // empty: until elected
     if (!args.wait.empty()) {
-        if (args.repeat)
-            fail(exit_code::usage, "--repeat campaigns until a signal stops it: it takes no --wait");
+        if (args.repeat) fail(exit_code::usage, "--repeat campaigns until a signal stops it: it takes no --wait");
         wait = parse_duration("--wait", args.wait);
     }
     std::string const value = args.value_given ? args.value : default_value();
     if (value.empty())
-        fail(exit_code::usage, "--value must not be empty: it is what `sqlock leader` shows for this leader (default "
-                               "HOST:PID)");
+        fail(exit_code::usage,
+             "--value must not be empty: it is what `sqlock leader` shows for this leader (default "
+             "HOST:PID)");
     auto db = resolve_database(args.dbs);
 
     supervisor sup;
@@ -111,12 +111,10 @@ int elect_command(elect_args const& args) {
                     while (!lead) {
                         try {
                             lead.emplace(election.campaign(args.name, value, std::chrono::hours(24), cancel));
-                        } catch (sqlock::timeout const&) {
-                        }
+                        } catch (sqlock::timeout const&) {}
                     }
                 }
-            } catch (sqlock::timeout const&) {
-            }
+            } catch (sqlock::timeout const&) {}
             return lead.has_value();
         });
         if (sig != 0) {
@@ -134,7 +132,8 @@ int elect_command(elect_args const& args) {
         if (!args.repeat || out.signalled) return out.code;
         if (out.code == exit_code::cannot_execute || out.code == exit_code::command_not_found) return out.code;
         if (!out.lost)
-            say("COMMAND exited (code " + std::to_string(out.code) + ") and " + what + " was resigned; campaigning again");
+            say("COMMAND exited (code " + std::to_string(out.code) + ") and " + what +
+                " was resigned; campaigning again");
     }
 }
 

@@ -118,8 +118,9 @@ int dispatch(int argc, char** argv) {
         "elect", "Campaign to lead NAME and run COMMAND while leader: sqlock elect --name NAME [OPTIONS] -- COMMAND");
     elect_cmd->add_option("--db", elect.dbs, db_help)->type_name("URL");
     elect_cmd->add_option("--name", elect.name, "election name (1..255 bytes of UTF-8)")->required();
-    auto* value_opt = elect_cmd->add_option(
-        "--value", elect.value, "what `sqlock leader` shows for this leader, e.g. an address (default: HOST:PID)");
+    auto* value_opt =
+        elect_cmd->add_option("--value", elect.value,
+                              "what `sqlock leader` shows for this leader, e.g. an address (default: HOST:PID)");
     value_opt->type_name("TEXT");
     elect_cmd->add_option("--ttl", elect.ttl, "lease length, renewed at a third of it")
         ->type_name("DUR")
@@ -146,8 +147,9 @@ int dispatch(int argc, char** argv) {
     leader_cmd->footer("Exit 0 when there is a leader, 1 when there is none (--watch: 0 when stopped by a signal).");
 
     semaphore_args semaphore;
-    auto* semaphore_cmd = app.add_subcommand(
-        "semaphore", "Forget the stored number of permits of the semaphore NAME (sqlock run --limit)");
+    auto* semaphore_cmd =
+        app.add_subcommand("semaphore",
+                           "Forget the stored number of permits of the semaphore NAME (sqlock run --limit)");
     semaphore_cmd->add_option("--db", semaphore.dbs, db_help)->type_name("URL");
     semaphore_cmd->add_option("--name", semaphore.name, "semaphore name")->required();
     semaphore_cmd->add_flag("--forget", semaphore.forget, "required: remove the stored number of permits");

@@ -593,8 +593,8 @@ std::vector<std::string> child_environment(command_variables const& vars) {
         bool const ours = std::any_of(vars.begin(), vars.end(), [&](auto const& kv) {
             return v.starts_with(kv.first) && v.size() > kv.first.size() && v[kv.first.size()] == '=';
         });
-        if (ours || v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") ||
-            v.starts_with("SQLOCK_TOKEN=") || v.starts_with("SQLOCK_PERMIT="))
+        if (ours || v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") || v.starts_with("SQLOCK_TOKEN=") ||
+            v.starts_with("SQLOCK_PERMIT="))
             continue;
         env.emplace_back(v);
     }
@@ -645,9 +645,8 @@ void explain_conflict(std::vector<sqlock::store const*> const& stores, std::stri
         say("every permit of lock '" + printable(name) + "' is held (" + std::to_string(permits[0]) +
             " held) and none was free" + within + "; COMMAND not started");
     else if (kind == lease_kind::exclusive && !readers.empty() && readers[0] > 0 && holders[0].empty())
-        say("lock '" + printable(name) + "' is held shared by " + std::to_string(readers[0]) +
-            " run(s) --shared" + (wait.count() > 0 ? " that did not end within --wait" : std::string()) +
-            "; COMMAND not started");
+        say("lock '" + printable(name) + "' is held shared by " + std::to_string(readers[0]) + " run(s) --shared" +
+            (wait.count() > 0 ? " that did not end within --wait" : std::string()) + "; COMMAND not started");
     else
         say("lock '" + printable(name) + "' is held by " + holder +
             (wait.count() > 0 ? " and was not released within --wait" : std::string()) + "; COMMAND not started");
@@ -839,11 +838,12 @@ int finish_run(std::string const& lock_text, sqlock::lease& lease, loss_report& 
     try {
         lease.release();
     } catch (sqlock::lease_lost const&) {
-        say("lost " + lock_text + " before COMMAND finished: " + loss.reason() + "; another holder may have run at the same time");
+        say("lost " + lock_text + " before COMMAND finished: " + loss.reason() +
+            "; another holder may have run at the same time");
         return exit_code::lost;
     } catch (sqlock::error const& e) {
-        say("COMMAND finished but " + lock_text + " could not be released (" +
-            sqlock::tools::one_line(e.message()) + "): it expires by its TTL");
+        say("COMMAND finished but " + lock_text + " could not be released (" + sqlock::tools::one_line(e.message()) +
+            "): it expires by its TTL");
     }
     return code;
 }
@@ -853,7 +853,9 @@ int finish_run(std::string const& lock_text, sqlock::lease& lease, loss_report& 
 command_variables lease_variables(std::string const& name, sqlock::lease const& lease, command_variables extra) {
     std::string owner = lease.owner();
     owner = owner.substr(0, owner.find('\x1f'));  // an election's row: owner id, U+001F, value
-    command_variables vars{{"SQLOCK_NAME", name}, {"SQLOCK_OWNER", owner}, {"SQLOCK_TOKEN", std::to_string(lease.token())}};
+    command_variables vars{{"SQLOCK_NAME", name},
+                           {"SQLOCK_OWNER", owner},
+                           {"SQLOCK_TOKEN", std::to_string(lease.token())}};
     for (auto& kv : extra) vars.push_back(std::move(kv));
     return vars;
 }
@@ -898,8 +900,7 @@ int supervisor::while_taking(std::function<bool(std::stop_token)> const& take) {
     if (sig == 0) {
         try {
             take(s.watcher->token());
-        } catch (sqlock::cancelled const&) {
-        }
+        } catch (sqlock::cancelled const&) {}
         s.watcher->stop();
         sig = s.watcher->signal();
     }
@@ -984,20 +985,24 @@ run_times check_run_args(run_args const& args) {
             fail(exit_code::usage, "--limit takes the number of permits, 1 to 10000, not '" + printable(args.limit) +
                                        "': sqlock run --limit N --name NAME -- COMMAND");
         if (args.shared)
-            fail(exit_code::usage, "--limit and --shared do not go together: --limit N holds one of N permits "
-                                   "(a semaphore), --shared a shared lease of a read-write lock");
+            fail(exit_code::usage,
+                 "--limit and --shared do not go together: --limit N holds one of N permits "
+                 "(a semaphore), --shared a shared lease of a read-write lock");
         if (majority)
-            fail(exit_code::usage, "--limit takes one --db: a semaphore keeps its permits in one database, not in "
-                                   "the members of a majority");
+            fail(exit_code::usage,
+                 "--limit takes one --db: a semaphore keeps its permits in one database, not in "
+                 "the members of a majority");
         t.limit = n;
     }
     if (args.shared) {
         if (majority)
-            fail(exit_code::usage, "--shared takes one --db: a read-write lock keeps its readers in one database, not "
-                                   "in the members of a majority");
+            fail(exit_code::usage,
+                 "--shared takes one --db: a read-write lock keeps its readers in one database, not "
+                 "in the members of a majority");
         if (args.strategy == "row")
-            fail(exit_code::usage, "--shared needs --strategy table (the default): readers are counted by their lock "
-                                   "rows, which a row lock does not keep");
+            fail(exit_code::usage,
+                 "--shared needs --strategy table (the default): readers are counted by their lock "
+                 "rows, which a row lock does not keep");
     }
     if (majority) {
         reject_duplicate_databases(args.dbs);
@@ -1097,15 +1102,14 @@ sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to
                                  : std::optional(to.locker->acquire(args.name, t.wait, cancel));
                     break;
             }
-        } catch (sqlock::timeout const&) {
-        }
+        } catch (sqlock::timeout const&) {}
         return lease.has_value();
     });
     if (sig != 0) {
         if (lease) lease->release();
         fail(128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) + ") while taking " +
-                            (kind == lease_kind::permit ? "a permit of " : "") + "lock '" + printable(args.name) +
-                            "'" + (kind == lease_kind::shared ? " (shared)" : "") + "; COMMAND not started");
+                            (kind == lease_kind::permit ? "a permit of " : "") + "lock '" + printable(args.name) + "'" +
+                            (kind == lease_kind::shared ? " (shared)" : "") + "; COMMAND not started");
     }
     if (!lease) {
         explain_conflict(to.stores, args.name, kind, t.wait);

@@ -531,7 +531,8 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
     std::istringstream lines(table.out);
     std::string header, line, ours;
     std::getline(lines, header);
-    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "), "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING VALUE");
+    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
+              "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING VALUE");
     std::size_t owner_col = header.find("OWNER"), token_col = header.find("TOKEN");
     while (std::getline(lines, line))
         if (line.rfind(name + " ", 0) == 0) ours = line;
@@ -561,9 +562,8 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
         EXPECT_LE(ms, 3'600'000);
         std::vector<std::string> keys;
         for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-        EXPECT_EQ(keys,
-                  (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms",
-                                            "kind", "lock", "slot", "value"}));
+        EXPECT_EQ(keys, (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms",
+                                                  "kind", "lock", "slot", "value"}));
         EXPECT_EQ(j.at("kind"), "lock");
         EXPECT_EQ(j.at("lock"), name);
         EXPECT_TRUE(j.at("slot").is_null());
@@ -906,8 +906,10 @@ TEST_P(CliCoordination, LimitTwoRunsAtMostTwoCommandsAtOnce) {
     std::string const name = n("limit2");
     // Each COMMAND records its start (with its permit and token), waits for $1/go, records its end.
     auto script = [&](std::string const& tag) {
-        return "echo \"start " + tag + " $SQLOCK_PERMIT $SQLOCK_TOKEN\" >> \"$1/record\"; "
-               "while [ ! -e \"$1/go\" ]; do sleep 0.02; done; echo \"end " + tag + "\" >> \"$1/record\"";
+        return "echo \"start " + tag +
+               " $SQLOCK_PERMIT $SQLOCK_TOKEN\" >> \"$1/record\"; "
+               "while [ ! -e \"$1/go\" ]; do sleep 0.02; done; echo \"end " +
+               tag + "\" >> \"$1/record\"";
     };
     std::vector<std::unique_ptr<cli_process>> runs;
     for (std::string tag : {"a", "b", "c"})
@@ -1049,8 +1051,7 @@ TEST_P(CliCoordination, ElectRunsCommandWhileLeaderAndTermsIncrease) {
         EXPECT_EQ(j.at("owner"), env.owner) << j;
         auto text = cli({"leader", "--db", url_, "--name", name});
         EXPECT_EQ(text.code(), 0);
-        EXPECT_EQ(text.out.rfind("leader " + value + " (term " + std::to_string(env.token) + ", ", 0), 0u)
-            << text.out;
+        EXPECT_EQ(text.out.rfind("leader " + value + " (term " + std::to_string(env.token) + ", ", 0), 0u) << text.out;
         auto rows = listed(name);
         ASSERT_EQ(rows.size(), 1u);
         EXPECT_EQ(rows[0].at("value"), value);
@@ -1093,7 +1094,8 @@ TEST_P(CliCoordination, ElectStopsTheCommandsTreeWhenLeadershipIsLost) {
     std::string const name = n("elect-lost");
     pid_files_killer cleanup{{file("gc.pid")}};
     std::string const script =
-        background("gc", "trap 'echo TERM >> \"$1/gc.terms\"' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
+        background("gc",
+                   "trap 'echo TERM >> \"$1/gc.terms\"' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
         " touch \"$1/started\"; wait";
     auto p = start(elect(name, sh(script, dir()), {"--ttl", "1s"}));
     ASSERT_TRUE(eventually(
@@ -1134,10 +1136,8 @@ TEST_P(CliCoordination, ElectRepeatCampaignsAgainUntilASignal) {
     EXPECT_EQ(leader(name).first, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CliCoordination,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
-
-
+INSTANTIATE_TEST_SUITE_P(Engines, CliCoordination, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
 
 // ------------------------------------------------------------------ run: a renewal that hangs (servers only)
 
