@@ -1111,7 +1111,9 @@ TEST_P(CliCoordination, ElectStopsTheCommandsTreeWhenLeadershipIsLost) {
     auto r = p->wait();
     EXPECT_EQ(r.code(), 76) << r.describe();
     expect_one_line_of_ours(r);
-    EXPECT_NE(r.err.find("lost leadership of '" + name + "'"), std::string::npos) << r.err;
+    // "lost leadership of ...", or "... is about to be lost" when a renewal was slow to come back (a loaded host).
+    EXPECT_NE(r.err.find("leadership of '" + name + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("lost"), std::string::npos) << r.err;
     EXPECT_NE(slurp(file("gc.terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent to the tree first";
     errno = 0;
     EXPECT_TRUE(::kill(gc, 0) != 0 && errno == ESRCH) << "a process of COMMAND (pid " << gc << ") outlived leadership";
