@@ -160,8 +160,11 @@ int dispatch(int argc, char** argv) {
     auto* list_cmd = app.add_subcommand(
         "list", "Print the held leases (name, owner, token, created_at, expires_at, remaining), times in UTC");
     list_cmd->add_option("--db", list.dbs, dbs_help)->type_name("URL");
-    list_cmd->add_flag("--json", list.json, "JSON lines, one lease per line, with remaining_ms (and member)");
+    list_cmd->add_flag("--json", list.json,
+                       "JSON lines, one lease per line, with remaining_ms, kind, lock, slot and value (and member)");
     list_cmd->footer(
+        "Permits of `run --limit` show as 'NAME permit N', leases of `run --shared` as 'NAME shared', and a leader's "
+        "value (sqlock elect) in the VALUE column. "
         "With several --db, each database's leases with a MEMBER column, then which databases answered; exit 0 "
         "when all answered, 69 (78: tables missing) when some did not, after printing what the others said.");
 
