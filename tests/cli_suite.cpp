@@ -1042,6 +1042,16 @@ TEST_P(CliCoordination, ElectRunsCommandWhileLeaderAndTermsIncrease) {
         ASSERT_FALSE(e->finished()) << e->wait(1s).describe();
         auto env = read_env(file(tag + ".env"));
         EXPECT_EQ(env.name, name);
+        // --watch reports the leader while it leads (within its observe interval).
+        EXPECT_TRUE(eventually(
+            [&] {
+                auto w = watched();
+                return (!w.empty() && w.back().at("leader") == true && w.back().at("value") == value &&
+                        w.back().at("term").get<long long>() == env.token) ||
+                       watch->finished();
+            },
+            30s))
+            << "leader --watch did not report " << value << ": " << watch->report();
 
         auto [code, j] = leader(name);
         EXPECT_EQ(code, 0);
@@ -1064,18 +1074,19 @@ TEST_P(CliCoordination, ElectRunsCommandWhileLeaderAndTermsIncrease) {
 
         finish_holder(*e, tag);  // COMMAND exits: sqlock resigns
         EXPECT_EQ(leader(name).first, 1) << "leadership not resigned when COMMAND exited";
+        EXPECT_TRUE(eventually(
+            [&] {
+                auto w = watched();
+                return (!w.empty() && w.back().at("leader") == false) || watch->finished();
+            },
+            30s))
+            << "leader --watch did not report the resignation: " << watch->report();
         terms.push_back(env.token);
     }
     EXPECT_LT(terms[0], terms[1]) << "terms must strictly increase across elections";
 
     // --watch saw both leaders, in order, and that there is none now; SIGTERM ends it with 0.
-    ASSERT_TRUE(eventually(
-        [&] {
-            auto w = watched();
-            return (w.size() > 1 && w.back().at("leader") == false) || watch->finished();
-        },
-        30s))
-        << watch->report();
+    ASSERT_FALSE(watch->finished()) << watch->report();
     ::kill(watch->pid(), SIGTERM);
     auto wr = watch->wait();
     EXPECT_EQ(wr.code(), 0) << wr.describe();
