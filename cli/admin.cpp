@@ -22,7 +22,7 @@ std::size_t display_width(std::string_view s) {
         std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
-/// Rows of cells in aligned columns, two spaces apart (the first row is the header).
+/// Rows of cells in aligned columns, two spaces apart (the first row is the header), without trailing blanks.
 void print_columns(std::vector<std::vector<std::string>> const& rows) {
     std::vector<std::size_t> width;
     for (auto const& r : rows) {
@@ -35,24 +35,35 @@ void print_columns(std::vector<std::vector<std::string>> const& rows) {
             out += r[c];
             if (c + 1 < r.size()) out.append(width[c] - display_width(r[c]) + 2, ' ');
         }
+        while (!out.empty() && out.back() == ' ') out.pop_back();  // an empty last cell (VALUE)
         out += '\n';
     }
     std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
-/// A lease as table cells; `member` first when given.
+/// The NAME column: the user's name, and for a semaphore's permit "NAME permit N", for a reader of a
+/// read-write lock "NAME shared" (the rows' own names carry U+001F and a suffix).
+std::string shown_name(sqlock::lock_info const& l) {
+    std::string const lock = printable(l.lock.empty() ? l.name : l.lock);
+    if (l.kind == "permit") return lock + " permit " + std::to_string(l.slot);
+    if (l.kind == "shared") return lock + " shared";
+    if (l.kind == "lock" || l.kind.empty()) return printable(l.name);
+    return printable(l.name) + " (" + printable(l.kind) + ")";  // a kind this tool does not know yet
+}
+
+/// A lease as table cells; `member` first when given. VALUE: a leader's value (sqlock elect).
 std::vector<std::string> cells(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
     std::vector<std::string> r;
     if (member) r.push_back(*member);
-    for (auto&& c :
-         {printable(l.name), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
-          sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining)})
+    for (auto&& c : {shown_name(l), printable(l.owner), std::to_string(l.token), sqlock::tools::iso8601(l.created_at),
+                     sqlock::tools::iso8601(l.expires_at), human_remaining(l.remaining), printable(l.value)})
         r.push_back(c);
     return r;
 }
 
 void print_table(std::vector<sqlock::lock_info> const& locks) {
-    std::vector<std::vector<std::string>> rows{{"NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING"}};
+    std::vector<std::vector<std::string>> rows{
+        {"NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING", "VALUE"}};
     for (auto const& l : locks) rows.push_back(cells(l));
     print_columns(rows);
 }
@@ -66,6 +77,10 @@ std::string json_line(sqlock::lock_info const& l, std::optional<std::string> con
     j["created_at"] = sqlock::tools::iso8601(l.created_at);
     j["expires_at"] = sqlock::tools::iso8601(l.expires_at);
     j["remaining_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(l.remaining).count();
+    j["kind"] = l.kind.empty() ? std::string("lock") : l.kind;
+    j["lock"] = l.lock.empty() ? l.name : l.lock;
+    j["slot"] = l.kind == "permit" ? nlohmann::ordered_json(l.slot) : nlohmann::ordered_json(nullptr);
+    j["value"] = l.value.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(l.value);
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -126,7 +141,7 @@ int list_members(list_args const& args) {
         print(out);
     } else {
         std::vector<std::vector<std::string>> rows{
-            {"MEMBER", "NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING"}};
+            {"MEMBER", "NAME", "OWNER", "TOKEN", "CREATED_AT", "EXPIRES_AT", "REMAINING", "VALUE"}};
         for (auto const& e : all) rows.push_back(cells(*e.lock, redacted_url(members[e.member].url)));
         print_columns(rows);
         print("\n");

@@ -75,7 +75,33 @@ struct run_args {
     std::string strategy = "table";
     std::string member_timeout;  ///< majority mode; empty: ttl / 10
     int conflict_exit_code = exit_code::conflict;
+    std::string limit;    ///< --limit N: a permit of a semaphore of N (empty: not given)
+    bool shared = false;  ///< --shared: a shared lease of a read-write lock
     std::vector<std::string> command;
+};
+
+struct elect_args {
+    std::vector<std::string> dbs;
+    std::string name;
+    std::string value;  ///< empty: HOST:PID
+    bool value_given = false;
+    std::string ttl = "30s";
+    std::string wait;  ///< empty: until elected
+    bool repeat = false;
+    std::vector<std::string> command;
+};
+
+struct leader_args {
+    std::vector<std::string> dbs;
+    std::string name;
+    bool json = false;
+    bool watch = false;
+};
+
+struct semaphore_args {
+    std::vector<std::string> dbs;
+    std::string name;
+    bool forget = false;
 };
 
 struct list_args {
@@ -104,6 +130,12 @@ struct doctor_args {
 /// Each returns the process's exit code or throws exit_error / sqlock errors
 /// (mapped to exit codes by main).
 int run_command(run_args const& args);
+/// elect: COMMAND's exit code as run's; 75 not elected within --wait.
+int elect_command(elect_args const& args);
+/// leader: 0 there is a leader, 1 (not_found) none; --watch: 0 when stopped by a signal.
+int leader_command(leader_args const& args);
+/// semaphore --forget: 0 forgotten, 1 (not_found) no such semaphore.
+int semaphore_command(semaphore_args const& args);
 int list_command(list_args const& args);
 int release_command(release_args const& args);
 int schema_command(schema_args const& args);

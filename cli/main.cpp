@@ -1,7 +1,10 @@
 // sqlock — run a command under a lock kept in a SQL database; list and break locks; print the schema.
 //
 //   sqlock run     [--db URL]... --name NAME [--ttl DUR] [--wait DUR] [--strategy table|row]
-//                  [--member-timeout DUR] [--conflict-exit-code N] -- COMMAND [ARG]...
+//                  [--member-timeout DUR] [--conflict-exit-code N] [--limit N | --shared] -- COMMAND [ARG]...
+//   sqlock elect   [--db URL] --name NAME [--value TEXT] [--ttl DUR] [--wait DUR | --repeat] -- COMMAND [ARG]...
+//   sqlock leader  [--db URL] --name NAME [--json] [--watch]
+//   sqlock semaphore [--db URL] --name NAME --forget
 //   sqlock list    [--db URL]... [--json]
 //   sqlock release [--db URL]... --name NAME --force
 //
@@ -37,7 +40,8 @@ constexpr char const* exit_codes_help =
     "Exit codes: COMMAND's own (128+N when killed by signal N); 75 lock busy (--conflict-exit-code); "
     "76 lock lost (or about to be) while COMMAND ran; 64 usage; 69 database unreachable or misconfigured "
     "(several --db: too few reachable for a majority; list/release: a database did not answer); "
-    "78 lock tables missing; 126/127 COMMAND not executable / not found.";
+    "78 lock tables missing; 126/127 COMMAND not executable / not found; "
+    "leader: 0 a leader, 1 none; semaphore --forget: 1 no such semaphore.";
 
 int dispatch(int argc, char** argv) {
     // Everything after the first `--` is run's COMMAND; CLI11 sees only what is before it.
@@ -81,6 +85,13 @@ int dispatch(int argc, char** argv) {
         ->check(CLI::Range(0, 255))
         ->type_name("N")
         ->capture_default_str();
+    run_cmd
+        ->add_option("--limit", run.limit,
+                     "hold one of N permits of NAME (a counting semaphore: at most N runs at once); every run of "
+                     "NAME must give the same N")
+        ->type_name("N");
+    run_cmd->add_flag("--shared", run.shared,
+                      "hold a shared (read) lease of NAME: runs --shared overlap, a plain run of NAME excludes them");
     run_cmd->allow_extras();  // a COMMAND without `--` gets a clear message below
     run_cmd->footer(
         "COMMAND runs with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the fencing token) added to its environment "
@@ -95,15 +106,65 @@ int dispatch(int argc, char** argv) {
         "by --member-timeout; SQLOCK_TOKEN is the majority's fencing token. With an odd number of databases one "
         "may be unreachable when sqlock starts (it says so on stderr); with an even number none may. A member's "
         "database and tables are never created by run: `sqlock schema --apply --db URL` creates them. "
-        "See docs/cli.md.\n\n" +
+        "See docs/cli.md.\n\n"
+        "--limit N: at most N runs of NAME at once, each holding one permit (SQLOCK_PERMIT: 0..N-1, SQLOCK_TOKEN its "
+        "token); N is stored with NAME and a run giving another N exits 64 (`sqlock semaphore --forget`). "
+        "--shared: runs --shared of NAME overlap; a plain run of NAME (one --db, table lock) is the write lock: it "
+        "waits for them, and new runs --shared wait behind it. Both take one --db.\n\n" +
         std::string(exit_codes_help));
+
+    elect_args elect;
+    auto* elect_cmd = app.add_subcommand(
+        "elect", "Campaign to lead NAME and run COMMAND while leader: sqlock elect --name NAME [OPTIONS] -- COMMAND");
+    elect_cmd->add_option("--db", elect.dbs, db_help)->type_name("URL");
+    elect_cmd->add_option("--name", elect.name, "election name (1..255 bytes of UTF-8)")->required();
+    auto* value_opt =
+        elect_cmd->add_option("--value", elect.value,
+                              "what `sqlock leader` shows for this leader, e.g. an address (default: HOST:PID)");
+    value_opt->type_name("TEXT");
+    elect_cmd->add_option("--ttl", elect.ttl, "lease length, renewed at a third of it")
+        ->type_name("DUR")
+        ->capture_default_str();
+    elect_cmd->add_option("--wait", elect.wait, "how long to campaign (default: until elected); 0 tries once")
+        ->type_name("DUR");
+    elect_cmd->add_flag("--repeat", elect.repeat,
+                        "campaign again after COMMAND exits or leadership is lost, until SIGINT/SIGTERM/SIGHUP");
+    elect_cmd->allow_extras();
+    elect_cmd->footer(
+        "COMMAND runs while this process leads NAME, with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the term: "
+        "strictly increasing across leaders) in its environment, supervised as by `sqlock run`: signals are "
+        "forwarded, and if leadership is lost its whole process tree is stopped before the lease's safe deadline "
+        "(exit 76; with --repeat, campaign again). Leadership is resigned when COMMAND exits. Exit codes as run's; "
+        "75 when not elected within --wait. With --repeat a signal while campaigning exits 0.");
+
+    leader_args leader;
+    auto* leader_cmd = app.add_subcommand("leader", "Show the leader of the election NAME, or follow it (--watch)");
+    leader_cmd->add_option("--db", leader.dbs, db_help)->type_name("URL");
+    leader_cmd->add_option("--name", leader.name, "election name")->required();
+    leader_cmd->add_flag("--json", leader.json, "one JSON object per line: name, leader, value, owner, term, times");
+    leader_cmd->add_flag("--watch", leader.watch,
+                         "print the leader now and again on every change, until SIGINT/SIGTERM (exit 0)");
+    leader_cmd->footer("Exit 0 when there is a leader, 1 when there is none (--watch: 0 when stopped by a signal).");
+
+    semaphore_args semaphore;
+    auto* semaphore_cmd =
+        app.add_subcommand("semaphore",
+                           "Forget the stored number of permits of the semaphore NAME (sqlock run --limit)");
+    semaphore_cmd->add_option("--db", semaphore.dbs, db_help)->type_name("URL");
+    semaphore_cmd->add_option("--name", semaphore.name, "semaphore name")->required();
+    semaphore_cmd->add_flag("--forget", semaphore.forget, "required: remove the stored number of permits");
+    semaphore_cmd->footer(
+        "Refused (64) while a permit is held. Exit 0 when forgotten, 1 when NAME had no stored number.");
 
     list_args list;
     auto* list_cmd = app.add_subcommand(
         "list", "Print the held leases (name, owner, token, created_at, expires_at, remaining), times in UTC");
     list_cmd->add_option("--db", list.dbs, dbs_help)->type_name("URL");
-    list_cmd->add_flag("--json", list.json, "JSON lines, one lease per line, with remaining_ms (and member)");
+    list_cmd->add_flag("--json", list.json,
+                       "JSON lines, one lease per line, with remaining_ms, kind, lock, slot and value (and member)");
     list_cmd->footer(
+        "Permits of `run --limit` show as 'NAME permit N', leases of `run --shared` as 'NAME shared', and a leader's "
+        "value (sqlock elect) in the VALUE column. "
         "With several --db, each database's leases with a MEMBER column, then which databases answered; exit 0 "
         "when all answered, 69 (78: tables missing) when some did not, after printing what the others said.");
 
@@ -143,7 +204,8 @@ int dispatch(int argc, char** argv) {
         "database could not be reached (the others are still examined), 64 for a bad URL. See docs/ha/doctor.md.");
 
     if (before.empty() && !separator)
-        fail(exit_code::usage, "give a command: run, list, release, schema or doctor (see `sqlock --help`)");
+        fail(exit_code::usage,
+             "give a command: run, elect, leader, semaphore, list, release, schema or doctor (see `sqlock --help`)");
     std::vector<std::string> reversed(before.rbegin(), before.rend());  // CLI11 parses a reversed vector
     try {
         app.parse(reversed);
@@ -163,13 +225,24 @@ int dispatch(int argc, char** argv) {
         run.command = std::move(command);
         return run_command(run);
     }
-    if (separator) fail(exit_code::usage, "unexpected `--`: only `sqlock run` takes a command");
+    if (elect_cmd->parsed()) {
+        if (!elect_cmd->remaining().empty())
+            fail(exit_code::usage, "unexpected '" + printable(elect_cmd->remaining().front()) +
+                                       "': put the command after `--`: sqlock elect --name NAME -- COMMAND [ARG]...");
+        elect.value_given = value_opt->count() > 0;
+        elect.command = std::move(command);
+        return elect_command(elect);
+    }
+    if (separator) fail(exit_code::usage, "unexpected `--`: only `sqlock run` and `sqlock elect` take a command");
     if (schema.dbs.size() > 1) fail(exit_code::usage, "schema takes one --db: run it once per database");
     if (list_cmd->parsed()) return list_command(list);
     if (release_cmd->parsed()) return release_command(release);
     if (schema_cmd->parsed()) return schema_command(schema);
     if (doctor_cmd->parsed()) return doctor_command(doctor);
-    fail(exit_code::usage, "give a command: run, list, release, schema or doctor (see `sqlock --help`)");
+    if (leader_cmd->parsed()) return leader_command(leader);
+    if (semaphore_cmd->parsed()) return semaphore_command(semaphore);
+    fail(exit_code::usage,
+         "give a command: run, elect, leader, semaphore, list, release, schema or doctor (see `sqlock --help`)");
 }
 
 }  // namespace

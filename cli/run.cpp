@@ -21,8 +21,10 @@
 // must be dead: should sqlock stop running (SIGSTOP, starved) the guardian
 // kills the tree by then on its own.
 #include "cli.hpp"
+#include "supervisor.hpp"
 
 #include <sqlock/admin.hpp>
+#include <sqlock/coordination.hpp>
 #include <sqlock/errors.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/majority.hpp>
@@ -42,6 +44,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -142,6 +145,25 @@ struct loss_report {
     unique_fd event{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
     std::mutex mutex;
     std::string why;
+
+    /// The token of the lease supervised now (0: any). elect --repeat leaves a
+    /// lost lease behind, whose late events must not count for the next one.
+    std::atomic<std::int64_t> token{0};
+    bool concerns(std::int64_t t) const noexcept {
+        auto const now = token.load();
+        return now == 0 || now == t;
+    }
+
+    /// A new lease is supervised: forget what was said of the last one.
+    void reset(std::int64_t new_token) {
+        token.store(new_token);
+        std::uint64_t count = 0;
+        [[maybe_unused]] auto n = ::read(event.get(), &count, sizeof count);
+        n = ::read(renewed.get(), &count, sizeof count);
+        std::lock_guard lock(mutex);
+        why.clear();
+        failed_renewal.clear();
+    }
 
     void report(std::string_view reason) noexcept {
         try {
@@ -563,16 +585,20 @@ child_process spawn(std::vector<std::string> const& command, std::vector<std::st
     return child;
 }
 
-std::vector<std::string> child_environment(sqlock::lease const& lease) {
+/// The environment COMMAND gets: sqlock's, without the SQLOCK_* variables sqlock sets, and `vars`.
+std::vector<std::string> child_environment(command_variables const& vars) {
     std::vector<std::string> env;
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
         std::string_view v(*e);
-        if (v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") || v.starts_with("SQLOCK_TOKEN=")) continue;
+        bool const ours = std::any_of(vars.begin(), vars.end(), [&](auto const& kv) {
+            return v.starts_with(kv.first) && v.size() > kv.first.size() && v[kv.first.size()] == '=';
+        });
+        if (ours || v.starts_with("SQLOCK_NAME=") || v.starts_with("SQLOCK_OWNER=") || v.starts_with("SQLOCK_TOKEN=") ||
+            v.starts_with("SQLOCK_PERMIT="))
+            continue;
         env.emplace_back(v);
     }
-    env.push_back("SQLOCK_NAME=" + lease.name());
-    env.push_back("SQLOCK_OWNER=" + lease.owner());
-    env.push_back("SQLOCK_TOKEN=" + std::to_string(lease.token()));
+    for (auto const& [k, v] : vars) env.push_back(k + "=" + v);
     return env;
 }
 
@@ -582,19 +608,29 @@ int exit_status_of(int status) {
     return exit_code::software;
 }
 
+/// How run takes its lease: a plain lock, a permit (--limit), a shared lease
+/// (--shared), or the exclusive lease of a read-write lock (plain run with a
+/// table lock on one database).
+enum class lease_kind { lock, permit, shared, exclusive };
+
 /// On a terminal, says who holds the lock (cron and scripts get no output: a
 /// busy lock is the normal outcome on every host but one).
-void explain_conflict(std::vector<sqlock::store const*> const& stores, std::string const& name,
+void explain_conflict(std::vector<sqlock::store const*> const& stores, std::string const& name, lease_kind kind,
                       std::chrono::milliseconds wait) {
     if (::isatty(STDERR_FILENO) == 0) return;
     std::vector<std::string> holders(stores.size());
+    std::vector<std::size_t> permits(stores.size()), readers(stores.size());
     for_each_in_parallel(stores.size(), [&](std::size_t i) {
         try {
-            for (auto const& l : sqlock::list_locks(*stores[i]))
-                if (l.name == name && l.remaining.count() > 0)
+            for (auto const& l : sqlock::list_locks(*stores[i])) {
+                if (l.remaining.count() <= 0) continue;
+                if (l.kind == "permit" && l.lock == name) ++permits[i];
+                if (l.kind == "shared" && l.lock == name) ++readers[i];
+                if (l.name == name)
                     holders[i] = printable(l.owner) + " (token " + std::to_string(l.token) + ", " +
                                  human_remaining(l.remaining) + " left" +
                                  (stores.size() > 1 ? " on " + stores[i]->url() : std::string()) + ")";
+            }
         } catch (...) {  // only an explanation
         }
     });
@@ -604,8 +640,16 @@ void explain_conflict(std::vector<sqlock::store const*> const& stores, std::stri
             holder = h;
             break;
         }
-    say("lock '" + printable(name) + "' is held by " + holder +
-        (wait.count() > 0 ? " and was not released within --wait" : std::string()) + "; COMMAND not started");
+    std::string const within = wait.count() > 0 ? " within --wait" : "";
+    if (kind == lease_kind::permit && !permits.empty())
+        say("every permit of lock '" + printable(name) + "' is held (" + std::to_string(permits[0]) +
+            " held) and none was free" + within + "; COMMAND not started");
+    else if (kind == lease_kind::exclusive && !readers.empty() && readers[0] > 0 && holders[0].empty())
+        say("lock '" + printable(name) + "' is held shared by " + std::to_string(readers[0]) + " run(s) --shared" +
+            (wait.count() > 0 ? " that did not end within --wait" : std::string()) + "; COMMAND not started");
+    else
+        say("lock '" + printable(name) + "' is held by " + holder +
+            (wait.count() > 0 ? " and was not released within --wait" : std::string()) + "; COMMAND not started");
 }
 
 /// An owner id for every member's row and the majority lease alike, so that
@@ -671,11 +715,256 @@ sqlock::locker majority_of(std::vector<member> const& members, run_args const& a
     return sqlock::majority_locker(std::move(lockers), std::move(options));
 }
 
+/// How supervise ended.
+struct supervised {
+    int guardian_status = 0;
+    bool lost = false;
+    bool signalled = false;  ///< SIGINT, SIGTERM or SIGHUP came meanwhile
+};
+
+/// Waits for COMMAND while the lease is renewed; forwards the signals sent to
+/// sqlock to COMMAND's processes. Returns the guardian's wait status. When the
+/// lock is lost, or about to be, stops COMMAND's tree and, once it is gone,
+/// exits 76 without returning, or returns `lost` with `return_on_loss`.
+supervised supervise(std::vector<std::string> const& command, std::string const& lock_text, sqlock::lease& lease,
+                     loss_report& loss, int sigfd, process_tree& tree, child_process const& child, stop_times times,
+                     shared_deadline& tree_deadline, bool return_on_loss, std::string const& after_loss) {
+    pid_t const self = ::getpid();
+    bool stopping = false;  // COMMAND's tree is being stopped: the lease is in doubt near its end, or lost
+    bool guardian_done = false;
+    bool signalled = false;
+    int guardian_status = 0;
+    steady::time_point kill_at{};
+    steady::time_point kill_by = steady::now() + lease.remaining() - times.margin;  // as of the last look
+    auto stop_tree = [&](steady::time_point by, std::string const& why) {
+        if (stopping) {
+            kill_at = std::min(kill_at, by);
+            return;
+        }
+        stopping = true;
+        kill_at = by;
+        tree.signal(self, SIGTERM, child.guardian);
+        auto in_ms = std::max<long long>(0, std::chrono::ceil<milliseconds>(kill_at - steady::now()).count());
+        say(why + "; sent SIGTERM to '" + command_text(command) + "' (pid " + std::to_string(child.pid) +
+            ") and all its processes, SIGKILL in " + std::to_string(in_ms) + " ms; " +
+            (return_on_loss ? after_loss : std::string("exit 76")));
+    };
+    for (;;) {
+        // Our children: the guardian, and after it what is left of COMMAND's tree.
+        pid_t reaped = 0;
+        int st = 0;
+        while ((reaped = ::waitpid(-1, &st, WNOHANG)) > 0) {
+            if (reaped == child.guardian) {
+                guardian_done = true;
+                guardian_status = st;
+            }
+        }
+        if (stopping ? reaped < 0 : guardian_done) break;  // stopping: until nothing of the tree is left
+
+        int timeout_ms = -1;
+        if (!stopping) {
+            // Our own deadline: a renewal that hangs reports nothing. The tree
+            // must be dead `margin` before the safe deadline, and gets `grace`
+            // after SIGTERM before that.
+            auto const left = lease.remaining();
+            kill_by = steady::now() + left - times.margin;
+            tree_deadline.set(kill_by);
+            if (left <= times.grace + times.margin) {
+                if (left == steady::duration::zero()) loss.report("its validity ran out before a renewal succeeded");
+                auto left_ms = std::chrono::floor<milliseconds>(left).count();
+                stop_tree(kill_by, left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
+                                                     loss.why_in_doubt() + ", and its safe validity ends in " +
+                                                     std::to_string(left_ms) + " ms"
+                                               : "lost " + lock_text + " while COMMAND was running: " + loss.reason());
+            } else {
+                timeout_ms = static_cast<int>(
+                    std::min<long long>(std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(),
+                                        INT_MAX));
+            }
+        }
+        if (stopping) {
+            auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
+            timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
+        }
+        pollfd p[3] = {{sigfd, POLLIN, 0}, {loss.event.get(), POLLIN, 0}, {loss.renewed.get(), POLLIN, 0}};
+        if (::poll(p, 3, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
+        if (p[2].revents != 0) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(loss.renewed.get(), &count, sizeof count);  // the loop's top publishes it
+        }
+        if (p[0].revents != 0) {
+            signalfd_siginfo si{};
+            while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+                if (si.ssi_signo == SIGCHLD) continue;
+                signalled = true;
+                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND's
+                // processes in our process group: forward only signals sent to us.
+                if (si.ssi_code != SI_KERNEL) tree.signal(self, static_cast<int>(si.ssi_signo), child.guardian);
+            }
+        }
+        if (p[1].revents != 0) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] auto n = ::read(loss.event.get(), &count, sizeof count);  // drain
+            // The lock may be someone else's already: SIGKILL after the grace at the latest.
+            stop_tree(std::min(kill_by, steady::now() + times.grace),
+                      "lost " + lock_text + " while COMMAND was running: " + loss.reason());
+        }
+        if (stopping && steady::now() >= kill_at)
+            tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
+    }
+    bool const lost = stopping;
+    if (lost && return_on_loss) return {guardian_status, true, signalled};
+    if (lost) {
+        // COMMAND's tree is gone. Nothing is left to release, and a lease whose
+        // renewal hangs would hang its own destruction (the renewer cannot be
+        // joined): leave without it.
+        std::fflush(nullptr);
+        std::_Exit(exit_code::lost);
+    }
+
+    return {guardian_status, false, signalled};
+}
+
+/// COMMAND has exited: releases the lock and returns the exit code of run.
+int finish_run(std::string const& lock_text, sqlock::lease& lease, loss_report& loss, child_process const& child,
+               int guardian_status) {
+    int status = 0;
+    ssize_t n;
+    do {
+        n = ::read(child.status.get(), &status, sizeof status);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof status)) status = guardian_status;  // the guardian was killed
+    int const code = exit_status_of(status);
+    try {
+        lease.release();
+    } catch (sqlock::lease_lost const&) {
+        say("lost " + lock_text + " before COMMAND finished: " + loss.reason() +
+            "; another holder may have run at the same time");
+        return exit_code::lost;
+    } catch (sqlock::error const& e) {
+        say("COMMAND finished but " + lock_text + " could not be released (" + sqlock::tools::one_line(e.message()) +
+            "): it expires by its TTL");
+    }
+    return code;
+}
+
+}  // namespace
+
+command_variables lease_variables(std::string const& name, sqlock::lease const& lease, command_variables extra) {
+    std::string owner = lease.owner();
+    owner = owner.substr(0, owner.find('\x1f'));  // an election's row: owner id, U+001F, value
+    command_variables vars{{"SQLOCK_NAME", name},
+                           {"SQLOCK_OWNER", owner},
+                           {"SQLOCK_TOKEN", std::to_string(lease.token())}};
+    for (auto& kv : extra) vars.push_back(std::move(kv));
+    return vars;
+}
+
+// ---- supervisor ----------------------------------------------------------------
+
+struct supervisor::state {
+    std::vector<int> inherited;
+    unique_fd sigfd;
+    std::shared_ptr<loss_report> loss = std::make_shared<loss_report>();
+    std::optional<signal_watcher> watcher;
+};
+
+supervisor::supervisor() : state_(std::make_unique<state>()) {
+    auto& s = *state_;
+    s.inherited = open_descriptors();
+    sigset_t signals = handled_signals();
+    if (::pthread_sigmask(SIG_BLOCK, &signals, nullptr) != 0) system_failure("pthread_sigmask");
+    s.sigfd = unique_fd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (s.sigfd.get() < 0) system_failure("signalfd");
+    if (s.loss->event.get() < 0 || s.loss->renewed.get() < 0) system_failure("eventfd");
+    // A signal while the database is being opened cancels the first wait.
+    s.watcher.emplace(s.sigfd.get());
+}
+
+supervisor::~supervisor() = default;
+
+std::function<void(sqlock::lease_event const&)> supervisor::on_event() const {
+    // on_event, not on_lost: it carries the reason, and runs right after on_lost on the same thread.
+    return [loss = state_->loss](sqlock::lease_event const& e) {
+        if (!loss->concerns(e.token)) return;
+        if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
+        if (e.what == sqlock::lease_event::kind::renew_failed) loss->renewal_failed(e.detail);
+        if (e.what == sqlock::lease_event::kind::renewed) loss->renewal_done();
+    };
+}
+
+int supervisor::while_taking(std::function<bool(std::stop_token)> const& take) {
+    auto& s = *state_;
+    if (!s.watcher) s.watcher.emplace(s.sigfd.get());
+    int sig = s.watcher->signal();
+    if (sig == 0) {
+        try {
+            take(s.watcher->token());
+        } catch (sqlock::cancelled const&) {}
+        s.watcher->stop();
+        sig = s.watcher->signal();
+    }
+    s.watcher.reset();
+    return sig;
+}
+
+supervisor::outcome supervisor::run(std::vector<std::string> const& command, command_variables const& vars,
+                                    sqlock::lease& lease, milliseconds ttl, std::string const& what,
+                                    bool return_on_loss, std::string const& after_loss) {
+    auto& s = *state_;
+    s.loss->reset(lease.token());
+    process_tree tree;
+    auto const times = stop_times_for(ttl);
+    shared_deadline tree_deadline;
+    tree_deadline.set(steady::now() + lease.remaining() - times.margin);
+    auto child = spawn(command, child_environment(vars), s.inherited, tree, times, tree_deadline);
+    if (child.pid < 0) {
+        lease.release();
+        fail(child.exec_errno == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute,
+             "cannot run '" + command_text(command) + "': " + errno_text(child.exec_errno));
+    }
+    auto const done = supervise(command, what, lease, *s.loss, s.sigfd.get(), tree, child, times, tree_deadline,
+                                return_on_loss, after_loss);
+    if (done.lost) {
+        // Neither released nor destroyed: a lease whose renewal hangs would hang both.
+        static auto* const left_behind = new std::vector<sqlock::lease>();  // never destroyed, on purpose
+        left_behind->push_back(std::move(lease));
+        return {exit_code::lost, true, done.signalled};
+    }
+    int const code = finish_run(what, lease, *s.loss, child, done.guardian_status);
+    return {code, lease.state() == sqlock::lease_state::lost, done.signalled};
+}
+
+// ---- stop_on_signals -----------------------------------------------------------
+
+struct stop_on_signals::state {
+    unique_fd sigfd;
+    std::optional<signal_watcher> watcher;
+};
+
+stop_on_signals::stop_on_signals() : state_(std::make_unique<state>()) {
+    sigset_t signals = handled_signals();
+    sigdelset(&signals, SIGCHLD);
+    if (::pthread_sigmask(SIG_BLOCK, &signals, nullptr) != 0) system_failure("pthread_sigmask");
+    state_->sigfd = unique_fd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (state_->sigfd.get() < 0) system_failure("signalfd");
+    state_->watcher.emplace(state_->sigfd.get());
+}
+
+stop_on_signals::~stop_on_signals() = default;
+
+std::stop_token stop_on_signals::token() const noexcept { return state_->watcher->token(); }
+
+// ---- run -----------------------------------------------------------------------
+
+namespace {
+
 /// run's durations, read from its arguments.
 struct run_times {
     milliseconds ttl;
     milliseconds wait;
     std::optional<milliseconds> member_timeout;  ///< majority mode
+    int limit = 0;                               ///< --limit: the semaphore's permits (0: none)
 };
 
 /// Checks run's arguments before anything is opened; exits 64 when they are wrong.
@@ -687,6 +976,33 @@ run_times check_run_args(run_args const& args) {
     if (!args.member_timeout.empty()) {
         if (!majority) fail(exit_code::usage, "--member-timeout is for majority mode: give it with several --db");
         t.member_timeout = parse_duration("--member-timeout", args.member_timeout);
+    }
+    if (!args.limit.empty()) {
+        int n = 0;
+        auto const* end = args.limit.data() + args.limit.size();
+        auto [p, ec] = std::from_chars(args.limit.data(), end, n);
+        if (ec != std::errc() || p != end || n < 1 || n > 10000)
+            fail(exit_code::usage, "--limit takes the number of permits, 1 to 10000, not '" + printable(args.limit) +
+                                       "': sqlock run --limit N --name NAME -- COMMAND");
+        if (args.shared)
+            fail(exit_code::usage,
+                 "--limit and --shared do not go together: --limit N holds one of N permits "
+                 "(a semaphore), --shared a shared lease of a read-write lock");
+        if (majority)
+            fail(exit_code::usage,
+                 "--limit takes one --db: a semaphore keeps its permits in one database, not in "
+                 "the members of a majority");
+        t.limit = n;
+    }
+    if (args.shared) {
+        if (majority)
+            fail(exit_code::usage,
+                 "--shared takes one --db: a read-write lock keeps its readers in one database, not "
+                 "in the members of a majority");
+        if (args.strategy == "row")
+            fail(exit_code::usage,
+                 "--shared needs --strategy table (the default): readers are counted by their lock "
+                 "rows, which a row lock does not keep");
     }
     if (majority) {
         reject_duplicate_databases(args.dbs);
@@ -738,161 +1054,68 @@ void open_locker(run_args const& args, run_times const& t, database const& db,
     }
 }
 
-/// Takes the lock NAME with `to`'s locker, waiting up to `wait`. Exits with
-/// --conflict-exit-code when it is busy, and 128+N when signal N came (the
-/// watcher saw it) before the lock was taken; the watcher is gone after.
-sqlock::lease take_lock(run_args const& args, lock_setup& to, milliseconds wait,
-                        std::optional<signal_watcher>& watcher) {
-    auto interrupted = [&](int sig) {
-        return exit_error{128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) +
-                                         ") while taking lock '" + printable(args.name) + "'; COMMAND not started"};
-    };
-    if (watcher->signal() != 0) throw interrupted(watcher->signal());
+/// How run takes its lease, from its arguments.
+lease_kind kind_of(run_args const& args, run_times const& t) {
+    if (t.limit > 0) return lease_kind::permit;
+    if (args.shared) return lease_kind::shared;
+    // Plain run on one database with a table lock is the write lock of a name used with --shared.
+    if (args.dbs.size() <= 1 && args.strategy == "table") return lease_kind::exclusive;
+    return lease_kind::lock;
+}
+
+/// The permit number of a semaphore's lease (its slot's row is NAME U+001F p U+001F N), or empty.
+std::optional<std::string> permit_of(sqlock::lease const& lease) {
+    auto const& n = lease.name();
+    auto const at = n.rfind('\x1f');
+    if (at == std::string::npos || at < 2 || n.compare(at - 2, 2, "\x1fp") != 0) return std::nullopt;
+    return n.substr(at + 1);
+}
+
+/// Takes run's lease with `to`'s locker, waiting up to `wait`. Exits with
+/// --conflict-exit-code when it is busy, and 128+N when signal N came before
+/// the lease was taken.
+sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to, supervisor& sup) {
+    auto const kind = kind_of(args, t);
+    std::optional<sqlock::semaphore> semaphore;
+    std::optional<sqlock::rw_locker> rw;
+    if (kind == lease_kind::permit) semaphore.emplace(*to.locker, t.limit);
+    if (kind == lease_kind::shared || kind == lease_kind::exclusive) rw.emplace(*to.locker);
+    bool const once = t.wait.count() == 0;
 
     std::optional<sqlock::lease> lease;
-    try {
-        if (wait.count() == 0) {
-            lease = to.locker->try_acquire(args.name);
-        } else {
-            lease.emplace(to.locker->acquire(args.name, wait, watcher->token()));
-        }
-    } catch (sqlock::timeout const&) {
-    } catch (sqlock::cancelled const&) {
-        throw interrupted(watcher->signal());
+    int const sig = sup.while_taking([&](std::stop_token cancel) {
+        try {
+            switch (kind) {
+                case lease_kind::permit:
+                    lease = once ? semaphore->try_acquire(args.name)
+                                 : std::optional(semaphore->acquire(args.name, t.wait, cancel));
+                    break;
+                case lease_kind::shared:
+                    lease = once ? rw->try_acquire_shared(args.name)
+                                 : std::optional(rw->acquire_shared(args.name, t.wait, cancel));
+                    break;
+                case lease_kind::exclusive:
+                    lease = once ? rw->try_acquire(args.name) : std::optional(rw->acquire(args.name, t.wait, cancel));
+                    break;
+                case lease_kind::lock:
+                    lease = once ? to.locker->try_acquire(args.name)
+                                 : std::optional(to.locker->acquire(args.name, t.wait, cancel));
+                    break;
+            }
+        } catch (sqlock::timeout const&) {}
+        return lease.has_value();
+    });
+    if (sig != 0) {
+        if (lease) lease->release();
+        fail(128 + sig, "interrupted by signal " + std::to_string(sig) + " (" + strsignal(sig) + ") while taking " +
+                            (kind == lease_kind::permit ? "a permit of " : "") + "lock '" + printable(args.name) + "'" +
+                            (kind == lease_kind::shared ? " (shared)" : "") + "; COMMAND not started");
     }
-    watcher->stop();
     if (!lease) {
-        explain_conflict(to.stores, args.name, wait);
+        explain_conflict(to.stores, args.name, kind, t.wait);
         fail(args.conflict_exit_code, "");
     }
-    if (int sig = watcher->signal(); sig != 0) {
-        lease->release();
-        throw interrupted(sig);
-    }
-    watcher.reset();
     return std::move(*lease);
-}
-
-/// Waits for COMMAND while the lease is renewed; forwards the signals sent to
-/// sqlock to COMMAND's processes. Returns the guardian's wait status. When the
-/// lock is lost, or about to be, stops COMMAND's tree and exits 76 without
-/// returning.
-int supervise(run_args const& args, sqlock::lease& lease, loss_report& loss, int sigfd, process_tree& tree,
-              child_process const& child, stop_times times, shared_deadline& tree_deadline) {
-    pid_t const self = ::getpid();
-    bool stopping = false;  // COMMAND's tree is being stopped: the lease is in doubt near its end, or lost
-    bool guardian_done = false;
-    int guardian_status = 0;
-    steady::time_point kill_at{};
-    steady::time_point kill_by = steady::now() + lease.remaining() - times.margin;  // as of the last look
-    auto stop_tree = [&](steady::time_point by, std::string const& why) {
-        if (stopping) {
-            kill_at = std::min(kill_at, by);
-            return;
-        }
-        stopping = true;
-        kill_at = by;
-        tree.signal(self, SIGTERM, child.guardian);
-        auto in_ms = std::max<long long>(0, std::chrono::ceil<milliseconds>(kill_at - steady::now()).count());
-        say(why + "; sent SIGTERM to '" + command_text(args.command) + "' (pid " + std::to_string(child.pid) +
-            ") and all its processes, SIGKILL in " + std::to_string(in_ms) + " ms; exit 76");
-    };
-    auto lock_text = "lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) + ")";
-    for (;;) {
-        // Our children: the guardian, and after it what is left of COMMAND's tree.
-        pid_t reaped = 0;
-        int st = 0;
-        while ((reaped = ::waitpid(-1, &st, WNOHANG)) > 0) {
-            if (reaped == child.guardian) {
-                guardian_done = true;
-                guardian_status = st;
-            }
-        }
-        if (stopping ? reaped < 0 : guardian_done) break;  // stopping: until nothing of the tree is left
-
-        int timeout_ms = -1;
-        if (!stopping) {
-            // Our own deadline: a renewal that hangs reports nothing. The tree
-            // must be dead `margin` before the safe deadline, and gets `grace`
-            // after SIGTERM before that.
-            auto const left = lease.remaining();
-            kill_by = steady::now() + left - times.margin;
-            tree_deadline.set(kill_by);
-            if (left <= times.grace + times.margin) {
-                if (left == steady::duration::zero()) loss.report("its validity ran out before a renewal succeeded");
-                auto left_ms = std::chrono::floor<milliseconds>(left).count();
-                stop_tree(kill_by, left_ms > 0 ? lock_text + " is about to be lost while COMMAND is running: " +
-                                                     loss.why_in_doubt() + ", and its safe validity ends in " +
-                                                     std::to_string(left_ms) + " ms"
-                                               : "lost " + lock_text + " while COMMAND was running: " + loss.reason());
-            } else {
-                timeout_ms = static_cast<int>(
-                    std::min<long long>(std::chrono::ceil<milliseconds>(left - times.grace - times.margin).count(),
-                                        INT_MAX));
-            }
-        }
-        if (stopping) {
-            auto left = std::chrono::ceil<milliseconds>(kill_at - steady::now()).count();
-            timeout_ms = left > 0 ? static_cast<int>(left) : 20;  // after the grace: kill until none is left
-        }
-        pollfd p[3] = {{sigfd, POLLIN, 0}, {loss.event.get(), POLLIN, 0}, {loss.renewed.get(), POLLIN, 0}};
-        if (::poll(p, 3, timeout_ms) < 0 && errno != EINTR) system_failure("poll");
-        if (p[2].revents != 0) {
-            std::uint64_t count = 0;
-            [[maybe_unused]] auto n = ::read(loss.renewed.get(), &count, sizeof count);  // the loop's top publishes it
-        }
-        if (p[0].revents != 0) {
-            signalfd_siginfo si{};
-            while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-                if (si.ssi_signo == SIGCHLD) continue;
-                // A terminal's Ctrl-C (si_code SI_KERNEL) already reached COMMAND's
-                // processes in our process group: forward only signals sent to us.
-                if (si.ssi_code != SI_KERNEL) tree.signal(self, static_cast<int>(si.ssi_signo), child.guardian);
-            }
-        }
-        if (p[1].revents != 0) {
-            std::uint64_t count = 0;
-            [[maybe_unused]] auto n = ::read(loss.event.get(), &count, sizeof count);  // drain
-            // The lock may be someone else's already: SIGKILL after the grace at the latest.
-            stop_tree(std::min(kill_by, steady::now() + times.grace),
-                      "lost " + lock_text + " while COMMAND was running: " + loss.reason());
-        }
-        if (stopping && steady::now() >= kill_at)
-            tree.signal(self, SIGKILL);  // the guardian too: its orphans come to us
-    }
-    bool const lost = stopping;
-    if (lost) {
-        // COMMAND's tree is gone. Nothing is left to release, and a lease whose
-        // renewal hangs would hang its own destruction (the renewer cannot be
-        // joined): leave without it.
-        std::fflush(nullptr);
-        std::_Exit(exit_code::lost);
-    }
-
-    return guardian_status;
-}
-
-/// COMMAND has exited: releases the lock and returns the exit code of run.
-int finish_run(run_args const& args, sqlock::lease& lease, loss_report& loss, child_process const& child,
-               int guardian_status) {
-    int status = 0;
-    ssize_t n;
-    do {
-        n = ::read(child.status.get(), &status, sizeof status);
-    } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(sizeof status)) status = guardian_status;  // the guardian was killed
-    int const code = exit_status_of(status);
-    try {
-        lease.release();
-    } catch (sqlock::lease_lost const&) {
-        say("lost lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) +
-            ") before COMMAND finished: " + loss.reason() + "; another holder may have run at the same time");
-        return exit_code::lost;
-    } catch (sqlock::error const& e) {
-        say("COMMAND finished but lock '" + printable(args.name) + "' could not be released (" +
-            sqlock::tools::one_line(e.message()) + "): it expires by its TTL");
-    }
-    return code;
 }
 
 }  // namespace
@@ -901,38 +1124,21 @@ int run_command(run_args const& args) {
     auto const t = check_run_args(args);
     auto db = resolve_database(args.dbs);
 
-    auto inherited = open_descriptors();
-    sigset_t signals = handled_signals();
-    if (::pthread_sigmask(SIG_BLOCK, &signals, nullptr) != 0) system_failure("pthread_sigmask");
-    unique_fd sigfd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (sigfd.get() < 0) system_failure("signalfd");
-    auto loss = std::make_shared<loss_report>();
-    if (loss->event.get() < 0 || loss->renewed.get() < 0) system_failure("eventfd");
-
-    std::optional<signal_watcher> watcher(std::in_place, sigfd.get());
-
-    // on_event, not on_lost: it carries the reason, and runs right after on_lost on the same thread.
-    auto on_event = [loss](sqlock::lease_event const& e) {
-        if (e.what == sqlock::lease_event::kind::lost) loss->report(e.detail);
-        if (e.what == sqlock::lease_event::kind::renew_failed) loss->renewal_failed(e.detail);
-        if (e.what == sqlock::lease_event::kind::renewed) loss->renewal_done();
-    };
+    supervisor sup;
     lock_setup locks;
-    open_locker(args, t, db, on_event, locks);
-    auto lease = take_lock(args, locks, t.wait, watcher);
+    open_locker(args, t, db, sup.on_event(), locks);
+    auto lease = take_lock(args, t, locks, sup);
 
-    process_tree tree;
-    auto const times = stop_times_for(t.ttl);
-    shared_deadline tree_deadline;
-    tree_deadline.set(steady::now() + lease.remaining() - times.margin);
-    auto child = spawn(args.command, child_environment(lease), inherited, tree, times, tree_deadline);
-    if (child.pid < 0) {
-        lease.release();
-        fail(child.exec_errno == ENOENT ? exit_code::command_not_found : exit_code::cannot_execute,
-             "cannot run '" + command_text(args.command) + "': " + errno_text(child.exec_errno));
+    command_variables extra;
+    std::string what = "lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) + ")";
+    if (auto permit = permit_of(lease)) {
+        extra.emplace_back("SQLOCK_PERMIT", *permit);
+        what = "permit " + *permit + " of " + what;
+    } else if (args.shared) {
+        what = "shared " + what;
     }
-    int const guardian_status = supervise(args, lease, *loss, sigfd.get(), tree, child, times, tree_deadline);
-    return finish_run(args, lease, *loss, child, guardian_status);
+    auto const out = sup.run(args.command, lease_variables(args.name, lease, std::move(extra)), lease, t.ttl, what);
+    return out.code;
 }
 
 }  // namespace sqlock::cli

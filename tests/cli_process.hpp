@@ -139,6 +139,9 @@ public:
         return {status_, slurp(out_), slurp(err_)};
     }
 
+    /// What it printed on stdout so far (it may still be running).
+    std::string out_so_far() const { return slurp(out_); }
+
     /// What it printed so far, for a failure message while it may still run.
     std::string report() const {
         return std::string(done_ ? "exited" : "still running") + "\n--- stdout:\n" + slurp(out_) + "--- stderr:\n" +

@@ -1,6 +1,8 @@
 // sqlock tests — the `sqlock` command (issue 5), as real processes on every
-// engine: Engines/Cli.<Test>/<engine>, CliMajority.<Test> (several --db: PostgreSQL, MariaDB
-// and an SQLite file as the members of a majority), plus CliBasics.<Test> (no server).
+// engine: Engines/Cli.<Test>/<engine>, Engines/CliCoordination.<Test>/<engine> (issue 22: run --limit,
+// run --shared, elect, leader, semaphore --forget, list of permits, readers and leaders), CliMajority.<Test>
+// (several --db: PostgreSQL, MariaDB and an SQLite file as the members of a majority), plus
+// CliBasics.<Test> (no server).
 //
 // Every test runs the built binary (SQLOCK_CLI) with posix_spawn, stdout and
 // stderr captured to files, and asserts exit codes, output and what COMMAND
@@ -29,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -501,11 +504,13 @@ TEST_P(Cli, ForwardedSignalsReachTheWholeProcessTree) {
     std::string const name = n("forward-tree");
     pid_files_killer cleanup{{file("gc.pid")}};
     std::string const script =
-        background("gc", "trap 'touch \"$1/gc.term\"; exit 0' TERM; while :; do sleep 0.02; done") +
+        background("gc",
+                   "trap 'touch \"$1/gc.term\"; exit 0' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
         " touch \"$1/started\"; wait";
     auto p = start(run(name, sh(script, dir())));
+    // gc.ready, not gc.pid: the pid is written before the trap is set.
     ASSERT_TRUE(
-        eventually([&] { return (present(file("started")) && present(file("gc.pid"))) || p->finished(); }, 30s));
+        eventually([&] { return (present(file("started")) && present(file("gc.ready"))) || p->finished(); }, 30s));
     ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
     ::kill(p->pid(), SIGTERM);
     auto r = p->wait();
@@ -526,7 +531,8 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
     std::istringstream lines(table.out);
     std::string header, line, ours;
     std::getline(lines, header);
-    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "), "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
+    EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
+              "NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING VALUE");
     std::size_t owner_col = header.find("OWNER"), token_col = header.find("TOKEN");
     while (std::getline(lines, line))
         if (line.rfind(name + " ", 0) == 0) ours = line;
@@ -556,8 +562,12 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
         EXPECT_LE(ms, 3'600'000);
         std::vector<std::string> keys;
         for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-        EXPECT_EQ(keys,
-                  (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms"}));
+        EXPECT_EQ(keys, (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms",
+                                                  "kind", "lock", "slot", "value"}));
+        EXPECT_EQ(j.at("kind"), "lock");
+        EXPECT_EQ(j.at("lock"), name);
+        EXPECT_TRUE(j.at("slot").is_null());
+        EXPECT_TRUE(j.at("value").is_null());
     }
     EXPECT_TRUE(found) << json.out;
 
@@ -782,6 +792,364 @@ TEST_P(Cli, RowStrategyWaitHandsOver) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Cli, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+
+// ------------------------------------------------------------------ issue 22: --limit, --shared, elect, leader
+
+/// Lines of `text`.
+std::vector<std::string> lines_of(std::string const& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+}
+
+/// `sqlock elect --db URL --name NAME <flags> -- COMMAND`
+std::vector<std::string> elect_args_for(std::string const& url, std::string const& name,
+                                        std::vector<std::string> const& command, std::vector<std::string> flags = {}) {
+    flags.insert(flags.begin(), {"elect", "--db", url, "--name", name});
+    flags.push_back("--");
+    flags.insert(flags.end(), command.begin(), command.end());
+    return flags;
+}
+
+class CliCoordination : public Cli {
+protected:
+    std::vector<std::string> elect(std::string const& name, std::vector<std::string> const& command,
+                                   std::vector<std::string> flags = {}) {
+        return elect_args_for(url_, name, command, std::move(flags));
+    }
+    /// `sqlock list --json`: the entries of the user's name `lock` (its permits, readers or lock row).
+    std::vector<nlohmann::json> listed(std::string const& lock) {
+        auto r = cli({"list", "--db", url_, "--json"});
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        std::vector<nlohmann::json> out;
+        for (auto const& line : lines_of(r.out)) {
+            auto j = nlohmann::json::parse(line);
+            if (j.at("lock") == lock) out.push_back(j);
+        }
+        return out;
+    }
+    /// `sqlock leader --json` (exit code, object).
+    std::pair<int, nlohmann::json> leader(std::string const& name) {
+        auto r = cli({"leader", "--db", url_, "--name", name, "--json"});
+        EXPECT_EQ(lines_of(r.out).size(), 1u) << r.describe();
+        return {r.code(), r.out.empty() ? nlohmann::json() : nlohmann::json::parse(r.out)};
+    }
+};
+
+TEST_P(CliCoordination, BadInputExits64AndStartsNothing) {
+    std::string const name = n("coord-usage");
+    auto cmd = sh("touch \"$1/ran\"", dir());
+    std::string const other = sqlite_url(dir() / "other.db");
+    std::vector<std::vector<std::string>> cases{
+        run(name, cmd, {"--limit", "0"}),
+        run(name, cmd, {"--limit", "-1"}),
+        run(name, cmd, {"--limit", "two"}),
+        run(name, cmd, {"--limit", "10001"}),
+        run(name, cmd, {"--limit", "2", "--shared"}),
+        run(name, cmd, {"--db", other, "--limit", "2"}),  // a majority
+        run(name, cmd, {"--db", other, "--shared"}),
+        run(name, cmd, {"--shared", "--strategy", "row"}),
+        {"elect", "--db", url_, "--name", name},  // no COMMAND
+        elect(name, cmd, {"--repeat", "--wait", "1s"}),
+        elect(name, cmd, {"--db", other}),
+        elect(name, cmd, {"--value", ""}),  // library: a value is 1..200 bytes
+        elect(name, cmd, {"--wait", "soon"}),
+        {"leader", "--db", url_},  // no --name
+        {"leader", "--db", url_, "--name", name, "--", "x"},
+        {"semaphore", "--db", url_, "--name", name},  // no --forget
+    };
+    for (auto const& args : cases) {
+        auto r = cli(args);
+        std::string shown;
+        for (auto const& a : args) shown += a + " ";
+        EXPECT_EQ(r.code(), 64) << shown << ": " << r.describe();
+        expect_one_error_line(r);
+        EXPECT_EQ(r.out, "") << shown;
+    }
+    EXPECT_FALSE(present(file("ran"))) << "a usage error started COMMAND";
+    auto both = cli(run(name, cmd, {"--limit", "2", "--shared"}));
+    EXPECT_NE(both.err.find("--limit and --shared"), std::string::npos) << both.err;
+    EXPECT_TRUE(listed(name).empty());
+}
+
+TEST_P(CliCoordination, LimitDifferentFromTheStoredOneExits64NamingBoth) {
+    std::string const name = n("sem-n");
+    auto holder = start_holder(name, "h", {"--limit", "2"});
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--limit", "3"}));
+    EXPECT_EQ(r.code(), 64) << r.describe();
+    expect_one_error_line(r);
+    EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\b2\b)")) && std::regex_search(r.err, std::regex(R"(\b3\b)")))
+        << "the message must name both numbers of permits: " << r.err;
+    EXPECT_FALSE(present(file("ran")));
+
+    // The stored number cannot be forgotten while a permit is held.
+    auto refused = cli({"semaphore", "--db", url_, "--name", name, "--forget"});
+    EXPECT_EQ(refused.code(), 64) << refused.describe();
+    expect_one_error_line(refused);
+    finish_holder(*holder, "h");
+
+    auto forgot = cli({"semaphore", "--db", url_, "--name", name, "--forget"});
+    EXPECT_EQ(forgot.code(), 0) << forgot.describe();
+    EXPECT_NE(forgot.out.find(name), std::string::npos) << forgot.out;
+    auto again = cli({"semaphore", "--db", url_, "--name", name, "--forget"});
+    EXPECT_EQ(again.code(), 1) << again.describe();
+    expect_one_error_line(again);
+    EXPECT_NE(again.err.find("no semaphore named"), std::string::npos) << again.err;
+    auto three = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--limit", "3"}));
+    EXPECT_EQ(three.code(), 0) << three.describe();
+    EXPECT_TRUE(present(file("ran")));
+}
+
+TEST_P(CliCoordination, LimitTwoRunsAtMostTwoCommandsAtOnce) {
+    std::string const name = n("limit2");
+    // Each COMMAND records its start (with its permit and token), waits for $1/go, records its end.
+    auto script = [&](std::string const& tag) {
+        return "echo \"start " + tag +
+               " $SQLOCK_PERMIT $SQLOCK_TOKEN\" >> \"$1/record\"; "
+               "while [ ! -e \"$1/go\" ]; do sleep 0.02; done; echo \"end " +
+               tag + "\" >> \"$1/record\"";
+    };
+    std::vector<std::unique_ptr<cli_process>> runs;
+    for (std::string tag : {"a", "b", "c"})
+        runs.push_back(start(run(name, sh(script(tag), dir()), {"--limit", "2", "--wait", "60s"})));
+    auto starts = [&] {
+        auto lines = lines_of(slurp(file("record")));
+        return std::count_if(lines.begin(), lines.end(), [](auto const& l) { return l.rfind("start ", 0) == 0; });
+    };
+    ASSERT_TRUE(eventually([&] { return starts() >= 2; }, 30s)) << runs[0]->report();
+
+    // While two hold a permit, list shows them as permits of NAME.
+    auto permits = listed(name);
+    ASSERT_EQ(permits.size(), 2u);
+    std::set<int> slots;
+    for (auto const& j : permits) {
+        EXPECT_EQ(j.at("kind"), "permit") << j;
+        EXPECT_NE(j.at("name"), name) << "a permit's row has a name of its own";
+        slots.insert(j.at("slot").get<int>());
+    }
+    EXPECT_EQ(slots, (std::set<int>{0, 1}));
+    auto table = cli({"list", "--db", url_});
+    EXPECT_NE(table.out.find(name + " permit 0"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find(name + " permit 1"), std::string::npos) << table.out;
+
+    std::ofstream(file("go")).put('\n');
+    for (auto& p : runs) {
+        auto r = p->wait();
+        EXPECT_EQ(r.code(), 0) << r.describe();
+    }
+    // The record: at most two running at any point, on different permits; the third started after an end.
+    std::map<std::string, std::string> permit_of;
+    std::set<std::string> running_permits;
+    std::size_t most = 0, started = 0, ended = 0;
+    bool third_after_an_end = false;
+    for (auto const& line : lines_of(slurp(file("record")))) {
+        std::istringstream words(line);
+        std::string what, tag, permit;
+        words >> what >> tag >> permit;
+        if (what == "start") {
+            EXPECT_TRUE(permit == "0" || permit == "1") << line;
+            EXPECT_FALSE(running_permits.count(permit)) << "permit " << permit << " held twice: " << line;
+            running_permits.insert(permit);
+            permit_of[tag] = permit;
+            most = std::max(most, running_permits.size());
+            if (++started == 3) third_after_an_end = ended > 0;
+        } else {
+            running_permits.erase(permit_of[tag]);
+            ++ended;
+        }
+    }
+    EXPECT_EQ(started, 3u);
+    EXPECT_EQ(ended, 3u);
+    EXPECT_EQ(most, 2u) << slurp(file("record"));
+    EXPECT_TRUE(third_after_an_end) << slurp(file("record"));
+    EXPECT_TRUE(listed(name).empty());
+}
+
+TEST_P(CliCoordination, SharedRunsOverlapAndAPlainRunExcludesThem) {
+    std::string const name = n("rw");
+    // Two readers at once.
+    auto a = start_holder(name, "a", {"--shared"});
+    auto b = start_holder(name, "b", {"--shared"});
+    auto readers = listed(name);
+    EXPECT_EQ(readers.size(), 2u);
+    for (auto const& j : readers) EXPECT_EQ(j.at("kind"), "shared") << j;
+    auto table = cli({"list", "--db", url_});
+    EXPECT_NE(table.out.find(name + " shared"), std::string::npos) << table.out;
+
+    // A plain run is the writer: busy while they read.
+    auto busy = cli(run(name, sh("touch \"$1/ran\"", dir())));
+    EXPECT_EQ(busy.code(), 75) << busy.describe();
+    EXPECT_FALSE(present(file("ran")));
+
+    // A waiting writer holds the name's lock; new readers wait behind it.
+    auto w = start(run(name,
+                       sh("if [ -e \"$1/a.done\" ] && [ -e \"$1/b.done\" ]; then touch \"$1/w.after-readers\"; fi; " +
+                              holder_script("w"),
+                          dir()),
+                       {"--wait", "60s"}));
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto l = listed(name);
+            return std::any_of(l.begin(), l.end(), [](auto const& j) { return j.at("kind") == "lock"; }) ||
+                   w->finished();
+        },
+        30s));
+    ASSERT_FALSE(w->finished()) << w->wait(1s).describe();
+    auto late_reader = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--shared"}));
+    EXPECT_EQ(late_reader.code(), 75) << "a new reader got in while a writer waited: " << late_reader.describe();
+    EXPECT_FALSE(present(file("w.started")));
+
+    finish_holder(*a, "a");
+    finish_holder(*b, "b");
+    ASSERT_TRUE(eventually([&] { return present(file("w.started")) || w->finished(); }, 30s));
+    EXPECT_TRUE(present(file("w.after-readers"))) << "the writer ran while a reader still ran";
+    auto while_writing = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--shared"}));
+    EXPECT_EQ(while_writing.code(), 75) << while_writing.describe();
+    EXPECT_FALSE(present(file("ran")));
+    finish_holder(*w, "w");
+
+    auto reader = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--shared"}));
+    EXPECT_EQ(reader.code(), 0) << reader.describe();
+    EXPECT_TRUE(present(file("ran")));
+    EXPECT_TRUE(listed(name).empty());
+}
+
+TEST_P(CliCoordination, ElectRunsCommandWhileLeaderAndTermsIncrease) {
+    std::string const name = n("elect");
+    auto none = cli({"leader", "--db", url_, "--name", name});
+    EXPECT_EQ(none.code(), 1) << none.describe();
+    EXPECT_EQ(none.out, "no leader\n");
+    auto [none_code, none_json] = leader(name);
+    EXPECT_EQ(none_code, 1);
+    EXPECT_EQ(none_json, (nlohmann::json{{"name", name}, {"leader", false}}));
+
+    auto watch = start({"leader", "--db", url_, "--name", name, "--watch", "--json"});
+    auto watched = [&] {
+        std::vector<nlohmann::json> out;
+        for (auto const& line : lines_of(watch->out_so_far())) out.push_back(nlohmann::json::parse(line));
+        return out;
+    };
+    ASSERT_TRUE(eventually([&] { return !watched().empty() || watch->finished(); }, 30s)) << watch->report();
+
+    std::vector<long long> terms;
+    for (std::string value : {"first", "second"}) {
+        std::string const tag = "e" + std::to_string(terms.size());
+        auto e = start(elect(name, sh(holder_script(tag), dir()), {"--value", value}));
+        ASSERT_TRUE(eventually([&] { return present(file(tag + ".started")) || e->finished(); }, 30s))
+            << e->wait(1s).describe();
+        ASSERT_FALSE(e->finished()) << e->wait(1s).describe();
+        auto env = read_env(file(tag + ".env"));
+        EXPECT_EQ(env.name, name);
+        // --watch reports the leader while it leads (within its observe interval).
+        EXPECT_TRUE(eventually(
+            [&] {
+                auto w = watched();
+                return (!w.empty() && w.back().at("leader") == true && w.back().at("value") == value &&
+                        w.back().at("term").get<long long>() == env.token) ||
+                       watch->finished();
+            },
+            30s))
+            << "leader --watch did not report " << value << ": " << watch->report();
+
+        auto [code, j] = leader(name);
+        EXPECT_EQ(code, 0);
+        EXPECT_EQ(j.at("leader"), true) << j;
+        EXPECT_EQ(j.at("value"), value) << j;
+        EXPECT_EQ(j.at("term").get<long long>(), env.token) << "the term is COMMAND's SQLOCK_TOKEN";
+        EXPECT_EQ(j.at("owner"), env.owner) << j;
+        auto text = cli({"leader", "--db", url_, "--name", name});
+        EXPECT_EQ(text.code(), 0);
+        EXPECT_EQ(text.out.rfind("leader " + value + " (term " + std::to_string(env.token) + ", ", 0), 0u) << text.out;
+        auto rows = listed(name);
+        ASSERT_EQ(rows.size(), 1u);
+        EXPECT_EQ(rows[0].at("value"), value);
+        EXPECT_EQ(rows[0].at("token").get<long long>(), env.token);
+
+        // Another campaigner is not elected while this one leads.
+        auto other = cli(elect(name, sh("touch \"$1/ran\"", dir()), {"--wait", "0", "--value", "other"}));
+        EXPECT_EQ(other.code(), 75) << other.describe();
+        EXPECT_FALSE(present(file("ran")));
+
+        finish_holder(*e, tag);  // COMMAND exits: sqlock resigns
+        EXPECT_EQ(leader(name).first, 1) << "leadership not resigned when COMMAND exited";
+        EXPECT_TRUE(eventually(
+            [&] {
+                auto w = watched();
+                return (!w.empty() && w.back().at("leader") == false) || watch->finished();
+            },
+            30s))
+            << "leader --watch did not report the resignation: " << watch->report();
+        terms.push_back(env.token);
+    }
+    EXPECT_LT(terms[0], terms[1]) << "terms must strictly increase across elections";
+
+    // --watch saw both leaders, in order, and that there is none now; SIGTERM ends it with 0.
+    ASSERT_FALSE(watch->finished()) << watch->report();
+    ::kill(watch->pid(), SIGTERM);
+    auto wr = watch->wait();
+    EXPECT_EQ(wr.code(), 0) << wr.describe();
+    std::vector<std::pair<std::string, long long>> leaders;
+    for (auto const& line : lines_of(wr.out)) {
+        auto j = nlohmann::json::parse(line);
+        if (j.at("leader") == true)
+            leaders.emplace_back(j.at("value").get<std::string>(), j.at("term").get<long long>());
+    }
+    leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+    EXPECT_EQ(leaders, (std::vector<std::pair<std::string, long long>>{{"first", terms[0]}, {"second", terms[1]}}))
+        << wr.out;
+}
+
+TEST_P(CliCoordination, ElectStopsTheCommandsTreeWhenLeadershipIsLost) {
+    std::string const name = n("elect-lost");
+    pid_files_killer cleanup{{file("gc.pid")}};
+    std::string const script =
+        background("gc",
+                   "trap 'echo TERM >> \"$1/gc.terms\"' TERM; touch \"$1/gc.ready\"; while :; do sleep 0.02; done") +
+        " touch \"$1/started\"; wait";
+    auto p = start(elect(name, sh(script, dir()), {"--ttl", "1s"}));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return (present(file("started")) && present(file("gc.pid")) && present(file("gc.ready"))) || p->finished();
+        },
+        30s));
+    ASSERT_FALSE(p->finished()) << p->wait(1s).describe();
+    pid_t const gc = read_pid(file("gc.pid"));
+
+    auto rel = cli({"release", "--db", url_, "--name", name, "--force"});
+    EXPECT_EQ(rel.code(), 0) << rel.describe();
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 76) << r.describe();
+    expect_one_line_of_ours(r);
+    // "lost leadership of ...", or "... is about to be lost" when a renewal was slow to come back (a loaded host).
+    EXPECT_NE(r.err.find("leadership of '" + name + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("lost"), std::string::npos) << r.err;
+    EXPECT_NE(slurp(file("gc.terms")).find("TERM"), std::string::npos) << "SIGTERM was not sent to the tree first";
+    errno = 0;
+    EXPECT_TRUE(::kill(gc, 0) != 0 && errno == ESRCH) << "a process of COMMAND (pid " << gc << ") outlived leadership";
+}
+
+TEST_P(CliCoordination, ElectRepeatCampaignsAgainUntilASignal) {
+    std::string const name = n("elect-repeat");
+    // The third term's COMMAND waits; SIGTERM to sqlock reaches it, and sqlock campaigns no more.
+    std::string const script =
+        "echo \"$SQLOCK_TOKEN\" >> \"$1/terms\"; if [ \"$(wc -l < \"$1/terms\")\" -ge 3 ]; then "
+        "trap 'touch \"$1/stopped\"; exit 0' TERM; touch \"$1/third\"; while :; do sleep 0.02; done; fi";
+    auto p = start(elect(name, sh(script, dir()), {"--repeat"}));
+    ASSERT_TRUE(eventually([&] { return present(file("third")) || p->finished(); }, 30s)) << p->report();
+    ::kill(p->pid(), SIGTERM);
+    auto r = p->wait();
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(present(file("stopped")));
+    std::vector<long long> terms;
+    for (auto const& line : lines_of(slurp(file("terms")))) terms.push_back(std::stoll(line));
+    ASSERT_EQ(terms.size(), 3u) << "campaigned again after the signal";
+    EXPECT_TRUE(terms[0] < terms[1] && terms[1] < terms[2]) << slurp(file("terms"));
+    EXPECT_EQ(leader(name).first, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CliCoordination, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
 
 // ------------------------------------------------------------------ run: a renewal that hangs (servers only)
@@ -1149,7 +1517,7 @@ TEST_F(CliMajority, ListShowsTheLockOnEachMemberAndNamesTheUnreachableOne) {
     std::string header, line;
     std::getline(lines, header);
     EXPECT_EQ(std::regex_replace(header, std::regex(" +"), " "),
-              "MEMBER NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING");
+              "MEMBER NAME OWNER TOKEN CREATED_AT EXPIRES_AT REMAINING VALUE");
     std::size_t name_col = header.find("NAME"), owner_col = header.find("OWNER");
     std::map<std::string, int> ours;  // member -> rows of ours
     std::vector<std::string> status;
@@ -1325,13 +1693,17 @@ TEST_F(CliBasics, HelpAndVersion) {
     EXPECT_EQ(version.out, "sqlock " SQLOCK_VERSION_STRING "\n") << version.out;
     auto help = cli({"--help"}, cwd.path());
     EXPECT_EQ(help.code(), 0) << help.describe();
-    for (char const* word : {"run", "list", "release", "schema"}) EXPECT_NE(help.out.find(word), std::string::npos);
-    for (char const* sub : {"run", "list", "release", "schema"}) {
+    for (char const* word : {"run", "list", "release", "schema", "elect", "leader", "semaphore"})
+        EXPECT_NE(help.out.find(word), std::string::npos);
+    for (char const* sub : {"run", "list", "release", "schema", "elect", "leader", "semaphore"}) {
         auto r = cli({sub, "--help"}, cwd.path());
         EXPECT_EQ(r.code(), 0) << sub << ": " << r.describe();
         EXPECT_NE(r.out.find("--db"), std::string::npos) << sub;
     }
     EXPECT_NE(cli({"run", "--help"}, cwd.path()).out.find("--conflict-exit-code"), std::string::npos);
+    auto run_help = cli({"run", "--help"}, cwd.path()).out;
+    EXPECT_NE(run_help.find("--limit"), std::string::npos);
+    EXPECT_NE(run_help.find("--shared"), std::string::npos);
     EXPECT_TRUE(fs::is_empty(cwd.path())) << "help created files";
 }
 
