@@ -37,6 +37,16 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
 -- reaper's counter purge: ALTER TABLE sqlock_tokens ADD KEY sqlock_tokens_token_idx
 -- (token). Not done here: MySQL 8 has no CREATE INDEX IF NOT EXISTS.)
 
+-- Counting semaphores (sqlock::semaphore): the number of permits of each
+-- semaphore name, stored by its first user; its permits are rows of
+-- sqlock_locks named <name> U+001F 'p' U+001F <slot>. Removed only by
+-- forget_semaphore (`sqlock semaphore --forget`) while no permit is held.
+CREATE TABLE IF NOT EXISTS sqlock_semaphores (
+    name       VARBINARY(255) NOT NULL PRIMARY KEY,
+    permits    INT            NOT NULL CHECK (permits > 0),
+    created_at DATETIME(6)    NOT NULL
+) ENGINE = InnoDB;
+
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.
 CREATE TABLE IF NOT EXISTS sqlock_fences (

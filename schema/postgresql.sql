@@ -38,6 +38,16 @@ CREATE TABLE IF NOT EXISTS sqlock_tokens (
 -- Lets the reaper find old counters without a scan.
 CREATE INDEX IF NOT EXISTS sqlock_tokens_token_idx ON sqlock_tokens (token);
 
+-- Counting semaphores (sqlock::semaphore): the number of permits of each
+-- semaphore name, stored by its first user; its permits are rows of
+-- sqlock_locks named <name> U+001F 'p' U+001F <slot>. Removed only by
+-- forget_semaphore (`sqlock semaphore --forget`) while no permit is held.
+CREATE TABLE IF NOT EXISTS sqlock_semaphores (
+    name       text        COLLATE "C" NOT NULL PRIMARY KEY,
+    permits    integer     NOT NULL CHECK (permits > 0),
+    created_at timestamptz NOT NULL
+);
+
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.
 CREATE TABLE IF NOT EXISTS sqlock_fences (

@@ -58,6 +58,16 @@ CREATE TRIGGER IF NOT EXISTS sqlock_locks_tok_upd AFTER UPDATE OF token ON sqloc
         ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token);
 END;
 
+-- Counting semaphores (sqlock::semaphore): the number of permits of each
+-- semaphore name, stored by its first user; its permits are rows of
+-- sqlock_locks named <name> U+001F 'p' U+001F <slot>. Removed only by
+-- forget_semaphore (`sqlock semaphore --forget`) while no permit is held.
+CREATE TABLE IF NOT EXISTS sqlock_semaphores (
+    name       TEXT    NOT NULL PRIMARY KEY,
+    permits    INTEGER NOT NULL CHECK (permits > 0),
+    created_at BIGINT  NOT NULL
+) WITHOUT ROWID;
+
 -- Fencing on the resource side (sqlock::fence): the highest token seen per
 -- resource. Lives in the database of the protected resource.
 CREATE TABLE IF NOT EXISTS sqlock_fences (

@@ -8,13 +8,34 @@ namespace sqlock {
 namespace {
 
 lock_info to_info(detail::lock_listing const& r) {
-    return {r.name,
-            r.owner,
-            r.token,
-            r.holds,
-            db_time(std::chrono::microseconds(r.created_us)),
-            db_time(std::chrono::microseconds(r.expires_us)),
-            std::chrono::microseconds(r.expires_us - r.now_us)};
+    lock_info info{r.name,
+                   r.owner,
+                   r.token,
+                   r.holds,
+                   db_time(std::chrono::microseconds(r.created_us)),
+                   db_time(std::chrono::microseconds(r.expires_us)),
+                   std::chrono::microseconds(r.expires_us - r.now_us)};
+    info.lock = r.name;
+    // The library's own rows: <name> U+001F p U+001F <slot> and <name> U+001F r U+001F <id>.
+    constexpr char sep = detail::reserved_separator;
+    if (auto at = r.name.find(sep); at != std::string::npos && at + 2 < r.name.size() && r.name[at + 2] == sep) {
+        info.lock = r.name.substr(0, at);
+        if (r.name[at + 1] == 'p') {
+            info.kind = "permit";
+            try {
+                info.slot = std::stoi(r.name.substr(at + 3));
+            } catch (std::exception const&) {  // not one of ours after all
+            }
+        } else if (r.name[at + 1] == 'r') {
+            info.kind = "shared";
+        }
+    }
+    // A leader's owner carries its value.
+    if (auto at = r.owner.find(sep); at != std::string::npos) {
+        info.value = r.owner.substr(at + 1);
+        info.owner = r.owner.substr(0, at);
+    }
+    return info;
 }
 
 }  // namespace
@@ -29,7 +50,7 @@ std::vector<lock_info> list_locks(store const& db) {
 }
 
 std::optional<lock_info> force_release(store const& db, std::string_view name) {
-    detail::validate_name(name);
+    detail::validate_row_name(name);
     auto const& impl = detail::access::impl(db);
     std::string n(name);
     auto row = impl->run("force-releasing lock '" + n + "'",

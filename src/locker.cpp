@@ -64,6 +64,10 @@ void validate_text(std::string_view what, std::string_view value) {
         throw usage_error("sqlock: the " + std::string(what) + " contains a NUL byte: use text without NUL");
     if (!valid_utf8(value))
         throw usage_error("sqlock: the " + std::string(what) + " is not valid UTF-8: encode it as UTF-8 (or hex)");
+    if (value.find(reserved_separator) != std::string_view::npos)
+        throw usage_error("sqlock: the " + std::string(what) +
+                          " contains U+001F (unit separator), which sqlock keeps for its own rows "
+                          "(semaphore permits, shared leases, leaders' values): use another character");
 }
 
 std::string hostname() {
@@ -88,6 +92,21 @@ auto jitter(Duration ceiling) {
 }  // namespace
 
 void validate_name(std::string_view name) { validate_text("lock name", name); }
+
+void validate_row_name(std::string_view name) {
+    std::string plain(name);
+    std::replace(plain.begin(), plain.end(), reserved_separator, '_');
+    validate_text("lock name", plain);
+}
+
+void validate_name(std::string_view name, std::size_t suffix_bytes, std::string_view what) {
+    validate_text(what, name);
+    if (name.size() + suffix_bytes > max_name_bytes)
+        throw usage_error("sqlock: the " + std::string(what) + " is " + std::to_string(name.size()) +
+                          " bytes long: at most " + std::to_string(max_name_bytes - suffix_bytes) +
+                          " bytes are allowed (sqlock appends " + std::to_string(suffix_bytes) +
+                          " bytes for its own rows; hash longer keys)");
+}
 
 void validate_ttl(std::chrono::milliseconds ttl) {
     if (ttl < min_ttl || ttl > max_ttl)
@@ -147,19 +166,18 @@ std::optional<lease> locker_impl::try_acquire(std::string const& name) {
 }
 
 std::optional<lease> locker_impl::try_acquire(std::string const& name, attempt const& bounds) {
-    auto row = acquire_row(name, owner_for_this_thread(), bounds);
-    if (!row) {
-        counters_.busy.fetch_add(1, std::memory_order_relaxed);
-        emit(lease_event::kind::busy, name, 0);
-        return std::nullopt;
-    }
-    watch(row);
-    counters_.acquired.fetch_add(1, std::memory_order_relaxed);
-    emit(lease_event::kind::acquired, name, row->token());
-    return detail::access::make_lease(std::move(row));
+    return try_acquire_as(name, owner_for_this_thread(), bounds);
 }
 
 lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel) {
+    return wait_for(name, "lock '" + name + "'", wait, cancel,
+                    [&](attempt const& bounds) { return try_acquire(name, bounds); });
+}
+
+lease locker_impl::wait_for(std::string const& name, std::string const& what, std::chrono::milliseconds wait,
+                            std::stop_token const& cancel,
+                            std::function<std::optional<lease>(attempt const&)> const& attempt_once,
+                            std::function<std::string()> const& wake_on) {
     auto const start = clock::now();
     auto const deadline = deadline_after(wait);  // milliseconds::max() waits for ever, without overflow
     auto ceiling = std::chrono::duration_cast<clock::duration>(options_.backoff_min);
@@ -169,12 +187,13 @@ lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wa
             counters_.cancelled.fetch_add(1, std::memory_order_relaxed);
             record_wait(clock::now() - start);
             emit(lease_event::kind::cancelled, name, 0);
-            throw cancelled("sqlock: waiting for lock '" + name + "' was cancelled");
+            throw cancelled("sqlock: waiting for " + what + " was cancelled");
         }
         // Read the generation before trying, so a release between the attempt
         // and the wait is not missed.
-        auto generation = release_generation(name);
-        if (auto got = try_acquire(name, attempt{deadline, cancel})) {
+        auto const wake_name = wake_on ? wake_on() : name;
+        auto generation = release_generation(wake_name);
+        if (auto got = attempt_once(attempt{deadline, cancel})) {
             record_wait(clock::now() - start);
             return std::move(*got);
         }
@@ -183,13 +202,35 @@ lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wa
             counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
             record_wait(now - start);
             emit(lease_event::kind::timeout, name, 0);
-            throw timeout("sqlock: lock '" + name + "' was still held by another owner after waiting " +
+            throw timeout("sqlock: " + what + " was still held by another owner after waiting " +
                           std::to_string(wait.count()) + " ms: retry later or wait longer");
         }
         auto until = std::min<clock::time_point>(now + jitter(ceiling), deadline);
         ceiling = std::min(ceiling * 2, cap);
-        wait_for_release(name, generation, until, cancel);
+        wait_for_release(wake_name, generation, until, cancel);
     }
+}
+
+std::optional<lease> locker_impl::try_acquire_as(std::string const& name, std::string const& owner,
+                                                 attempt const& bounds) {
+    auto row = acquire_row(name, owner, bounds);
+    if (!row) {
+        counters_.busy.fetch_add(1, std::memory_order_relaxed);
+        emit(lease_event::kind::busy, name, 0);
+        return std::nullopt;
+    }
+    return adopt(std::move(row));
+}
+
+lease locker_impl::adopt(std::shared_ptr<lease_row> row) {
+    watch(row);
+    counters_.acquired.fetch_add(1, std::memory_order_relaxed);
+    emit(lease_event::kind::acquired, row->name(), row->token());
+    return detail::access::make_lease(std::move(row));
+}
+
+std::shared_ptr<lease_row> locker_impl::acquire_shared_row(std::string const&, std::string const&, attempt const&) {
+    throw usage_error("sqlock: shared leases need a table locker");
 }
 
 void locker_impl::record_wait(clock::duration waited) noexcept {

@@ -150,6 +150,40 @@ protected:
 
 public:
     store_impl* member_store() noexcept override { return store_.get(); }
+    bool keeps_lock_rows() const noexcept override { return true; }
+
+    std::shared_ptr<lease_row> acquire_shared_row(std::string const& gate, std::string const& reader,
+                                                  attempt const& bounds) override {
+        auto const owner = owner_for_this_thread();
+        auto held = acquire_row(gate, owner, bounds);
+        if (!held) return nullptr;
+        auto const ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
+        auto const sent = clock::now();
+        auto const before = sys_clock::now();
+        std::optional<renewal> moved;
+        try {
+            moved = store_->run("taking a shared lease of '" + gate + "'", [&](soci::session& s) {
+                return store_->dialect().rename_lock(s, gate, owner, held->token(), reader, ttl_us);
+            });
+        } catch (...) {
+            // Not renamed, or not known: give the lock of the name back (a row
+            // renamed after all expires by its TTL, and only delays writers).
+            try {
+                held->release_hold();
+            } catch (error const&) {}
+            throw;
+        }
+        // The lock of the name is free again for the next reader or writer.
+        store_->announce(gate);
+        if (!moved) return nullptr;  // it expired before the rename: busy, try again
+        store_->record_clock(moved->now_us, before, sys_clock::now());
+        grant const g{
+            true, held->token(),
+            std::chrono::duration_cast<std::chrono::microseconds>(held->created_at().time_since_epoch()).count(),
+            moved->expires_us};
+        return std::make_shared<table_row>(shared_from_this(), store_, reader, owner, g, options_.ttl,
+                                           valid_until(sent, options_.ttl));
+    }
 
 private:
     std::shared_ptr<store_impl> store_;

@@ -1207,8 +1207,8 @@ protected:
     void TearDown() override {
         for (auto const& p : prefixes_) {
             try {
-                for (auto const& t :
-                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                                      "_majority_members", "_semaphores"})
                     *raw_ << "DROP TABLE IF EXISTS " + p + t;
                 for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
                     *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;

@@ -1156,8 +1156,8 @@ protected:
         for (auto& d : dbs_) {
             if (d.e == engine::sqlite) continue;
             try {
-                for (auto const& t :
-                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                                      "_majority_members", "_semaphores"})
                     *d.raw << "DROP TABLE IF EXISTS " + tables_ + t;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the test tables " << tables_ << "_*: " << e.what();

@@ -17,7 +17,11 @@ namespace sqlock {
 
 /// A row of the table lock, as an operator sees it. Times are the database's.
 struct SQLOCK_EXPORT lock_info {
+    /// The row's name: the lock name, or, for a semaphore's permit or a shared
+    /// lease, the name followed by sqlock's suffix (U+001F ...). Give this to
+    /// `force_release`.
     std::string name;
+    /// The owner id (for a leader, without its value).
     std::string owner;
     std::int64_t token = 0;
     int holds = 0;
@@ -26,6 +30,15 @@ struct SQLOCK_EXPORT lock_info {
     /// expires_at minus the database's now when read; negative once expired
     /// (a row not yet taken over or reaped).
     std::chrono::microseconds remaining{0};
+    /// "lock" (a lock or a leader, or the exclusive lease of a read-write lock),
+    /// "permit" (a semaphore's) or "shared" (a read-write lock's shared lease).
+    std::string kind = "lock";
+    /// The name the user gave: the lock's, semaphore's or read-write lock's.
+    std::string lock;
+    /// A permit's slot (0 .. permits - 1); -1 otherwise.
+    int slot = -1;
+    /// A leader's value (sqlock::election); empty otherwise.
+    std::string value;
 };
 
 /// Every row of the table lock (`<prefix>_locks`), ordered by name, including
@@ -35,7 +48,7 @@ struct SQLOCK_EXPORT lock_info {
 /// Thread safety: any thread.
 [[nodiscard]] SQLOCK_EXPORT std::vector<lock_info> list_locks(store const& db);
 
-/// Delete the table-lock row of `name` whoever owns it — an operator's tool for
+/// Delete the table-lock row of `name` (a `lock_info::name`) whoever owns it — an operator's tool for
 /// a holder that is stuck. Waiters are woken. The holder's next renewal or
 /// release reports `lease_lost`.
 /// @return the row as it was, or empty when no row existed.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sqlock/admin.hpp>
+#include <sqlock/coordination.hpp>
 #include <sqlock/errors.hpp>
 #include <sqlock/export.hpp>
 #include <sqlock/fence.hpp>

@@ -12,6 +12,7 @@
 #include "detail/grant.hpp"
 #include "detail/url.hpp"
 #include "dialect/admin.hpp"
+#include "dialect/coordination.hpp"
 #include "dialect/driver.hpp"
 #include "dialect/fence.hpp"
 #include "dialect/row_lock.hpp"
@@ -43,7 +44,8 @@ class dialect : public engine_driver,
                 public row_lock_statements,
                 public token_statements,
                 public fence_statements,
-                public admin_statements {
+                public admin_statements,
+                public coordination_statements {
 public:
     dialect(std::string const& table_prefix, store_options const& options);
     ~dialect() override = default;
@@ -97,6 +99,14 @@ public:
     [[nodiscard]] std::vector<long_row_lock> long_row_locks(soci::session& s,
                                                             std::chrono::milliseconds threshold) const override;
 
+    [[nodiscard]] int define_semaphore(soci::session& s, std::string const& name, int permits) const final;
+    [[nodiscard]] bool forget_semaphore(soci::session& s, std::string const& name) const final;
+    [[nodiscard]] live_rows count_live(soci::session& s, std::string const& lo, std::string const& hi,
+                                       std::string const& owner) const final;
+    [[nodiscard]] std::optional<renewal> rename_lock(soci::session& s, std::string const& name,
+                                                     std::string const& owner, std::int64_t token,
+                                                     std::string const& to, std::int64_t ttl_us) const final;
+
     /// The LISTEN/NOTIFY channel releases are announced on (PostgreSQL).
     [[nodiscard]] std::string channel() const { return prefix_ + "_released"; }
 
@@ -106,6 +116,7 @@ public:
     [[nodiscard]] std::string majority_table() const { return prefix_ + "_majority_tokens"; }
     [[nodiscard]] std::string identity_table() const { return prefix_ + "_identity"; }
     [[nodiscard]] std::string majority_members_table() const { return prefix_ + "_majority_members"; }
+    [[nodiscard]] std::string semaphores_table() const { return prefix_ + "_semaphores"; }
 
 protected:
     /// After a cached statement has returned what it returns: let go of it where
@@ -128,6 +139,12 @@ protected:
     [[nodiscard]] virtual std::string begin_write_sql() const { return "BEGIN"; }
     /// Raise counter :name to at least :token (no answer needed).
     [[nodiscard]] virtual std::string majority_raise_sql() const;
+    /// Insert (:name, :permits, now) into `<prefix>_semaphores` unless the name is there.
+    [[nodiscard]] virtual std::string define_semaphore_sql() const;
+    /// 1 when a waiter marked the lock row (its `waiters` column), else 0.
+    [[nodiscard]] virtual std::string waiters_marked_sql() const { return "CASE WHEN waiters <> 0 THEN 1 ELSE 0 END"; }
+    /// The value of `waiters` of an unmarked row.
+    [[nodiscard]] virtual std::string waiters_unmarked_sql() const { return "0"; }
     /// Record :id in `<prefix>_majority_members` unless it is there.
     [[nodiscard]] virtual std::string majority_add_member_sql() const;
     /// Announce a release of `name` to other processes (PostgreSQL NOTIFY), if the engine can.

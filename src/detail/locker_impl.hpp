@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,41 @@ public:
     /// Attempts until `wait` runs out, sleeping between them until a release
     /// is announced or the backoff (capped exponential, full jitter) expires.
     [[nodiscard]] lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token cancel);
+
+    /// The waiting loop of `acquire` around any attempt: `attempt_once(bounds)`
+    /// returns a lease or empty when busy; between attempts it sleeps until a
+    /// release of `wake_on()` is announced or the backoff expires. `what` names
+    /// the wait in the timeout and cancel messages ("lock 'x'").
+    [[nodiscard]] lease wait_for(std::string const& name, std::string const& what, std::chrono::milliseconds wait,
+                                 std::stop_token const& cancel,
+                                 std::function<std::optional<lease>(attempt const&)> const& attempt_once,
+                                 std::function<std::string()> const& wake_on = {});
+
+    /// One attempt as `owner` (an election's owner carries the leader's value).
+    [[nodiscard]] std::optional<lease> try_acquire_as(std::string const& name, std::string const& owner,
+                                                      attempt const& bounds);
+
+    /// Watch `row` (renewals, loss) and count it acquired: a lease on it.
+    [[nodiscard]] lease adopt(std::shared_ptr<lease_row> row);
+
+    /// The owner id for a lock taken by the calling thread.
+    [[nodiscard]] std::string owner_for_this_thread() const;
+
+    // ---- Coordination (docs/coordination.md): what a semaphore, a read-write
+    // lock and an election ask of the locker beneath them.
+
+    /// True for the table lock, whose rows can be counted, renamed and read.
+    [[nodiscard]] virtual bool keeps_lock_rows() const noexcept { return false; }
+    /// The database of a table or row locker; null for composite lockers.
+    [[nodiscard]] class store_impl* database() noexcept { return member_store(); }
+    /// True when a held lease locks its whole database for writing (SQLite's row lock).
+    [[nodiscard]] bool locks_database() const noexcept { return locks_whole_database(); }
+    /// A shared lease of a read-write lock: take `gate` (the lock of the name)
+    /// and turn its row into `reader`, atomically; null when the gate is busy.
+    /// Only where keeps_lock_rows().
+    [[nodiscard]] virtual std::shared_ptr<lease_row> acquire_shared_row(std::string const& gate,
+                                                                        std::string const& reader,
+                                                                        attempt const& bounds);
 
     [[nodiscard]] locker_options const& options() const noexcept { return options_; }
     [[nodiscard]] locker_stats stats() const noexcept;
@@ -143,9 +179,6 @@ protected:
     /// Announce a release of `name` to this process's waiters.
     virtual void announce_release(std::string const& name) noexcept = 0;
 
-    /// The owner id for a lock taken by the calling thread.
-    [[nodiscard]] std::string owner_for_this_thread() const;
-
     /// A random id for one acquire attempt (stored in the row it may write).
     [[nodiscard]] static std::int64_t new_attempt_id();
 
@@ -208,8 +241,19 @@ private:
     void record_wait(clock::duration waited) noexcept;
 };
 
-/// @throws usage_error unless `name` is 1..255 bytes of valid UTF-8 without NUL.
+/// The separator of the library's own rows in the lock table (semaphore
+/// permits, shared leases) and of an election owner's value: never in a name
+/// or an owner a user gives.
+inline constexpr char reserved_separator = '\x1f';
+
+/// @throws usage_error unless `name` is 1..255 bytes of valid UTF-8 without NUL or U+001F.
 void validate_name(std::string_view name);
+/// As validate_name, for a name that gets a suffix of `suffix_bytes` (at most
+/// 255 - suffix_bytes bytes); `what` names it in messages ("semaphore name").
+void validate_name(std::string_view name, std::size_t suffix_bytes, std::string_view what);
+/// As validate_name, but U+001F is allowed: a row of the lock table as listed
+/// (a semaphore's permit, a shared lease), for the operator's force_release.
+void validate_row_name(std::string_view name);
 /// @throws usage_error unless ttl is within 10 ms .. 7 days.
 void validate_ttl(std::chrono::milliseconds ttl);
 

@@ -8,7 +8,14 @@ namespace sqlock::detail {
 std::string dialect::schema_sql() const { return apply_prefix(embedded_schema(engine()), prefix_); }
 
 std::vector<std::string> dialect::required_tables() const {
-    return {locks_, tokens_, fences_, prefix_ + "_rows", majority_table(), identity_table(), majority_members_table()};
+    return {locks_,
+            tokens_,
+            fences_,
+            prefix_ + "_rows",
+            majority_table(),
+            identity_table(),
+            majority_members_table(),
+            semaphores_table()};
 }
 
 std::string dialect::missing_table(soci::session& s) const {

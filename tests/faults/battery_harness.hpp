@@ -641,9 +641,8 @@ private:
         if (e == engine::sqlite) return;                                        // the file goes with the run dir
         if (e == engine::postgresql) s << "SET client_min_messages = warning";  // no NOTICE per missing object
         if (audited) drop_audit(s, e, prefix);
-        for (auto const* t :
-             {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members", "_values",
-              "_semaphores"})
+        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                              "_majority_members", "_semaphores", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
         if (e == engine::mysql)
             for (auto const* r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;

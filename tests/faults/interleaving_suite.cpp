@@ -101,8 +101,8 @@ protected:
         if (!raw_ || e_ == engine::sqlite) return;
         try {
             if (open_) *raw_ << "ROLLBACK";
-            for (auto t :
-                 {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+            for (auto t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                           "_majority_members", "_semaphores"})
                 *raw_ << "DROP TABLE IF EXISTS " + tp_ + t;
             if (e_ == engine::mysql)
                 for (auto p : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;

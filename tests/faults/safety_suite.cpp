@@ -479,8 +479,8 @@ TEST_P(SafetyMariaDB, DeadlineInsideTheAcquireLeavesNoRow) {
         ~drop_on_exit() {
             try {
                 s << "UNLOCK TABLES";
-                for (auto const& t :
-                     {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members"})
+                for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                                      "_majority_members", "_semaphores"})
                     s << "DROP TABLE IF EXISTS " + prefix + t;
                 for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
                     s << "DROP PROCEDURE IF EXISTS " + prefix + r;

@@ -53,8 +53,8 @@ protected:
     void TearDown() override {
         if (prefix.empty() || direct_url.empty()) return;
         auto s = sqlock_test::raw_session(sqlock::engine::postgresql, direct_url);
-        for (auto const* t :
-             {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity", "_majority_members", "_values"})
+        for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
+                              "_majority_members", "_semaphores", "_values"})
             *s << "DROP TABLE IF EXISTS " + prefix + t;
     }
 

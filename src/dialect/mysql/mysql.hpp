@@ -258,6 +258,10 @@ public:
     bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
                         std::string const& member_id) const override;
     std::string majority_raise_sql() const override;
+    std::string define_semaphore_sql() const override {
+        return "INSERT IGNORE INTO " + semaphores_table() + " (name, permits, created_at) VALUES (:name, :permits, " +
+               now_sql() + ")";
+    }
     std::string majority_add_member_sql() const override {
         return "INSERT IGNORE INTO " + majority_members_table() + " (id) VALUES (:id)";
     }

@@ -94,6 +94,8 @@ protected:
     // statement_timestamp() is fixed for the statement and our connections are in
     // autocommit, so it never lags behind by a caller's transaction (ShedLock #3577).
     std::string now_sql() const override { return "statement_timestamp()"; }
+    std::string waiters_marked_sql() const override { return "CASE WHEN waiters THEN 1 ELSE 0 END"; }
+    std::string waiters_unmarked_sql() const override { return "false"; }
     std::string plus_ttl_sql(std::string const& timestamp) const override {
         return timestamp + " + CAST(:ttl AS double precision) * interval '1 microsecond'";
     }

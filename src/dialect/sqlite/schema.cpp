@@ -11,6 +11,7 @@ std::vector<std::string> sqlite_dialect::required_tables() const {
             majority_table(),
             identity_table(),
             majority_members_table(),
+            semaphores_table(),
             locks_ + "_tok_ins",
             locks_ + "_tok_upd"};
 }

@@ -1,0 +1,431 @@
+// Coordination beyond one lock: semaphores, read-write locks and elections,
+// built on a locker's leases (docs/coordination.md).
+#include "detail/access.hpp"
+#include "detail/locker_impl.hpp"
+#include "detail/process.hpp"
+#include "detail/store_impl.hpp"
+
+#include <sqlock/coordination.hpp>
+#include <sqlock/errors.hpp>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+
+namespace sqlock {
+namespace detail {
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr int max_permits = 10000;
+// <name> U+001F p U+001F <slot>: at most 2 + 1 + 4 digits.
+constexpr std::size_t permit_suffix = 7;
+// <name> U+001F r U+001F <16 hex digits>.
+constexpr std::size_t reader_suffix = 19;
+
+std::string permit_name(std::string const& name, int slot) {
+    return name + reserved_separator + 'p' + reserved_separator + std::to_string(slot);
+}
+
+std::string reader_prefix(std::string const& name) { return name + reserved_separator + 'r' + reserved_separator; }
+
+// The end of the range of reader rows: the prefix with its last byte raised.
+std::string reader_range_end(std::string const& name) {
+    return name + reserved_separator + 'r' + static_cast<char>(reserved_separator + 1);
+}
+
+std::string reader_name(std::string const& name) {
+    char id[17];
+    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(random_bits()));
+    return reader_prefix(name) + id;
+}
+
+std::shared_ptr<locker_impl> const& checked(locker const& l) { return access::impl(l); }
+
+store_impl& database_of(locker_impl& l, char const* what) {
+    auto* db = l.database();
+    if (!db)
+        throw usage_error(std::string("sqlock: ") + what +
+                          " needs a table or row locker: a majority locker's members keep no common record of it");
+    return *db;
+}
+
+// Sleep until `until` or `cancel`, whichever comes first.
+void sleep_until(clock::time_point until, std::stop_token const& cancel) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    (void)cv.wait_until(lock, cancel, until, [] { return false; });
+}
+
+}  // namespace
+
+// ---- semaphore ----------------------------------------------------------
+
+class semaphore_impl {
+public:
+    semaphore_impl(std::shared_ptr<locker_impl> l, int permits) : locker_(std::move(l)), permits_(permits) {
+        if (permits < 1 || permits > max_permits)
+            throw usage_error("sqlock: a semaphore of " + std::to_string(permits) +
+                              " permits is out of range: use 1 to " + std::to_string(max_permits));
+        (void)database_of(*locker_, "a semaphore");
+        if (locker_->locks_database())
+            throw usage_error(
+                "sqlock: a semaphore cannot use a row locker on SQLite, whose row lock locks the whole database "
+                "file (one holder at a time): use a table locker");
+    }
+
+    int permits() const noexcept { return permits_; }
+
+    std::optional<lease> try_acquire(std::string const& name) {
+        check_definition(name);
+        auto const start = random_bits() % static_cast<std::uint64_t>(permits_);
+        return try_slots(name, static_cast<int>(start), locker_impl::attempt{clock::now(), {}});
+    }
+
+    lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
+        check_definition(name);
+        int start = 0;
+        return locker_->wait_for(
+            name, "a permit of semaphore '" + name + "'", wait, cancel,
+            [&](locker_impl::attempt const& bounds) { return try_slots(name, start, bounds); },
+            [&] {
+                // A new starting slot per pass; the pass's last slot is the one it waits on.
+                start = static_cast<int>(random_bits() % static_cast<std::uint64_t>(permits_));
+                return permit_name(name, (start + permits_ - 1) % permits_);
+            });
+    }
+
+private:
+    void check_definition(std::string const& name) {
+        auto& db = *locker_->database();
+        int const stored = db.run("reading the permits of semaphore '" + name + "'",
+                                  [&](soci::session& s) { return db.dialect().define_semaphore(s, name, permits_); });
+        if (stored != permits_)
+            throw usage_error("sqlock: semaphore '" + name + "' has " + std::to_string(stored) +
+                              " permits, stored by its first user, and this caller asks for " +
+                              std::to_string(permits_) +
+                              ": give every user the same number, or, to change it, forget the stored one while "
+                              "no permit is held (`sqlock semaphore --name NAME --forget`)");
+    }
+
+    // Each slot once, from `start`. Only the last one may mark its row for a
+    // wake-up (a table lock's waiting attempt); none waits in the engine.
+    std::optional<lease> try_slots(std::string const& name, int start, locker_impl::attempt const& bounds) {
+        auto const once = locker_impl::attempt{clock::now(), bounds.cancel};
+        for (int i = 0; i < permits_; ++i) {
+            bool const last = i == permits_ - 1;
+            auto const& how = last && locker_->keeps_lock_rows() ? bounds : once;
+            if (auto got = locker_->try_acquire(permit_name(name, (start + i) % permits_), how)) return got;
+        }
+        return std::nullopt;
+    }
+
+    std::shared_ptr<locker_impl> locker_;
+    int permits_;
+};
+
+// ---- read-write lock ------------------------------------------------------
+
+class rw_locker_impl {
+public:
+    explicit rw_locker_impl(std::shared_ptr<locker_impl> l) : locker_(std::move(l)) {
+        if (!locker_->keeps_lock_rows())
+            throw usage_error(
+                "sqlock: a read-write lock needs a table locker: it counts the shared leases as rows of the lock "
+                "table, which row and majority locks do not keep");
+    }
+
+    std::optional<lease> try_acquire_shared(std::string const& name) {
+        auto row = locker_->acquire_shared_row(name, reader_name(name), locker_impl::attempt{clock::now(), {}});
+        if (!row) return std::nullopt;
+        return locker_->adopt(std::move(row));
+    }
+
+    lease acquire_shared(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
+        return locker_->wait_for(name, "a shared lease of '" + name + "'", wait, cancel,
+                                 [&](locker_impl::attempt const& bounds) -> std::optional<lease> {
+                                     auto row = locker_->acquire_shared_row(name, reader_name(name), bounds);
+                                     if (!row) return std::nullopt;
+                                     return locker_->adopt(std::move(row));
+                                 });
+    }
+
+    std::optional<lease> try_acquire(std::string const& name) {
+        auto held = locker_->try_acquire(name);
+        if (!held) return std::nullopt;
+        if (readers(name, *held) > 0) {
+            held->release();
+            return std::nullopt;
+        }
+        return held;
+    }
+
+    lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
+        auto const deadline = deadline_after(wait);
+        auto held = locker_->acquire(name, wait, cancel);
+        // Holding the name's lock, wait for the readers to leave; new readers wait for the lock.
+        auto ceiling = std::chrono::duration_cast<clock::duration>(locker_->options().backoff_min);
+        auto const cap = std::chrono::duration_cast<clock::duration>(locker_->options().backoff_max);
+        for (;;) {
+            auto const left = readers(name, held);
+            if (left == 0) return held;
+            auto const now = clock::now();
+            if (now >= deadline) {
+                held.release();
+                throw timeout("sqlock: " + std::to_string(left) + " shared lease(s) of '" + name +
+                              "' were still held after waiting " + std::to_string(wait.count()) +
+                              " ms for the exclusive lease: retry later or wait longer");
+            }
+            if (cancel.stop_requested()) {
+                held.release();
+                throw cancelled("sqlock: waiting for the exclusive lease of '" + name + "' was cancelled");
+            }
+            if (!held.held())
+                throw lease_lost("sqlock: the lock of '" + name +
+                                 "' was lost while waiting for its shared leases to end: try again");
+            auto const pause = std::chrono::microseconds(
+                random_bits() %
+                static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(ceiling).count() + 1));
+            sleep_until(std::min<clock::time_point>(now + pause, deadline), cancel);
+            ceiling = std::min(ceiling * 2, cap);
+        }
+    }
+
+private:
+    // The live shared leases of `name`; usage_error (after letting `held` go)
+    // when one is this owner's: an upgrade.
+    std::int64_t readers(std::string const& name, lease& held) {
+        auto& db = *locker_->database();
+        live_rows live;
+        try {
+            live = db.run("counting the shared leases of '" + name + "'", [&](soci::session& s) {
+                return db.dialect().count_live(s, reader_prefix(name), reader_range_end(name), held.owner());
+            });
+        } catch (...) {
+            try {
+                held.release();
+            } catch (error const&) {}
+            throw;
+        }
+        if (live.mine > 0) {
+            held.release();
+            throw usage_error("sqlock: owner '" + held.owner() + "' holds a shared lease of '" + name +
+                              "' and asked for the exclusive one: a read-write lock has no upgrade (two upgraders "
+                              "would wait for each other for ever); release the shared lease first");
+        }
+        return live.count;
+    }
+
+    std::shared_ptr<locker_impl> locker_;
+};
+
+// ---- election ---------------------------------------------------------------
+
+class election_impl {
+public:
+    election_impl(std::shared_ptr<locker_impl> l, election_options options) : locker_(std::move(l)), options_(options) {
+        if (!locker_->keeps_lock_rows())
+            throw usage_error(
+                "sqlock: an election needs a table locker: the leader's value and term are read from its lock row, "
+                "which row and majority locks do not keep where other processes can read it");
+        if (options_.observe_interval < std::chrono::milliseconds(10) ||
+            options_.observe_interval > std::chrono::minutes(1))
+            throw usage_error("sqlock: observe_interval " + std::to_string(options_.observe_interval.count()) +
+                              " ms is out of range: use 10 ms to 1 min");
+    }
+
+    std::string owner_with(std::string const& value) const {
+        validate_name(value, 0, "leader value");
+        if (value.size() > 200)
+            throw usage_error("sqlock: the leader value is " + std::to_string(value.size()) +
+                              " bytes long: at most 200 are allowed (store more elsewhere, keyed by the term)");
+        auto owner = locker_->owner_for_this_thread() + reserved_separator + value;
+        if (owner.size() > 255)
+            throw usage_error("sqlock: the owner id and the leader value together are " + std::to_string(owner.size()) +
+                              " bytes long: at most 254 are allowed; shorten the value or the locker's owner");
+        return owner;
+    }
+
+    static leadership make(lease l, std::string value) { return leadership(std::move(l), std::move(value)); }
+
+    leadership campaign(std::string const& name, std::string const& value, std::chrono::milliseconds wait,
+                        std::stop_token const& cancel) {
+        auto const owner = owner_with(value);
+        return make(locker_->wait_for(name, "the leadership of '" + name + "'", wait, cancel,
+                                      [&](locker_impl::attempt const& bounds) {
+                                          return locker_->try_acquire_as(name, owner, bounds);
+                                      }),
+                    value);
+    }
+
+    std::optional<leadership> try_campaign(std::string const& name, std::string const& value) {
+        auto got = locker_->try_acquire_as(name, owner_with(value), locker_impl::attempt{clock::now(), {}});
+        if (!got) return std::nullopt;
+        return make(std::move(*got), value);
+    }
+
+    std::optional<leader_info> leader(std::string const& name) {
+        auto& db = *locker_->database();
+        auto row = db.run("reading the leader of '" + name + "'",
+                          [&](soci::session& s) { return db.dialect().find_lock(s, name); });
+        if (!row || row->expires_us < row->now_us) return std::nullopt;
+        leader_info info;
+        auto const sep = row->owner.find(reserved_separator);
+        info.owner = row->owner.substr(0, sep);
+        if (sep != std::string::npos) info.value = row->owner.substr(sep + 1);
+        info.term = row->token;
+        info.elected_at = db_time(std::chrono::microseconds(row->created_us));
+        info.expires_at = db_time(std::chrono::microseconds(row->expires_us));
+        return info;
+    }
+
+    void observe(std::string const& name, std::function<void(std::optional<leader_info> const&)> const& on_change,
+                 std::stop_token const& stop) {
+        auto& db = *locker_->database();
+        auto same = [](std::optional<leader_info> const& a, std::optional<leader_info> const& b) {
+            if (a.has_value() != b.has_value()) return false;
+            return !a || (a->term == b->term && a->owner == b->owner && a->value == b->value);
+        };
+        std::optional<leader_info> last;
+        bool first = true;
+        while (!stop.stop_requested()) {
+            // Read the generation first, so a release announced during the read is not missed.
+            auto const generation = db.hub().generation(name);
+            auto next = clock::now() + options_.observe_interval;
+            try {
+                auto now = leader(name);
+                if (first || !same(now, last)) {
+                    first = false;
+                    last = now;
+                    on_change(now);
+                }
+            } catch (error const&) {  // unreachable for now: report nothing, try again
+            }
+            db.hub().wait(name, generation, next, stop);
+        }
+    }
+
+private:
+    std::shared_ptr<locker_impl> locker_;
+    election_options options_;
+};
+
+}  // namespace detail
+
+// ---- the public classes ---------------------------------------------------------
+
+semaphore::semaphore(locker const& l, int permits)
+    : impl_(std::make_shared<detail::semaphore_impl>(detail::checked(l), permits)) {}
+
+std::optional<lease> semaphore::try_acquire(std::string_view name) {
+    detail::validate_name(name, detail::permit_suffix, "semaphore name");
+    return impl_->try_acquire(std::string(name));
+}
+
+lease semaphore::acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel) {
+    detail::validate_name(name, detail::permit_suffix, "semaphore name");
+    if (wait < std::chrono::milliseconds::zero())
+        throw usage_error("sqlock: the wait for semaphore '" + std::string(name) + "' is negative: use 0 or more");
+    return impl_->acquire(std::string(name), wait, cancel);
+}
+
+int semaphore::permits() const noexcept { return impl_->permits(); }
+
+bool forget_semaphore(store const& db, std::string_view name) {
+    detail::validate_name(name, detail::permit_suffix, "semaphore name");
+    auto const& impl = detail::access::impl(db);
+    std::string const n(name);
+    auto const lo = n + detail::reserved_separator + 'p' + detail::reserved_separator;
+    auto const hi = n + detail::reserved_separator + 'p' + static_cast<char>(detail::reserved_separator + 1);
+    return impl->run("forgetting semaphore '" + n + "'", [&](soci::session& s) {
+        // A permit taken between the count and the delete would keep the old
+        // number only until released: a caller defining a new number waits
+        // for nothing, so forget only when nothing is held.
+        auto live = impl->dialect().count_live(s, lo, hi, "");
+        if (live.count > 0)
+            throw usage_error("sqlock: semaphore '" + n + "' has " + std::to_string(live.count) +
+                              " permit(s) held: forget its number of permits only once they are released or expired");
+        return impl->dialect().forget_semaphore(s, n);
+    });
+}
+
+rw_locker::rw_locker(locker const& l) : impl_(std::make_shared<detail::rw_locker_impl>(detail::checked(l))) {}
+
+std::optional<lease> rw_locker::try_acquire_shared(std::string_view name) {
+    detail::validate_name(name, detail::reader_suffix, "read-write lock name");
+    return impl_->try_acquire_shared(std::string(name));
+}
+
+lease rw_locker::acquire_shared(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel) {
+    detail::validate_name(name, detail::reader_suffix, "read-write lock name");
+    if (wait < std::chrono::milliseconds::zero())
+        throw usage_error("sqlock: the wait for '" + std::string(name) + "' is negative: use 0 or more");
+    return impl_->acquire_shared(std::string(name), wait, cancel);
+}
+
+std::optional<lease> rw_locker::try_acquire(std::string_view name) {
+    detail::validate_name(name, detail::reader_suffix, "read-write lock name");
+    return impl_->try_acquire(std::string(name));
+}
+
+lease rw_locker::acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel) {
+    detail::validate_name(name, detail::reader_suffix, "read-write lock name");
+    if (wait < std::chrono::milliseconds::zero())
+        throw usage_error("sqlock: the wait for '" + std::string(name) + "' is negative: use 0 or more");
+    return impl_->acquire(std::string(name), wait, cancel);
+}
+
+election::election(locker const& l, election_options options)
+    : impl_(std::make_shared<detail::election_impl>(detail::checked(l), options)) {}
+
+leadership election::campaign(std::string_view name, std::string_view value, std::chrono::milliseconds wait,
+                              std::stop_token cancel) {
+    detail::validate_name(name);
+    if (wait < std::chrono::milliseconds::zero())
+        throw usage_error("sqlock: the wait for the leadership of '" + std::string(name) +
+                          "' is negative: use 0 or more");
+    return impl_->campaign(std::string(name), std::string(value), wait, cancel);
+}
+
+std::optional<leadership> election::try_campaign(std::string_view name, std::string_view value) {
+    detail::validate_name(name);
+    return impl_->try_campaign(std::string(name), std::string(value));
+}
+
+void election::lead(std::string_view name, std::string_view value, std::chrono::milliseconds wait,
+                    std::function<void(leadership&, std::stop_token)> const& work, std::stop_token cancel) {
+    auto held = campaign(name, value, wait, cancel);
+    std::stop_source stop;
+    {
+        std::stop_callback on_lost(held.stop_token(), [&] { stop.request_stop(); });
+        std::stop_callback on_cancel(cancel, [&] { stop.request_stop(); });
+        try {
+            work(held, stop.get_token());
+        } catch (...) {
+            try {
+                held.resign();
+            } catch (error const&) {  // lost, or unreachable: the row expires by its TTL
+            }
+            throw;
+        }
+    }
+    // Resigned only now that the work has returned. A leadership already lost
+    // has nothing to give back: the work was told through its stop token.
+    try {
+        held.resign();
+    } catch (lease_lost const&) {}
+}
+
+std::optional<leader_info> election::leader(std::string_view name) {
+    detail::validate_name(name);
+    return impl_->leader(std::string(name));
+}
+
+void election::observe(std::string_view name, std::function<void(std::optional<leader_info> const&)> const& on_change,
+                       std::stop_token stop) {
+    detail::validate_name(name);
+    impl_->observe(std::string(name), on_change, stop);
+}
+
+}  // namespace sqlock
