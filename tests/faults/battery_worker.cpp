@@ -49,6 +49,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -207,7 +208,22 @@ public:
                                  .connect_timeout = 5s,
                                  .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
                                  .io_timeout = milliseconds(c_.io_timeout_ms)};
-        for (auto const& url : c_.urls) stores_.emplace_back(url, so);
+        for (auto const& url : c_.urls) open_store(url, so);
+    }
+
+    /// Opens a store; a session the nemesis kills while the worker starts (mixed_faults' session kill) is opened
+    /// again, up to three times: nothing is logged before the stores are open, so the history loses nothing.
+    void open_store(std::string const& url, sqlock::store_options const& so) {
+        for (int attempt = 1;; ++attempt) {
+            try {
+                stores_.emplace_back(url, so);
+                return;
+            } catch (sqlock::backend_unavailable const& e) {
+                if (attempt == 3) throw;
+                std::cerr << c_.name << ": opening the store failed (" << e.what() << "): again\n";
+                std::this_thread::sleep_for(200ms);
+            }
+        }
     }
 
     int run() {
@@ -624,9 +640,12 @@ private:
             granted(base, held);
             if (c_.stop_after_grant) ::raise(SIGSTOP);
 
-            // The critical section. A permit's fence is its slot's (the row's name); readers write nothing.
+            // The critical section. A permit's fence is its slot's (the row's name, U+001F as '/'); readers write nothing.
             event fenced = base;
-            if (sem) fenced.lock = held.name();
+            if (sem) {
+                fenced.lock = held.name();  // a fence's name may not hold U+001F, a slot's row name does
+                std::replace(fenced.lock.begin(), fenced.lock.end(), '\x1f', '/');
+            }
             bool const fence_it = fence && !shared && (!sem || fenced.lock != name);
             if (fence_it) fenced_write(*res, *fence, fenced);
             if (!shared && !sem && held.held()) unfenced_write(i, base, rng);

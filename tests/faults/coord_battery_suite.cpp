@@ -117,7 +117,13 @@ TEST_P(CoordFaults, RwLockUnderFaults) {
 }
 
 TEST_P(CoordFaults, ElectionUnderFaults) {
-    battery_run r(election_load(with_faults(coord("ELECT-faults", 2203, "election")), true), GetParam());
+    scenario s = election_load(with_faults(coord("ELECT-faults", 2203, "election")), true);
+    // Three faults or more before the quiet end (the last 2 s), whatever their order (a stop lasts 2 s): mixed_faults
+    // draws each kind once per three, so a kill of the leader always comes.
+    s.duration = 7s;
+    s.interval_min = 800ms;
+    s.interval_max = 1200ms;
+    battery_run r(s, GetParam());
     r.set_slot_env(0, {"SQLOCK_BATTERY_OBSERVER=1"});
     r.run_and_check();
 }
