@@ -10,8 +10,8 @@
 //   each under nemesis mixed_faults every 1–2 s: kill -9 of a holder (restarted 0.5 s later with new owners),
 //   SIGSTOP of a holder for 2 s (past the 1 s TTL), a holder's server session ended (PostgreSQL, MariaDB), with a
 //   reaper every 500 ms.
-//   CoordServerCrash.<Test>               PostgreSQL, private server  fault-smoke;battery;crash (serial)
-//     Semaphore, RwLock, Election: the same load while the whole server is killed with SIGKILL and restarted
+//   CoordServerCrash.SemaphoreRwLockElection   PostgreSQL, private server  fault-smoke;battery;crash (serial)
+//     the three kinds in turn, the same load while the whole server is killed with SIGKILL (twice) and restarted
 //
 // Asserted: K1 on the audit (renames of readers' rows made explicit by audit.hpp), K1-reap-coord, K3 (fenced
 // writes of writers, leaders and permit holders, each permit slot its own fence), K5, K7, K8, K9, and the kind's
@@ -133,34 +133,31 @@ INSTANTIATE_TEST_SUITE_P(Engines, CoordFaults, ::testing::Values(engine::postgre
 
 // ---------------------------------------------------------------- the server crash (PostgreSQL, private server)
 
-/// A private PostgreSQL for the suite (scripts/test-servers.sh in a temp dir), killed with SIGKILL (the whole
-/// process tree) and restarted by each test's nemesis.
+/// A private PostgreSQL (scripts/test-servers.sh in a temp dir), killed with SIGKILL (the whole process tree) and
+/// restarted by each run's nemesis. One test runs the three kinds one after the other on it: ctest runs each test in
+/// a process of its own, and a private server costs about 10 s to start and stop.
 class CoordServerCrash : public ::testing::Test {
 protected:
-    static void SetUpTestSuite() {
+    void SetUp() override {
         try {
             pg_ = std::make_unique<sqlock_test::private_pg>();
         } catch (std::exception const& ex) {
-            start_error_ = ex.what();
+            FAIL() << "could not start a private PostgreSQL: " << ex.what();
         }
-    }
-    static void TearDownTestSuite() { pg_.reset(); }
-    void SetUp() override {
-        if (!pg_) FAIL() << "could not start a private PostgreSQL: " << start_error_;
     }
 
     /// Two crashes, 1.5 s and 3.5 s into the run, each down for 500 ms.
-    static scenario crashing(scenario s) {
+    scenario crashing(scenario s) {
         s.worker_urls = {pg_->url()};
-        s.duration = 6s;
-        s.nemesis_script = [](nemesis_ctl& ctl) {
+        s.duration = 5s;
+        s.nemesis_script = [pg = pg_.get()](nemesis_ctl& ctl) {
             for (int i = 0; i < 2; ++i) {
                 ctl.sleep(1500ms);
                 if (std::chrono::steady_clock::now() >= ctl.end - 1s) return;
                 ctl.log("crash-server", "postgresql", "start", "SIGKILL of the whole server");
-                auto const killed = pg_->kill_tree();
+                auto const killed = pg->kill_tree();
                 ctl.sleep(500ms);
-                pg_->start_again();
+                pg->start_again();
                 ctl.log("crash-server", "postgresql", "stop",
                         "restarted after " + std::to_string(killed) + " processes were killed");
             }
@@ -168,23 +165,25 @@ protected:
         return s;
     }
 
-    static inline std::unique_ptr<sqlock_test::private_pg> pg_;
-    static inline std::string start_error_;
+    std::unique_ptr<sqlock_test::private_pg> pg_;
 };
 
-TEST_F(CoordServerCrash, Semaphore) {
-    battery_run(crashing(semaphore_load(coord("SEM-crash", 2211, "semaphore"), 2)), engine::postgresql)
-        .run_and_check();
-}
-
-TEST_F(CoordServerCrash, RwLock) {
-    battery_run(crashing(rw_load(coord("RW-crash", 2212, "rw"))), engine::postgresql).run_and_check();
-}
-
-TEST_F(CoordServerCrash, Election) {
-    battery_run r(crashing(election_load(coord("ELECT-crash", 2213, "election"), false)), engine::postgresql);
-    r.set_slot_env(0, {"SQLOCK_BATTERY_OBSERVER=1"});
-    r.run_and_check();
+TEST_F(CoordServerCrash, SemaphoreRwLockElection) {
+    {
+        SCOPED_TRACE("semaphore");
+        battery_run(crashing(semaphore_load(coord("SEM-crash", 2211, "semaphore"), 2)), engine::postgresql)
+            .run_and_check();
+    }
+    {
+        SCOPED_TRACE("rw lock");
+        battery_run(crashing(rw_load(coord("RW-crash", 2212, "rw"))), engine::postgresql).run_and_check();
+    }
+    {
+        SCOPED_TRACE("election");
+        battery_run r(crashing(election_load(coord("ELECT-crash", 2213, "election"), false)), engine::postgresql);
+        r.set_slot_env(0, {"SQLOCK_BATTERY_OBSERVER=1"});
+        r.run_and_check();
+    }
 }
 
 }  // namespace
