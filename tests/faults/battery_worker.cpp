@@ -34,9 +34,9 @@
 // is written, the counter is replaced atomically, and nothing is done at exit that a kill skips.
 #include "history.hpp"
 
+#include <sqlock/coordination.hpp>
 #include <sqlock/fence.hpp>
 #include <sqlock/majority.hpp>
-#include <sqlock/coordination.hpp>
 #include <sqlock/sqlock.hpp>
 
 #include <soci/postgresql/soci-postgresql.h>
@@ -125,10 +125,10 @@ struct config {
     bool fuzz = false;  // the randomized operation fuzzer (thread_loop_fuzz), one thread: the main thread
     int fork_pct = 0;   // --fuzz: percent of a holder's steps that fork (after acquire, during renew, during release)
     // --kind: the coordination kinds of issue 22 (thread_loop_coord); "lock" is the plain locker
-    std::string kind = "lock";  // lock | semaphore | rw | election
-    int permits = 2;            // semaphore: N
-    int writer_pct = 30;        // rw: percent of acquires that are writes
-    bool observer = false;      // election: this process observes (thread k follows election L<k>) instead
+    std::string kind = "lock";   // lock | semaphore | rw | election
+    int permits = 2;             // semaphore: N
+    int writer_pct = 30;         // rw: percent of acquires that are writes
+    bool observer = false;       // election: this process observes (thread k follows election L<k>) instead
     long long observe_ms = 100;  // election: observe_interval
     // reaper mode
     long long reaper_interval_ms = 100;
@@ -640,7 +640,8 @@ private:
             granted(base, held);
             if (c_.stop_after_grant) ::raise(SIGSTOP);
 
-            // The critical section. A permit's fence is its slot's (the row's name, U+001F as '/'); readers write nothing.
+            // The critical section. A permit's fence is its slot's (the row's name, U+001F as '/'); readers write
+            // nothing.
             event fenced = base;
             if (sem) {
                 fenced.lock = held.name();  // a fence's name may not hold U+001F, a slot's row name does
@@ -1104,7 +1105,9 @@ int main(int argc, char** argv) {
     app.add_option("--kind", c.kind, "lock | semaphore | rw | election (thread_loop_coord)")
         ->check(CLI::IsMember({"lock", "semaphore", "rw", "election"}))
         ->envname("SQLOCK_BATTERY_KIND");
-    app.add_option("--permits", c.permits, "semaphore: N")->check(CLI::Range(1, 10000))->envname("SQLOCK_BATTERY_PERMITS");
+    app.add_option("--permits", c.permits, "semaphore: N")
+        ->check(CLI::Range(1, 10000))
+        ->envname("SQLOCK_BATTERY_PERMITS");
     app.add_option("--writer-pct", c.writer_pct, "rw: percent of acquires that write")
         ->check(CLI::Range(0, 100))
         ->envname("SQLOCK_BATTERY_WRITER_PCT");

@@ -676,9 +676,15 @@ TEST_F(RunDirectory, CheckDirectoryRefusesUnreadableInput) {
 
 // ---- the coordination checkers (coord_checkers.hpp) -----------------------------------------------------------
 
-std::string const slot0 = "S\x1fp\x1f" "0";
-std::string const slot1 = "S\x1fp\x1f" "1";
-std::string const slot2 = "S\x1fp\x1f" "2";
+std::string const slot0 =
+    "S\x1fp\x1f"
+    "0";
+std::string const slot1 =
+    "S\x1fp\x1f"
+    "1";
+std::string const slot2 =
+    "S\x1fp\x1f"
+    "2";
 std::string reader_row(std::string const& hex) { return "X\x1fr\x1f" + hex; }
 
 TEST(CoordNames, SplitTheLibrarysRowNames) {
@@ -774,8 +780,7 @@ TEST(KRw, AReaderGrantedWhileAWriterHoldsIsReported) {
 }
 
 TEST(KRw, OverlappingWritersAreReported) {
-    auto r = sb::k_rw_exclusion({row(1, "grant", "w1", 1, 0, 10, "X"), row(2, "takeover", "w2", 2, 5, 15, "X")}, {},
-                                0);
+    auto r = sb::k_rw_exclusion({row(1, "grant", "w1", 1, 0, 10, "X"), row(2, "takeover", "w2", 2, 5, 15, "X")}, {}, 0);
     EXPECT_TRUE(mentions(r, "overlap in database time")) << r.summary();
 }
 
@@ -797,10 +802,9 @@ TEST(KElection, TwoLeadersAtOnceAreReported) {
 }
 
 TEST(KElection, ARepeatedOrDecreasingTermIsReported) {
-    auto repeated =
-        sb::k_election({row(1, "grant", "a", 4, 0, 10, "E"), row(2, "delete", "a", 4, 5, 10, "E"),
-                        row(3, "grant", "b", 4, 6, 16, "E")},
-                       {});
+    auto repeated = sb::k_election({row(1, "grant", "a", 4, 0, 10, "E"), row(2, "delete", "a", 4, 5, 10, "E"),
+                                    row(3, "grant", "b", 4, 6, 16, "E")},
+                                   {});
     EXPECT_TRUE(mentions(repeated, "term 4 has two leaders")) << repeated.summary();
     auto decreasing =
         sb::k_election({row(1, "grant", "a", 4, 0, 10, "E"), row(2, "takeover", "b", 3, 10, 20, "E")}, {});

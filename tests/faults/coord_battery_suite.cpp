@@ -60,9 +60,8 @@ scenario coord(std::string id, std::uint64_t seed, std::string const& kind) {
     s.k1 = kind == "election";
     if (kind != "election") {
         s.extra_checks.push_back([](run_record const& rec) { return k1_db_disjoint(rec.audit); });
-        s.extra_checks.push_back([](run_record const& rec) {
-            return k1_reap_coord(rec.audit, rec.history, rec.realtime_minus_mono_ns);
-        });
+        s.extra_checks.push_back(
+            [](run_record const& rec) { return k1_reap_coord(rec.audit, rec.history, rec.realtime_minus_mono_ns); });
     }
     return s;
 }

@@ -62,7 +62,8 @@ std::vector<lease_interval> audit_intervals(std::vector<audit_row> const& audit)
             bool const same = it != open.end() && it->second.token == a->token;
             if (a->kind == "grant" || a->kind == "takeover" || ((a->kind == "renew" || a->kind == "hold") && !same)) {
                 close(a->lock);  // ends at its expiry as last written (K1 judges a takeover before it)
-                open[a->lock] = lease_interval{db, a->lock, a->owner, a->token, a->db_time_us, a->expires_at_us, a->seq};
+                open[a->lock] =
+                    lease_interval{db, a->lock, a->owner, a->token, a->db_time_us, a->expires_at_us, a->seq};
             } else if (a->kind == "renew" || a->kind == "hold") {
                 it->second.end_us = a->expires_at_us;
             } else if (a->kind == "delete") {
@@ -82,8 +83,7 @@ std::vector<lease_interval> audit_intervals(std::vector<audit_row> const& audit)
 // K1-permits
 // ---------------------------------------------------------------------------------------------------------------
 
-report k1_permits(std::vector<audit_row> const& audit, std::map<std::string, int> const& permits,
-                  int default_permits) {
+report k1_permits(std::vector<audit_row> const& audit, std::map<std::string, int> const& permits, int default_permits) {
     report r{"K1-permits"};
     std::map<std::pair<std::string, std::string>, std::vector<lease_interval>> per_sem;  // (db, base)
     std::int64_t granted = 0, max_holders = 0;
@@ -100,12 +100,13 @@ report k1_permits(std::vector<audit_row> const& audit, std::map<std::string, int
         std::set<std::string> bad_slots;
         for (auto const& iv : ivs) {
             auto const slot = split_coord_name(iv.lock).suffix;
-            bool numeric = !slot.empty() && std::all_of(slot.begin(), slot.end(), [](char c) { return c >= '0' && c <= '9'; });
+            bool numeric =
+                !slot.empty() && std::all_of(slot.begin(), slot.end(), [](char c) { return c >= '0' && c <= '9'; });
             if ((!numeric || slot.size() > 6 || std::stoi(slot) >= limit) && bad_slots.insert(slot).second)
-                add(r, fmt::format("semaphore '{}'{}: permit slot '{}' was granted (token {}, owner '{}'), but the "
-                                   "semaphore has {} permits (slots 0 .. {})",
-                                   shown(base), where_db(db), shown(slot), iv.token, shown(iv.owner), limit,
-                                   limit - 1));
+                add(r,
+                    fmt::format("semaphore '{}'{}: permit slot '{}' was granted (token {}, owner '{}'), but the "
+                                "semaphore has {} permits (slots 0 .. {})",
+                                shown(base), where_db(db), shown(slot), iv.token, shown(iv.owner), limit, limit - 1));
         }
         // The sweep: ends before starts at one instant ([start, end) intervals).
         std::vector<std::tuple<std::int64_t, int, std::size_t>> edges;
@@ -260,13 +261,13 @@ report k_election(std::vector<audit_row> const& audit, std::vector<event> const&
             if (i > 0 && iv.token <= ivs[i - 1].token)
                 add(r, fmt::format("election '{}'{}: term {} (owner '{}') was elected at db time {}, after term {} "
                                    "(owner '{}', elected at {}): terms must strictly increase with election time",
-                                   shown(name), where_db(db), iv.token, shown(iv.owner), iv.start_us,
-                                   ivs[i - 1].token, shown(ivs[i - 1].owner), ivs[i - 1].start_us));
+                                   shown(name), where_db(db), iv.token, shown(iv.owner), iv.start_us, ivs[i - 1].token,
+                                   shown(ivs[i - 1].owner), ivs[i - 1].start_us));
             if (latest_end != nullptr && iv.start_us < latest_end->end_us)
                 add(r, fmt::format("election '{}'{}: two leaders at once in database time: term {} (owner '{}') "
                                    "elected at {}, while term {} (owner '{}') led until {}",
-                                   shown(name), where_db(db), iv.token, shown(iv.owner), iv.start_us,
-                                   latest_end->token, shown(latest_end->owner), latest_end->end_us));
+                                   shown(name), where_db(db), iv.token, shown(iv.owner), iv.start_us, latest_end->token,
+                                   shown(latest_end->owner), latest_end->end_us));
             if (latest_end == nullptr || iv.end_us > latest_end->end_us) latest_end = &iv;
         }
     }
@@ -369,27 +370,30 @@ report k_observe(std::vector<event> const& history, std::vector<nemesis_event> c
                 ++undecided;  // the history ends before the bound
                 continue;
             }
-            add(r, fmt::format("election '{}': after the leader of term {} ({}) was killed at {}, the successor of "
-                               "term {} ({}) was elected at {}, but no observer reported it {}",
-                               shown(name), term, k.target, k.mono_ns, *successor->token, successor->proc,
-                               successor->mono_ns,
-                               first_successor_report == nullptr
-                                   ? fmt::format("(the history goes on for {} ms)",
-                                                 static_cast<double>(end_ns - successor->mono_ns) / 1e6)
-                                   : fmt::format("within {} ms (it did {} ms later)", bound_ms,
-                                                 static_cast<double>(first_successor_report->mono_ns -
-                                                                     successor->mono_ns) /
-                                                     1e6)));
+            add(r, fmt::format(
+                       "election '{}': after the leader of term {} ({}) was killed at {}, the successor of "
+                       "term {} ({}) was elected at {}, but no observer reported it {}",
+                       shown(name), term, k.target, k.mono_ns, *successor->token, successor->proc, successor->mono_ns,
+                       first_successor_report == nullptr
+                           ? fmt::format("(the history goes on for {} ms)",
+                                         static_cast<double>(end_ns - successor->mono_ns) / 1e6)
+                           : fmt::format("within {} ms (it did {} ms later)", bound_ms,
+                                         static_cast<double>(first_successor_report->mono_ns - successor->mono_ns) /
+                                             1e6)));
         }
     }
     if (require_leader_kill && seen == 0 && r.violations.empty())
         add(r, fmt::format("no observer saw a killed leader's successor ({} kills, {} of a leader, {} undecided): the "
                            "fault never bit",
                            kills, leader_kills, undecided));
-    r.counts = {{"reports", reports},         {"none_reports", nones},
-                {"kills", kills},             {"leader_kills", leader_kills},
-                {"successors_seen", seen},    {"undecided", undecided},
-                {"max_delay_ms", (max_delay_ns + 999'999) / 1'000'000}, {"bound_ms", bound_ms}};
+    r.counts = {{"reports", reports},
+                {"none_reports", nones},
+                {"kills", kills},
+                {"leader_kills", leader_kills},
+                {"successors_seen", seen},
+                {"undecided", undecided},
+                {"max_delay_ms", (max_delay_ns + 999'999) / 1'000'000},
+                {"bound_ms", bound_ms}};
     return r;
 }
 

@@ -60,8 +60,7 @@ struct lease_interval {
 std::vector<lease_interval> audit_intervals(std::vector<audit_row> const& audit);
 
 /// K1-permits. `permits`: each semaphore's N (by its user name); names not in it use `default_permits`.
-report k1_permits(std::vector<audit_row> const& audit, std::map<std::string, int> const& permits,
-                  int default_permits);
+report k1_permits(std::vector<audit_row> const& audit, std::map<std::string, int> const& permits, int default_permits);
 
 /// K-rw. Writers' acquire ok events (op acquire, type ok, no `value`; a shared grant is logged with value 1) give
 /// each write interval its start; `slack_ms` absorbs the clocks' reading jitter, as K1-reap's.
