@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole benchmark suite, from scratch, in one command; then docs/benchmarks.md and its charts.
 #
-# Usage: bash bench/run.sh [--quick | --smoke] [--only SUITE...] [--seconds S] [--build-dir DIR]
+# Usage: bash bench/run.sh [--quick | --smoke] [--only SUITE...] [--impls IMPL...] [--seconds S] [--build-dir DIR]
 #   --quick        a smoke test: 1 s per grid cell, few samples, small reaper and renewal sizes
 #   --smoke        shorter still (CI's bench-smoke step): every program and mode once, 1 client; results in
 #                  build/bench-smoke, the page to build/bench-smoke/benchmarks.md (docs/ untouched); exits 1
@@ -10,7 +10,14 @@
 #                  build/bench-release
 #   --only SUITE…  run only these suites (cycle handoff majority renewal reaper; also comma-separated);
 #                  the other suites' results of an earlier run are kept and stay in the report
+#   --impls IMPL…  run only these implementations in the cycle grid (floor sqlock-table floor-rowlock
+#                  sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive; also
+#                  comma-separated), e.g. `--only cycle --impls sqlock-table,sqlock-semaphore`
 #   --seconds S    seconds per cycle-grid cell (default 5, --quick 1)
+#
+# The coordination kinds (issue 22: a semaphore of 4 permits, the shared and the exclusive side of a
+# read-write lock, all over a table locker) run in the cycle grid at 1 and 4 clients, in the same
+# cells as the plain table lock, so report.py can put their cost next to it (its Targets table).
 #
 # Steps: scripts/deps.sh --servers --bench (installs what is missing; needs root for that), a Release
 # build in build/bench-release, private PostgreSQL + MariaDB (scripts/test-servers.sh with
@@ -21,7 +28,7 @@
 # machine facts to build/bench-results/meta-<UTC time>.json; finally bench/report.py. Every server
 # is stopped on exit, whatever happened. A program that is not built (yet) or fails costs only its
 # own cells: they are recorded as skipped or failed and the report says so.
-# A full run takes about 20-25 minutes on 2 cores (first build included).
+# A full run takes about 25-30 minutes on 2 cores (first build included; the coordination cells add ~5).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,13 +38,16 @@ RESULTS=$ROOT/build/bench-results
 SERVERS=$ROOT/build/bench-servers
 PY=/usr/bin/python3 # Debian's: python3-tooz, psycopg2, pymysql and matplotlib live there
 ALL_SUITES=(cycle handoff majority renewal reaper)
+ALL_IMPLS=(floor sqlock-table floor-rowlock sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive)
+COORD_IMPLS=(sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive) # over a table locker: every engine
+COORD_CLIENTS=(1 4)                                                  # the client counts they run at
 TARGETS=(sqlock-floor sqlock-peer-redis sqlock-grid sqlock-majority-bench sqlock-reaper-bench)
 
 say() { printf '%s run.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 warn() { say "warning: $*"; }
 die() { say "error: $*"; exit 1; }
 usage() {
-  sed -n '3,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  sed -n '3,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
   exit "${1:-2}"
 }
 
@@ -46,6 +56,7 @@ command_line="bash bench/run.sh${*:+ $*}"
 quick=0 smoke=0
 seconds=
 only=()
+impls_only=()
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -62,6 +73,15 @@ while (($#)); do
       done
       ((${#only[@]})) || usage
       ;;
+    --impls)
+      shift
+      while (($#)) && [[ $1 != --* ]]; do
+        IFS=, read -r -a parts <<<"$1"
+        impls_only+=("${parts[@]}")
+        shift
+      done
+      ((${#impls_only[@]})) || usage
+      ;;
     --seconds)
       if ! [[ ${2:-} =~ ^[0-9]+$ ]] || (($2 == 0)); then die "--seconds needs a whole number of seconds > 0"; fi
       seconds=$2; shift 2 ;;
@@ -72,6 +92,10 @@ done
 for s in "${only[@]}"; do
   [[ " ${ALL_SUITES[*]} " == *" $s "* ]] || die "unknown suite '$s' (suites: ${ALL_SUITES[*]})"
 done
+for i in "${impls_only[@]}"; do
+  [[ " ${ALL_IMPLS[*]} " == *" $i "* ]] || die "unknown implementation '$i' (implementations: ${ALL_IMPLS[*]})"
+done
+want_impl() { ((${#impls_only[@]} == 0)) || [[ " ${impls_only[*]} " == *" $1 "* ]]; }
 suites=("${only[@]}")
 ((${#suites[@]})) || suites=("${ALL_SUITES[@]}")
 want() { [[ " ${suites[*]} " == *" $1 "* ]]; }
@@ -466,6 +490,11 @@ cycle_impl() {
     sqlock-table | sqlock-row)
       b=$(bin sqlock-grid) || { skip "$name" "$b" "${f[@]}"; return 0; }
       run "$name" "$limit" "${f[@]}" -- "$b" cycle --url "$surl" --lock "${impl#sqlock-}" "${common[@]}" ;;
+    sqlock-semaphore | sqlock-rw-shared | sqlock-rw-exclusive)
+      b=$(bin sqlock-grid) || { skip "$name" "$b" "${f[@]}"; return 0; }
+      local -a more=()
+      [[ $impl == sqlock-semaphore ]] && more=(--permits 4)
+      run "$name" "$limit" "${f[@]}" -- "$b" cycle --url "$surl" --lock "${impl#sqlock-}" "${more[@]}" "${common[@]}" ;;
     tooz)
       why=$(tooz_ok "$engine") || { skip "$name" "$why" "${f[@]}"; return 0; }
       run "$name" "$limit" "${f[@]}" -- "$PY" "$ROOT/bench/peers/tooz_bench.py" --url "$furl" "${common[@]}" ;;
@@ -485,6 +514,11 @@ suite_cycle() {
         local -a impls=(floor sqlock-table)
         [[ $engine == sqlite ]] || impls+=(floor-rowlock sqlock-row tooz)
         [[ $engine == postgresql ]] && impls+=(redis) # once per clients x names, next to PostgreSQL
+        [[ " ${COORD_CLIENTS[*]} " == *" $c "* ]] && impls+=("${COORD_IMPLS[@]}")
+        local -a chosen=()
+        for k in "${impls[@]}"; do want_impl "$k" && chosen+=("$k"); done
+        impls=("${chosen[@]}")
+        ((${#impls[@]})) || continue
         # Every other cell runs in reverse order, so that drift (a checkpoint, a neighbour's load)
         # hits the floor and sqlock alike.
         if ((i % 2)); then

@@ -2,8 +2,16 @@
 // ONE JSON line on stdout in the format of bench/results-format.md (progress, notes and errors go to
 // stderr), so that `sqlock-grid ... >> results.jsonl` collects a result file for bench/report.py.
 //
-//   sqlock-grid cycle   --url URL --lock table|row --clients N --names distinct|shared --seconds S [--ttl 30s]
+//   sqlock-grid cycle   --url URL --lock table|row|semaphore|rw-shared|rw-exclusive --clients N
+//                       --names distinct|shared --seconds S [--ttl 30s] [--permits 4]
 //       N threads on one store (pool_size = N + 2) and one locker loop try_acquire(name) + release().
+//       The coordination kinds (include/sqlock/coordination.hpp), each over a table locker:
+//         semaphore     sqlock::semaphore(locker, PERMITS).try_acquire(name): a permit, on one of
+//                       the name's PERMITS slots (impl sqlock-semaphore; the line has `permits`)
+//         rw-shared     sqlock::rw_locker(locker).try_acquire_shared(name) (impl sqlock-rw-shared)
+//         rw-exclusive  sqlock::rw_locker(locker).try_acquire(name) (impl sqlock-rw-exclusive): the
+//                       table lock of the name, then the check that no reader is left
+//       A semaphore with shared names and N clients: up to PERMITS of them hold a permit at once.
 //       distinct: each thread cycles through 64 names of its own (the lock is always free);
 //       shared: every thread asks for one name, and a busy try is retried at once and counted.
 //       Row lock with shared names: acquire(name, 10s) instead, so waiters queue in the engine.
@@ -47,12 +55,14 @@
 // Examples (servers: source the env.sh printed by `bash scripts/test-servers.sh start`):
 //   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_PG_URL" --lock table --clients 4 --names distinct --seconds 5
 //   build/bench/sqlock-grid cycle --url sqlite:/tmp/grid.db --lock row --clients 1 --names shared --seconds 5
-//   build/bench/sqlock-grid handoff --url "$SQLOCK_TEST_PG_URL" --path notify --samples 200
+//   build/bench/sqlock-grid cycle --url "$SQLOCK_TEST_MYSQL_URL" --lock semaphore --permits 4 --clients 4 --names
+//   shared build/bench/sqlock-grid handoff --url "$SQLOCK_TEST_PG_URL" --path notify --samples 200
 //   build/bench/sqlock-grid renewal --url "$SQLOCK_TEST_PG_URL" --leases 10000 --ttl 15s --seconds 60
 // Exit status: 0 after printing the line (even with errors > 0: they are in the line), 1 when the
 // run could not happen at all (no database), 2 on bad arguments.
 #include "duration.hpp"  // tools/: "30s" -> milliseconds
 
+#include <sqlock/coordination.hpp>
 #include <sqlock/sqlock.hpp>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +78,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -156,6 +167,7 @@ struct cycle_args {
     std::string names = "distinct";
     double seconds = 5;
     std::string ttl = "30s";
+    int permits = 4;
 };
 
 int run_cycle(cycle_args const& a) {
@@ -167,6 +179,25 @@ int run_cycle(cycle_args const& a) {
 
     sqlock::store db(a.url, {.pool_size = clients + 2, .create_schema = true});
     auto locks = row ? sqlock::row_locker(db, {.ttl = ttl}) : sqlock::table_locker(db, {.ttl = ttl});
+    // One try of the kind measured: a lease, or empty when busy.
+    std::function<std::optional<sqlock::lease>(std::string const&)> try_once;
+    std::string impl = row ? "sqlock-row" : "sqlock-table";
+    if (a.lock == "semaphore") {
+        try_once = [sem = sqlock::semaphore(locks, a.permits)](std::string const& name) mutable {
+            return sem.try_acquire(name);
+        };
+        impl = "sqlock-semaphore";
+    } else if (a.lock == "rw-shared") {
+        try_once = [rw = sqlock::rw_locker(locks)](std::string const& name) mutable {
+            return rw.try_acquire_shared(name);
+        };
+        impl = "sqlock-rw-shared";
+    } else if (a.lock == "rw-exclusive") {
+        try_once = [rw = sqlock::rw_locker(locks)](std::string const& name) mutable { return rw.try_acquire(name); };
+        impl = "sqlock-rw-exclusive";
+    } else {
+        try_once = [&locks](std::string const& name) { return locks.try_acquire(name); };
+    }
     if (row && db.engine() == sqlock::engine::sqlite)
         std::cerr << "sqlock-grid: note: on SQLite a row lock locks the whole database file (BEGIN IMMEDIATE)\n";
 
@@ -199,7 +230,7 @@ int run_cycle(cycle_args const& a) {
                 try {
                     std::optional<sqlock::lease> lease;
                     if (queue) lease.emplace(locks.acquire(name, 10s));
-                    else lease = locks.try_acquire(name);
+                    else lease = try_once(name);
                     if (lease) {
                         lease->release();
                         got = true;
@@ -240,9 +271,10 @@ int run_cycle(cycle_args const& a) {
     }
     std::sort(all.us.begin(), all.us.end());
     double const secs = seconds_between(t0, t1);
-    auto j = line_head("cycle", db, row ? "sqlock-row" : "sqlock-table", secs);
+    auto j = line_head("cycle", db, impl, secs);
     j["clients"] = a.clients;
     j["names"] = a.names;
+    if (a.lock == "semaphore") j["permits"] = a.permits;
     j["cycles"] = all.cycles;
     j["cycles_per_s"] = r1(static_cast<double>(all.cycles) / secs);
     j["attempts"] = all.attempts;
@@ -573,7 +605,13 @@ int main(int argc, char** argv) {
     cycle_args cycle;
     auto* c = app.add_subcommand("cycle", "acquire + release loops of N clients");
     c->add_option("--url", cycle.url, "database URL (postgresql://, mysql://, sqlite:)")->required();
-    c->add_option("--lock", cycle.lock, "table or row")->check(CLI::IsMember({"table", "row"}))->capture_default_str();
+    c->add_option("--lock", cycle.lock,
+                  "table, row, semaphore, rw-shared or rw-exclusive (the last three over a table locker)")
+        ->check(CLI::IsMember({"table", "row", "semaphore", "rw-shared", "rw-exclusive"}))
+        ->capture_default_str();
+    c->add_option("--permits", cycle.permits, "--lock semaphore: permits per name")
+        ->check(CLI::Range(1, 10000))
+        ->capture_default_str();
     c->add_option("--clients", cycle.clients, "concurrent threads")->check(CLI::Range(1, 1000))->capture_default_str();
     c->add_option("--names", cycle.names, "distinct or shared")
         ->check(CLI::IsMember({"distinct", "shared"}))

@@ -289,12 +289,21 @@ public:
         };
         std::optional<leader_info> last;
         bool first = true;
+        std::int64_t marked_term = 0;
         while (!stop.stop_requested()) {
             // Read the generation first, so a release announced during the read is not missed.
             auto const generation = db.hub().generation(name);
             auto next = clock::now() + options_.observe_interval;
             try {
                 auto now = leader(name);
+                if (now && now->term != marked_term) {
+                    // Once per term: mark the leader's row as a waiter does, so its
+                    // resignation is announced to this store (NOTIFY, a ring, the
+                    // bell) instead of waiting for the next read.
+                    db.run("watching the leader of '" + name + "'",
+                           [&](pooled_session s) { db.dialect().mark_watched(s, name); });
+                    marked_term = now->term;
+                }
                 if (first || !same(now, last)) {
                     first = false;
                     last = now;

@@ -158,7 +158,6 @@ public:
         auto held = acquire_row(gate, owner, bounds);
         if (!held) return nullptr;
         auto const ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
-        auto const sent = clock::now();
         auto const before = sys_clock::now();
         std::optional<renewal> moved;
         try {
@@ -181,8 +180,10 @@ public:
             true, held->token(),
             std::chrono::duration_cast<std::chrono::microseconds>(held->created_at().time_since_epoch()).count(),
             moved->expires_us};
+        // Valid from the lock's own grant, not from the rename: were the rename
+        // lost (a crash), the name's row would stay held until then, no longer.
         return std::make_shared<table_row>(shared_from_this(), store_, reader, owner, g, options_.ttl,
-                                           valid_until(sent, options_.ttl));
+                                           held->valid_until());
     }
 
 private:

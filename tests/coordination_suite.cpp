@@ -445,6 +445,50 @@ TEST_P(Coordination, ObserveReportsEveryChange) {
     EXPECT_FALSE(seen[4]);
 }
 
+TEST_P(Coordination, ObserverInAnotherStoreHearsAResignationBeforeItsNextRead) {
+    auto const name = n("el-ring");
+    sqlock::election el(table());
+    auto a = el.campaign(name, "a", 10s);
+    // Another store, as another process would have: no in-process wake-up reaches it.
+    sqlock::store other(url_);
+    sqlock::election watcher(sqlock::table_locker(other), {.observe_interval = std::chrono::minutes(1)});
+    std::mutex m;
+    std::vector<std::optional<sqlock::leader_info>> seen;
+    std::stop_source stop;
+    std::jthread observer([&] {
+        watcher.observe(
+            name,
+            [&](std::optional<sqlock::leader_info> const& now) {
+                std::lock_guard lock(m);
+                seen.push_back(now);
+            },
+            stop.get_token());
+    });
+    auto count = [&] {
+        std::lock_guard lock(m);
+        return seen.size();
+    };
+    ASSERT_TRUE(eventually([&] { return count() == 1; }));
+    // The observer has read the leader and marks its row (after reporting it, at the latest on its next pass).
+    std::string const marked = e_ == engine::postgresql ? "waiters" : "waiters <> 0";
+    ASSERT_TRUE(eventually([&] {
+        int found = 0;
+        *raw_ << "SELECT COUNT(*) FROM sqlock_locks WHERE name = :name AND " + marked, soci::use(name, "name"),
+            soci::into(found);
+        return found == 1;
+    })) << "the observer did not mark the leader's row";
+    a.resign();
+    // Its next read is a minute away: only the announced release can report this in time.
+    EXPECT_TRUE(eventually([&] { return count() == 2; }, 20s)) << "the resignation was not announced to the observer";
+    stop.request_stop();
+    observer.join();
+    std::lock_guard lock(m);
+    ASSERT_GE(seen.size(), 2U);
+    ASSERT_TRUE(seen[0]);
+    EXPECT_EQ(seen[0]->value, "a");
+    EXPECT_FALSE(seen[1]);
+}
+
 TEST_P(Coordination, LeadResignsOnlyAfterTheWorkReturns) {
     auto const name = n("el-lead");
     sqlock::election el(table());

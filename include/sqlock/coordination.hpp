@@ -46,7 +46,7 @@ public:
     semaphore(locker const& l, int permits);
 
     /// A permit if one of the name's slots is free, else empty at once.
-    /// Names: as for `locker`, 1 .. 240 bytes (the slot suffix needs the rest).
+    /// Names: as for `locker`, 1 .. 248 bytes (the slot suffix needs the rest).
     /// @throws usage_error the name's stored number of permits differs from this semaphore's
     /// @throws schema_missing the semaphores table is absent (apply the schema)
     /// @throws as `locker::try_acquire`
@@ -98,7 +98,7 @@ public:
     explicit rw_locker(locker const& l);
 
     /// A shared lease if no writer holds or waits for the name, else empty at once.
-    /// Names: 1 .. 230 bytes (the reader suffix needs the rest).
+    /// Names: 1 .. 236 bytes (the reader suffix needs the rest).
     [[nodiscard]] std::optional<lease> try_acquire_shared(std::string_view name);
     /// A shared lease, waiting up to `wait` behind writers.
     /// @throws timeout, cancelled, and as `locker::acquire`
@@ -168,7 +168,10 @@ private:
 struct SQLOCK_EXPORT election_options {
     /// `observe` reads the leader at least this often (10 ms .. 1 min). A
     /// change is reported within this bound plus one query after the database
-    /// saw it; an expired leader within it after its `expires_at`.
+    /// saw it; an expired leader within it after its `expires_at`. A
+    /// resignation is reported sooner: the observer marks each new leader's
+    /// row, so its release is announced (PostgreSQL NOTIFY, the MariaDB ring,
+    /// the SQLite bell; not on Galera, where only this bound holds).
     std::chrono::milliseconds observe_interval = std::chrono::milliseconds(250);
 };
 

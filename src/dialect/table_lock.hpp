@@ -50,6 +50,11 @@ public:
     [[nodiscard]] virtual bool drop_hold(soci::session& s, std::string const& name, std::string const& owner,
                                          std::int64_t token) const = 0;
 
+    /// Mark the live row of `name`, if any, as a waiter's acquire does, so that
+    /// its release is announced to this store's listener (an election's
+    /// observer). No-op where releases are not announced.
+    virtual void mark_watched(pooled_session s, std::string const& name) const = 0;
+
     /// Delete the row written by acquire attempt `attempt` of `owner`, if any
     /// (clean-up after an unknown outcome). Another attempt's row is never
     /// touched, nor another owner's that drew the same attempt id.

@@ -235,6 +235,10 @@ public:
     // its waiters keep to their back-off.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // Marked for this store's listener, as a waiter marks (none parked: nothing to ring).
+    void mark_watched(pooled_session ps, std::string const& name) const override {
+        if (auto listener = listener_id_.load(std::memory_order_relaxed); listener != 0) (void)mark(ps, name, listener);
+    }
     // The operator's force_release rings every listener, as PostgreSQL's NOTIFYs always.
     void notify_release(soci::session& s, std::string const&) const override { ring(s, 0); }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
