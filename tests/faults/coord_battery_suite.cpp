@@ -7,6 +7,8 @@
 //     ElectionUnderFaults    3 campaigners × 2 threads on one election, and an observer process (observe_interval
 //                            100 ms): K-observe, after each kill -9 of the leader, asks for "none" or the successor
 //                            (a greater term) and for the successor within 20 observe intervals of its grant
+//   Engines/CoordFaultsRow.SemaphoreRowLockUnderFaults/<engine>   PostgreSQL, MariaDB   fault-smoke;battery
+//     the semaphore on the row locker (each permit a slot row locked by an open transaction)
 //   each under nemesis mixed_faults every 1–2 s: kill -9 of a holder (restarted 0.5 s later with new owners),
 //   SIGSTOP of a holder for 2 s (past the 1 s TTL), a holder's server session ended (PostgreSQL, MariaDB), with a
 //   reaper every 500 ms.
@@ -128,6 +130,22 @@ TEST_P(CoordFaults, ElectionUnderFaults) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CoordFaults, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         sqlock_test::engine_param_name{});
+
+/// A semaphore on the row locker (PostgreSQL and MariaDB; SQLite refuses it): each permit is a slot row locked by
+/// an open transaction. The row lock's audit (install_row_audit) dates a PostgreSQL permit from its grant to its
+/// commit, so K1-permits counts real intervals there; MariaDB's row audit has grants only (points in time), where
+/// the fenced slots (K3), K5, K7, K8 and K9 carry the weight.
+class CoordFaultsRow : public ::testing::TestWithParam<engine> {};
+
+TEST_P(CoordFaultsRow, SemaphoreRowLockUnderFaults) {
+    scenario s = semaphore_load(with_faults(coord("SEM-row-faults", 2204, "semaphore")), 2);
+    s.row = true;
+    s.processes = 4;
+    battery_run(s, GetParam()).run_and_check();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CoordFaultsRow, ::testing::Values(engine::postgresql, engine::mysql),
                          sqlock_test::engine_param_name{});
 
 // ---------------------------------------------------------------- the server crash (PostgreSQL, private server)
