@@ -9,6 +9,9 @@
 //   AFTER UPDATE, expires_at changed  -> renew
 //   AFTER UPDATE, only holds changed  -> hold
 //   AFTER DELETE                      -> delete (the deleted row's values)
+//   BEFORE UPDATE, name changed       -> delete (the old name's row) and grant (the new name's, same token): a
+//                                        reader of an rw lock renames its grant of X to a row of its own
+//                                        (DESIGN-22); the AFTER UPDATE row may follow as a renew or hold of it
 // (an UPDATE that changes none of these, e.g. PostgreSQL's waiters flag, writes nothing).
 // db_time is the database's clock when the trigger runs, after the statement has waited for
 // any row lock: PostgreSQL clock_timestamp(), MariaDB SYSDATE(6), SQLite julianday('now') (fixed
@@ -122,6 +125,19 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
             out.push_back("DROP TRIGGER IF EXISTS " + audit + "_trg ON " + locks);
             out.push_back("CREATE TRIGGER " + audit + "_trg AFTER INSERT OR UPDATE OR DELETE ON " + locks +
                           " FOR EACH ROW EXECUTE FUNCTION " + audit + "_fn()");
+            out.push_back("CREATE OR REPLACE FUNCTION " + audit +
+                          "_rnm_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+                          "BEGIN\n"
+                          "  " +
+                          ins + "(OLD.name, OLD.owner, OLD.token, 'delete', clock_timestamp(), OLD.expires_at);\n  " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'grant', clock_timestamp(), NEW.expires_at);\n"
+                          "  RETURN NEW;\n"
+                          "END\n$f$");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rnm ON " + locks);
+            out.push_back("CREATE TRIGGER " + audit + "_rnm BEFORE UPDATE ON " + locks +
+                          " FOR EACH ROW WHEN (OLD.name IS DISTINCT FROM NEW.name) EXECUTE FUNCTION " + audit +
+                          "_rnm_fn()");
             break;
         }
         case sqlock::engine::mysql: {
@@ -154,6 +170,18 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
             out.push_back("DROP TRIGGER IF EXISTS " + audit + "_del");
             out.push_back("CREATE TRIGGER " + audit + "_del AFTER DELETE ON " + locks + " FOR EACH ROW " + ins +
                           "(OLD.name, OLD.owner, OLD.token, 'delete', SYSDATE(6), OLD.expires_at)");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rnm");
+            out.push_back("CREATE TRIGGER " + audit + "_rnm BEFORE UPDATE ON " + locks +
+                          " FOR EACH ROW BEGIN\n"
+                          "  IF NEW.name <> OLD.name THEN\n"
+                          "    " +
+                          ins +
+                          "(OLD.name, OLD.owner, OLD.token, 'delete', SYSDATE(6), OLD.expires_at);\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.owner, NEW.token, 'grant', SYSDATE(6), NEW.expires_at);\n"
+                          "  END IF;\n"
+                          "END");
             break;
         }
         case sqlock::engine::sqlite: {
@@ -182,6 +210,11 @@ inline std::vector<std::string> audit_ddl(sqlock::engine e, std::string const& p
                     "(NEW.name, NEW.owner, NEW.token, 'hold', " + now + ", NEW.expires_at)");
             trigger("del", "AFTER DELETE ON " + locks,
                     "(OLD.name, OLD.owner, OLD.token, 'delete', " + now + ", OLD.expires_at)");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_rnm");
+            out.push_back("CREATE TRIGGER " + audit + "_rnm BEFORE UPDATE OF name ON " + locks +
+                          " WHEN NEW.name <> OLD.name BEGIN " + ins + "(OLD.name, OLD.owner, OLD.token, 'delete', " +
+                          now + ", OLD.expires_at); " + ins + "(NEW.name, NEW.owner, NEW.token, 'grant', " + now +
+                          ", NEW.expires_at); END");
             break;
         }
     }
@@ -203,10 +236,11 @@ inline void drop_audit(soci::session& s, sqlock::engine e, std::string const& pr
         case sqlock::engine::postgresql:
             s << "DROP TRIGGER IF EXISTS " + audit + "_trg ON " + prefix + "_locks";
             s << "DROP FUNCTION IF EXISTS " + audit + "_fn()";
+            s << "DROP FUNCTION IF EXISTS " + audit + "_rnm_fn() CASCADE";
             break;
         case sqlock::engine::mysql:
         case sqlock::engine::sqlite:
-            for (auto const* t : {"_ins", "_upd", "_del", "_tko", "_ren", "_hld"})
+            for (auto const* t : {"_ins", "_upd", "_del", "_tko", "_ren", "_hld", "_rnm"})
                 s << "DROP TRIGGER IF EXISTS " + audit + t;
             break;
     }

@@ -34,6 +34,7 @@
 // is written, the counter is replaced atomically, and nothing is done at exit that a kill skips.
 #include "history.hpp"
 
+#include <sqlock/coordination.hpp>
 #include <sqlock/fence.hpp>
 #include <sqlock/majority.hpp>
 #include <sqlock/sqlock.hpp>
@@ -48,6 +49,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -63,7 +65,9 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <typeinfo>
@@ -120,6 +124,12 @@ struct config {
     long long ttl_min_ms = 0;
     bool fuzz = false;  // the randomized operation fuzzer (thread_loop_fuzz), one thread: the main thread
     int fork_pct = 0;   // --fuzz: percent of a holder's steps that fork (after acquire, during renew, during release)
+    // --kind: the coordination kinds of issue 22 (thread_loop_coord); "lock" is the plain locker
+    std::string kind = "lock";   // lock | semaphore | rw | election
+    int permits = 2;             // semaphore: N
+    int writer_pct = 30;         // rw: percent of acquires that are writes
+    bool observer = false;       // election: this process observes (thread k follows election L<k>) instead
+    long long observe_ms = 100;  // election: observe_interval
     // reaper mode
     long long reaper_interval_ms = 100;
     long long reaper_grace_ms = 0;
@@ -198,7 +208,22 @@ public:
                                  .connect_timeout = 5s,
                                  .lock_wait_timeout = milliseconds(c_.lock_wait_timeout_ms),
                                  .io_timeout = milliseconds(c_.io_timeout_ms)};
-        for (auto const& url : c_.urls) stores_.emplace_back(url, so);
+        for (auto const& url : c_.urls) open_store(url, so);
+    }
+
+    /// Opens a store; a session the nemesis kills while the worker starts (mixed_faults' session kill) is opened
+    /// again, up to three times: nothing is logged before the stores are open, so the history loses nothing.
+    void open_store(std::string const& url, sqlock::store_options const& so) {
+        for (int attempt = 1;; ++attempt) {
+            try {
+                stores_.emplace_back(url, so);
+                return;
+            } catch (sqlock::backend_unavailable const& e) {
+                if (attempt == 3) throw;
+                std::cerr << c_.name << ": opening the store failed (" << e.what() << "): again\n";
+                std::this_thread::sleep_for(200ms);
+            }
+        }
     }
 
     int run() {
@@ -238,7 +263,7 @@ private:
 
     void on_event(sqlock::lease_event const& ev, held_slot& slot, std::string const& owner, int k) {
         using kind = sqlock::lease_event::kind;
-        event e{.thread = k, .lock = std::string(ev.name), .owner = owner, .token = ev.token};
+        event e{.thread = k, .lock = history_name(ev.name), .owner = row_owner(owner), .token = ev.token};
         switch (ev.what) {
             case kind::busy:
                 if (!c_.log_busy) return;
@@ -350,6 +375,7 @@ private:
     void thread_main(int k) {
         try {
             if (c_.fuzz) thread_loop_fuzz(k);
+            else if (c_.kind != "lock") thread_loop_coord(k);
             else if (c_.mixed) thread_loop_mixed(k);
             else thread_loop(k);
         } catch (std::exception const& e) {
@@ -542,6 +568,134 @@ private:
                 ok.expires_at_us = us_of(lease.expires_at());
                 ok.validity_ms = std::chrono::duration_cast<milliseconds>(lease.remaining()).count();
             });
+    }
+
+    // ---------------------------------------------------------------- --kind: semaphores, rw locks, elections
+
+    /// The name a history records for a lease of the coordination kinds: the user's name X, whatever row the
+    /// library keeps it in (a permit slot X U+001F p U+001F k, a reader's row X U+001F r U+001F hex).
+    [[nodiscard]] std::string history_name(std::string_view row_name) const {
+        if (c_.kind == "lock") return std::string(row_name);
+        return std::string(row_name.substr(0, row_name.find('\x1f')));
+    }
+
+    /// An election's value, and the owner column of its leader's row (owner id U+001F value): the audit's owner,
+    /// which the history's owner must match (K1-reap, K8).
+    static std::string campaign_value(std::string const& owner) { return "v-" + owner; }
+    [[nodiscard]] std::string row_owner(std::string const& owner) const {
+        return c_.kind == "election" ? owner + '\x1f' + campaign_value(owner) : owner;
+    }
+
+    /// --kind semaphore | rw | election: thread k loops acquire -> critical section -> release on the locks
+    /// L0 .. L<locks-1>, as thread_loop does, through a semaphore of --permits, an rw lock (--writer-pct percent
+    /// of the acquires write, the others read: a shared grant is logged with value 1) or an election (campaign
+    /// with value "v-<owner>", lead, resign). Writers and leaders write the fenced resource with their token and
+    /// the unfenced counter; a permit holder writes the fenced resource under its slot's row name (each slot has
+    /// its own token counter), readers write nothing. Every event names the user's name (history_name).
+    /// --observer: thread k < locks runs election::observe on L<k> until the run ends, logging each report as op
+    /// observe, type ok, with the term as token and the leader's owner (none: no token, no owner).
+    void thread_loop_coord(int k) {
+        std::mt19937_64 rng(c_.seed * 1000003 + static_cast<std::uint64_t>(k) * 7919 + 17);
+        std::string const owner = c_.name + "." + std::to_string(::getpid()) + ".t" + std::to_string(k);
+        auto slot = std::make_shared<held_slot>();
+        sqlock::locker locker = make_locker(owner, slot, k);
+        if (c_.observer) {
+            observe_loop(k, locker);
+            return;
+        }
+        auto [res, fence] = open_fenced_resource();
+        std::optional<sqlock::semaphore> sem;
+        std::optional<sqlock::rw_locker> rw;
+        std::optional<sqlock::election> elect;
+        if (c_.kind == "semaphore") sem.emplace(locker, c_.permits);
+        else if (c_.kind == "rw") rw.emplace(locker);
+        else elect.emplace(locker, sqlock::election_options{.observe_interval = milliseconds(c_.observe_ms)});
+        auto const end = clock_type::now() + milliseconds(c_.duration_ms);
+        std::uniform_int_distribution<int> pick(0, c_.locks - 1);
+        int sections = 0;
+        while (clock_type::now() < end && (c_.rounds <= 0 || sections++ < c_.rounds)) {
+            int const i = pick(rng);
+            std::string const name = c_.lock_prefix + "L" + std::to_string(i);
+            bool const shared = rw && std::uniform_int_distribution<int>(0, 99)(rng) >= c_.writer_pct;
+            event base{.thread = k, .lock = name, .owner = row_owner(owner)};
+            if (shared) base.value = 1;
+            write_invoke(base, "acquire");
+            std::optional<sqlock::lease> lease;
+            std::optional<sqlock::leadership> leader;
+            auto const wait = milliseconds(c_.acquire_wait_ms);
+            try {
+                if (sem) lease.emplace(sem->acquire(name, wait));
+                else if (rw) lease.emplace(shared ? rw->acquire_shared(name, wait) : rw->acquire(name, wait));
+                else leader.emplace(elect->campaign(name, campaign_value(owner), wait));
+            } catch (std::exception const& e) {
+                acquire_failed(base, e);
+                continue;
+            }
+            sqlock::lease& held = leader ? leader->lease() : *lease;
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = &held;
+            }
+            base.token = held.token();
+            granted(base, held);
+            if (c_.stop_after_grant) ::raise(SIGSTOP);
+
+            // The critical section. A permit's fence is its slot's (the row's name, U+001F as '/'); readers write
+            // nothing.
+            event fenced = base;
+            if (sem) {
+                fenced.lock = held.name();  // a fence's name may not hold U+001F, a slot's row name does
+                std::replace(fenced.lock.begin(), fenced.lock.end(), '\x1f', '/');
+            }
+            bool const fence_it = fence && !shared && (!sem || fenced.lock != name);
+            if (fence_it) fenced_write(*res, *fence, fenced);
+            if (!shared && !sem && held.held()) unfenced_write(i, base, rng);
+            if (c_.hold_max_ms > 0) {
+                std::this_thread::sleep_for(
+                    milliseconds(std::uniform_int_distribution<long long>(c_.hold_min_ms, c_.hold_max_ms)(rng)));
+                if (fence_it) fenced_write(*res, *fence, fenced);
+            }
+            {
+                std::lock_guard lock(slot->mutex);
+                slot->lease = nullptr;
+            }
+            release_logged(base, held);  // a leadership's resign() is its lease's release
+            if (c_.think_max_ms > 0)
+                std::this_thread::sleep_for(
+                    milliseconds(std::uniform_int_distribution<long long>(0, c_.think_max_ms)(rng)));
+        }
+    }
+
+    /// --observer: follows election L<k> until the run's end (see thread_loop_coord).
+    void observe_loop(int k, sqlock::locker const& locker) {
+        if (k >= c_.locks) return;
+        std::string const name = c_.lock_prefix + "L" + std::to_string(k);
+        sqlock::election elect(locker, sqlock::election_options{.observe_interval = milliseconds(c_.observe_ms)});
+        auto const end = clock_type::now() + milliseconds(c_.duration_ms);
+        std::stop_source stop;
+        std::jthread timer([&](std::stop_token quit) {
+            while (!quit.stop_requested() && clock_type::now() < end) std::this_thread::sleep_for(20ms);
+            stop.request_stop();
+        });
+        try {
+            elect.observe(
+                name,
+                [&](std::optional<sqlock::leader_info> const& who) {
+                    event e{.thread = k, .op = "observe", .type = "ok", .lock = name};
+                    if (who) {
+                        e.owner = who->owner + '\x1f' + who->value;
+                        e.token = who->term;
+                        e.db_time_us = us_of(who->elected_at);
+                        e.expires_at_us = us_of(who->expires_at);
+                    }
+                    h_->write(std::move(e));
+                },
+                stop.get_token());
+        } catch (std::exception const& e) {
+            h_->write(event{.thread = k, .op = "observe", .type = "info", .lock = name, .error = error_text(e)});
+            failed_ = true;
+            std::cerr << c_.name << ": observe failed: " << error_text(e) << "\n";
+        }
     }
 
     /// The mixed-operation storm (--mixed; see the file comment). Renewals are explicit and logged
@@ -946,6 +1100,22 @@ int main(int argc, char** argv) {
                  "the randomized operation fuzzer: one thread, random try/acquire/renew/reenter/release/fork");
     app.add_option("--fork-pct", c.fork_pct, "--fuzz: percent of a holder's steps that fork")
         ->check(CLI::Range(0, 100));
+    // The coordination kinds (issue 22). Also from the environment, which the harness passes to every worker of a
+    // scenario (scenario::worker_env) and to one slot (battery_run::set_slot_env).
+    app.add_option("--kind", c.kind, "lock | semaphore | rw | election (thread_loop_coord)")
+        ->check(CLI::IsMember({"lock", "semaphore", "rw", "election"}))
+        ->envname("SQLOCK_BATTERY_KIND");
+    app.add_option("--permits", c.permits, "semaphore: N")
+        ->check(CLI::Range(1, 10000))
+        ->envname("SQLOCK_BATTERY_PERMITS");
+    app.add_option("--writer-pct", c.writer_pct, "rw: percent of acquires that write")
+        ->check(CLI::Range(0, 100))
+        ->envname("SQLOCK_BATTERY_WRITER_PCT");
+    app.add_flag("--observer", c.observer, "election: observe L<k> on thread k instead of campaigning")
+        ->envname("SQLOCK_BATTERY_OBSERVER");
+    app.add_option("--observe-ms", c.observe_ms, "election: observe_interval")
+        ->check(CLI::Range(10LL, 60000LL))
+        ->envname("SQLOCK_BATTERY_OBSERVE_MS");
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));

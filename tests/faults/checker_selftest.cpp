@@ -2,6 +2,7 @@
 // synthetic history that must pass and known-bad ones that must be reported, as atlasdb tests its Jepsen lock
 // checkers. A checker that cannot fail is caught here, before a fault run trusts its silence.
 #include "checkers.hpp"
+#include "coord_checkers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -671,6 +672,210 @@ TEST_F(RunDirectory, CheckDirectoryRefusesUnreadableInput) {
     write("history-w1.jsonl", "not json\n{}\n");
     EXPECT_THROW(sb::check_directory(dir_.string()), std::invalid_argument);
     EXPECT_EQ(run_tool(dir_), 2);
+}
+
+// ---- the coordination checkers (coord_checkers.hpp) -----------------------------------------------------------
+
+std::string const slot0 =
+    "S\x1fp\x1f"
+    "0";
+std::string const slot1 =
+    "S\x1fp\x1f"
+    "1";
+std::string const slot2 =
+    "S\x1fp\x1f"
+    "2";
+std::string reader_row(std::string const& hex) { return "X\x1fr\x1f" + hex; }
+
+TEST(CoordNames, SplitTheLibrarysRowNames) {
+    auto p = sb::split_coord_name(slot1);
+    EXPECT_EQ(p.base, "S");
+    EXPECT_EQ(p.kind, 'p');
+    EXPECT_EQ(p.suffix, "1");
+    EXPECT_EQ(sb::split_coord_name(reader_row("00ff")).kind, 'r');
+    EXPECT_EQ(sb::split_coord_name("plain/name").kind, 0);
+    EXPECT_EQ(sb::split_coord_name("plain/name").base, "plain/name");
+}
+
+TEST(K1Permits, AtMostNHoldersPass) {
+    // N = 2: two slots held together, a hand-off on slot 0 after its expiry, a release and a regrant on slot 1.
+    auto r = sb::k1_permits({row(1, "grant", "a", 1, 0, 10, slot0), row(2, "grant", "b", 1, 2, 12, slot1),
+                             row(3, "takeover", "c", 2, 10, 20, slot0), row(4, "delete", "b", 1, 11, 12, slot1),
+                             row(5, "grant", "d", 3, 11, 21, slot1), row(6, "delete", "d", 3, 15, 21, slot1)},
+                            {}, 2);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["max_holders"], 2);
+    EXPECT_EQ(r.counts["permits_granted"], 4);
+}
+
+TEST(K1Permits, AHolderBeyondNIsReported) {
+    // A semaphore that skipped its N check: a third slot of a 2-permit semaphore, held beside the other two.
+    auto r = sb::k1_permits({row(1, "grant", "a", 1, 0, 10, slot0), row(2, "grant", "b", 1, 2, 12, slot1),
+                             row(3, "grant", "c", 1, 4, 14, slot2)},
+                            {}, 2);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(mentions(r, "3 permits held at once")) << r.summary();
+    EXPECT_TRUE(mentions(r, "permit slot '2'")) << r.summary();
+    // The per-name N wins over the default.
+    EXPECT_TRUE(sb::k1_permits({row(1, "grant", "a", 1, 0, 10, slot0), row(2, "grant", "b", 1, 2, 12, slot1),
+                                row(3, "grant", "c", 1, 4, 14, slot2)},
+                               {{"S", 3}}, 2)
+                    .ok());
+}
+
+TEST(K1Permits, ASlotTakenOverBeforeItsExpiryCountsBothHolders) {
+    // N = 2: slot 0 taken over at 5 while valid until 10, slot 1 held: three holders in database time.
+    auto r = sb::k1_permits({row(1, "grant", "a", 1, 0, 10, slot0), row(2, "grant", "b", 1, 1, 11, slot1),
+                             row(3, "takeover", "c", 2, 5, 15, slot0)},
+                            {}, 2);
+    EXPECT_TRUE(mentions(r, "3 permits held at once")) << r.summary();
+}
+
+// rw: readers r1 and r2 take X's lock and rename it (audit.hpp: a delete of X and a grant of the reader's row), a
+// writer takes X at 20 and its acquire returns once both readers are gone (history, realtime − mono = 0).
+std::vector<sb::audit_row> rw_audit(std::int64_t r2_release_ms) {
+    return {row(1, "grant", "r1", 1, 0, 100, "X"),
+            row(2, "delete", "r1", 1, 1, 100, "X"),
+            row(3, "grant", "r1", 1, 1, 101, reader_row("a1")),
+            row(4, "grant", "r2", 2, 2, 102, "X"),
+            row(5, "delete", "r2", 2, 3, 102, "X"),
+            row(6, "grant", "r2", 2, 3, 103, reader_row("b2")),
+            row(7, "grant", "w", 3, 20, 120, "X"),
+            row(8, "delete", "r1", 1, 25, 101, reader_row("a1")),
+            row(9, "delete", "r2", 2, r2_release_ms, 103, reader_row("b2")),
+            row(10, "delete", "w", 3, 60, 120, "X")};
+}
+
+TEST(KRw, ReadersTogetherAndAWriterAlonePass) {
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 31, 3);
+    h.call("r1", "acquire", "ok", "X", 0, 1, 1).value = 1;
+    auto r = sb::k_rw_exclusion(rw_audit(30), h.events, 0, 0);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["writers"], 1);
+    EXPECT_EQ(r.counts["readers"], 2);
+    EXPECT_EQ(r.counts["max_concurrent_readers"], 2);
+}
+
+TEST(KRw, AWriterThatSkippedTheDrainIsReported) {
+    // The writer's acquire returned at 21, while reader r2 held until 40.
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 21, 3);
+    auto r = sb::k_rw_exclusion(rw_audit(40), h.events, 0, 0);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(mentions(r, "while the reader token 2")) << r.summary();
+    EXPECT_TRUE(mentions(r, "while the reader token 1")) << r.summary();
+}
+
+TEST(KRw, AReaderGrantedWhileAWriterHoldsIsReported) {
+    // r3 renamed a grant of X's lock dated inside the writer's interval (X's lock taken over early).
+    auto audit = rw_audit(30);
+    audit.push_back(row(11, "takeover", "r3", 4, 40, 140, "X"));
+    audit.push_back(row(12, "delete", "r3", 4, 41, 140, "X"));
+    audit.push_back(row(13, "grant", "r3", 4, 41, 141, reader_row("c3")));
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 31, 3);
+    auto r = sb::k_rw_exclusion(audit, h.events, 0, 0);
+    EXPECT_TRUE(mentions(r, "reader token 4")) << r.summary();
+}
+
+TEST(KRw, OverlappingWritersAreReported) {
+    auto r = sb::k_rw_exclusion({row(1, "grant", "w1", 1, 0, 10, "X"), row(2, "takeover", "w2", 2, 5, 15, "X")}, {}, 0);
+    EXPECT_TRUE(mentions(r, "overlap in database time")) << r.summary();
+}
+
+TEST(KElection, IncreasingTermsOneLeaderAtATimePass) {
+    history h;
+    h.acquire("a", "E", 0, 1, 1, 10);
+    h.acquire("b", "E", 2, 12, 2, 10);
+    auto r = sb::k_election({row(1, "grant", "a", 1, 0, 10, "E"), row(2, "takeover", "b", 2, 11, 21, "E"),
+                             row(3, "renew", "b", 2, 15, 25, "E"), row(4, "delete", "b", 2, 20, 25, "E"),
+                             row(5, "grant", "c", 5, 22, 32, "E")},
+                            h.events);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["leaders"], 3);
+}
+
+TEST(KElection, TwoLeadersAtOnceAreReported) {
+    auto r = sb::k_election({row(1, "grant", "a", 1, 0, 10, "E"), row(2, "takeover", "b", 2, 5, 15, "E")}, {});
+    EXPECT_TRUE(mentions(r, "two leaders at once")) << r.summary();
+}
+
+TEST(KElection, ARepeatedOrDecreasingTermIsReported) {
+    auto repeated = sb::k_election({row(1, "grant", "a", 4, 0, 10, "E"), row(2, "delete", "a", 4, 5, 10, "E"),
+                                    row(3, "grant", "b", 4, 6, 16, "E")},
+                                   {});
+    EXPECT_TRUE(mentions(repeated, "term 4 has two leaders")) << repeated.summary();
+    auto decreasing =
+        sb::k_election({row(1, "grant", "a", 4, 0, 10, "E"), row(2, "takeover", "b", 3, 10, 20, "E")}, {});
+    EXPECT_TRUE(mentions(decreasing, "must strictly increase")) << decreasing.summary();
+    history h;
+    h.acquire("a", "E", 0, 1, 7, 10);
+    h.acquire("b", "E", 0, 2, 7, 10);
+    EXPECT_TRUE(mentions(sb::k_election({}, h.events), "term 7 was won by owner"));
+}
+
+// The observer's reports (op observe), a kill of the leader w1 (term 5) at 100, the successor w2 (term 6) at 1200.
+history observed(std::vector<std::pair<std::int64_t, std::optional<std::int64_t>>> const& reports,
+                 std::int64_t end_ms = 3000) {
+    history h;
+    h.acquire("w1", "E", 0, 10, 5, 1000);
+    h.acquire("w2", "E", 20, 1200, 6, 1000);
+    for (auto const& [at, term] : reports) h.put("obs", 0, "observe", "ok", "E", at).token = term;
+    h.put("w2", 0, "release", "invoke", "E", end_ms).token = 6;
+    return h;
+}
+std::vector<sb::nemesis_event> kill_of_w1() { return {{"kill", "w1", "instant", 100 * ms, "SIGKILL"}}; }
+
+TEST(KObserve, NoneThenTheSuccessorPasses) {
+    auto h = observed({{5, std::nullopt}, {15, 5}, {1050, std::nullopt}, {1250, 6}});
+    auto r = sb::k_observe(h.events, kill_of_w1(), 2000, true);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["leader_kills"], 1);
+    EXPECT_EQ(r.counts["successors_seen"], 1);
+    EXPECT_EQ(r.counts["max_delay_ms"], 50);
+}
+
+TEST(KObserve, AnOlderLeaderAfterTheKillIsReported) {
+    history h = observed({{15, 5}, {1250, 6}});
+    h.put("obs", 0, "observe", "ok", "E", 1300).token = 4;
+    auto r = sb::k_observe(h.events, kill_of_w1(), 2000, true);
+    EXPECT_TRUE(mentions(r, "an older leader reported after a newer one")) << r.summary();
+    EXPECT_TRUE(mentions(r, "neither that leader, none, nor a successor")) << r.summary();
+}
+
+TEST(KObserve, ASuccessorNeverOrLateReportedIsReported) {
+    auto never = sb::k_observe(observed({{15, 5}, {1050, std::nullopt}}).events, kill_of_w1(), 500, true);
+    EXPECT_TRUE(mentions(never, "no observer reported it")) << never.summary();
+    auto late = sb::k_observe(observed({{15, 5}, {2500, 6}}).events, kill_of_w1(), 500, true);
+    EXPECT_TRUE(mentions(late, "within 500 ms")) << late.summary();
+    // The history ends before the bound: undecided, not a violation (but the fault never bit).
+    auto undecided = sb::k_observe(observed({{15, 5}}, 1300).events, kill_of_w1(), 500, false);
+    EXPECT_TRUE(undecided.ok()) << undecided.summary();
+    EXPECT_EQ(undecided.counts["undecided"], 1);
+}
+
+TEST(KObserve, NoKilledLeaderMeansTheFaultNeverBit) {
+    auto h = observed({{15, 5}, {1250, 6}});
+    auto r = sb::k_observe(h.events, {{"kill", "w9", "instant", 100 * ms, "SIGKILL"}}, 2000, true);
+    EXPECT_TRUE(mentions(r, "the fault never bit")) << r.summary();
+    EXPECT_TRUE(sb::k_observe(h.events, {}, 2000, false).ok());
+}
+
+TEST(K1ReapCoord, DeletesInsideTheOwnersCallsPassOthersAreReported) {
+    history h;
+    h.call("r1", "acquire", "ok", "X", 0, 2, 1).owner = "r1";
+    h.call("r1", "release", "ok", "X", 24, 26, 1).owner = "r1";
+    for (auto& e : h.events) e.owner = "r1";
+    std::vector<sb::audit_row> audit{row(1, "grant", "r1", 1, 0, 100, "X"), row(2, "delete", "r1", 1, 1, 100, "X"),
+                                     row(3, "grant", "r1", 1, 1, 101, reader_row("a1")),
+                                     row(4, "delete", "r1", 1, 25, 101, reader_row("a1"))};
+    auto r = sb::k1_reap_coord(audit, h.events, 0);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["live_deletes"], 2);
+    audit.push_back(row(5, "grant", "r1", 7, 30, 130, reader_row("b2")));
+    audit.push_back(row(6, "delete", "r1", 7, 50, 130, reader_row("b2")));  // nobody was releasing at 50
+    EXPECT_TRUE(mentions(sb::k1_reap_coord(audit, h.events, 0), "neither acquiring nor releasing"));
 }
 
 }  // namespace
