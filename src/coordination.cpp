@@ -310,16 +310,23 @@ public:
                 // Once per term: mark the leader's row as a waiter does, so its
                 // resignation is announced to this store (NOTIFY, a ring, the bell)
                 // before the next read. Best effort, bounded by the interval: a mark
-                // that fails leaves the reads to report the change.
-                marked_term = now->term;
+                // that fails leaves the reads to report the change; one that cannot
+                // be made yet (MariaDB: the listener is still connecting) is tried
+                // again on the next pass.
+                bool done = true;
                 try {
-                    db.run("watching the leader of '" + name + "'",
-                           [&](pooled_session s) { db.dialect().mark_watched(s, name); },
-                           {.deadline = next,
-                            .engine_wait = options_.observe_interval,
-                            .pool_wait = options_.observe_interval});
+                    done = db.run("watching the leader of '" + name + "'",
+                                  [&](pooled_session s) { return db.dialect().mark_watched(s, name); },
+                                  {.deadline = next,
+                                   .engine_wait = options_.observe_interval,
+                                   .pool_wait = options_.observe_interval});
                 } catch (error const&) {
                 } catch (row_busy const&) {}
+                if (done) {
+                    marked_term = now->term;
+                } else {
+                    next = std::min(next, clock::now() + std::chrono::milliseconds(100));
+                }
             }
             db.hub().wait(name, generation, next, stop);
         }

@@ -405,15 +405,15 @@ TEST_P(Coordination, ObserveReportsEveryChange) {
     sqlock::election el(table(), {.observe_interval = 50ms});
     std::mutex m;
     std::vector<std::optional<sqlock::leader_info>> seen;
-    std::stop_source stop;
-    std::jthread observer([&] {
+    // The observer stops with the thread (also when an ASSERT returns early).
+    std::jthread observer([&](std::stop_token stop) {
         el.observe(
             name,
             [&](std::optional<sqlock::leader_info> const& now) {
                 std::lock_guard lock(m);
                 seen.push_back(now);
             },
-            stop.get_token());
+            stop);
     });
     auto count = [&] {
         std::lock_guard lock(m);
@@ -430,7 +430,7 @@ TEST_P(Coordination, ObserveReportsEveryChange) {
     auto const b_term = b.term();
     std::optional<sqlock::leadership> kept(std::move(b));
     ASSERT_TRUE(eventually([&] { return count() == 5; })) << "the expiry of a silent leader was not reported";
-    stop.request_stop();
+    observer.request_stop();
     observer.join();
     std::lock_guard lock(m);
     ASSERT_EQ(seen.size(), 5U);
@@ -454,15 +454,14 @@ TEST_P(Coordination, ObserverInAnotherStoreHearsAResignationBeforeItsNextRead) {
     sqlock::election watcher(sqlock::table_locker(other), {.observe_interval = std::chrono::minutes(1)});
     std::mutex m;
     std::vector<std::optional<sqlock::leader_info>> seen;
-    std::stop_source stop;
-    std::jthread observer([&] {
+    std::jthread observer([&](std::stop_token stop) {
         watcher.observe(
             name,
             [&](std::optional<sqlock::leader_info> const& now) {
                 std::lock_guard lock(m);
                 seen.push_back(now);
             },
-            stop.get_token());
+            stop);
     });
     auto count = [&] {
         std::lock_guard lock(m);
@@ -480,7 +479,7 @@ TEST_P(Coordination, ObserverInAnotherStoreHearsAResignationBeforeItsNextRead) {
     a.resign();
     // Its next read is a minute away: only the announced release can report this in time.
     EXPECT_TRUE(eventually([&] { return count() == 2; }, 20s)) << "the resignation was not announced to the observer";
-    stop.request_stop();
+    observer.request_stop();
     observer.join();
     std::lock_guard lock(m);
     ASSERT_GE(seen.size(), 2U);

@@ -52,8 +52,9 @@ public:
 
     /// Mark the live row of `name`, if any, as a waiter's acquire does, so that
     /// its release is announced to this store's listener (an election's
-    /// observer). No-op where releases are not announced.
-    virtual void mark_watched(pooled_session s, std::string const& name) const = 0;
+    /// observer). False when it could not be marked yet (no listener is parked
+    /// yet): the caller may try again later.
+    [[nodiscard]] virtual bool mark_watched(pooled_session s, std::string const& name) const = 0;
 
     /// Delete the row written by acquire attempt `attempt` of `owner`, if any
     /// (clean-up after an unknown outcome). Another attempt's row is never

@@ -236,8 +236,11 @@ public:
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
     // Marked for this store's listener, as a waiter marks (none parked: nothing to ring).
-    void mark_watched(pooled_session ps, std::string const& name) const override {
-        if (auto listener = listener_id_.load(std::memory_order_relaxed); listener != 0) (void)mark(ps, name, listener);
+    bool mark_watched(pooled_session ps, std::string const& name) const override {
+        auto const listener = listener_id_.load(std::memory_order_relaxed);
+        if (listener == 0) return false;
+        (void)mark(ps, name, listener);
+        return true;
     }
     // The operator's force_release rings every listener, as PostgreSQL's NOTIFYs always.
     void notify_release(soci::session& s, std::string const&) const override { ring(s, 0); }

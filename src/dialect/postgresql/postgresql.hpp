@@ -62,11 +62,12 @@ public:
                   std::int64_t ttl_us, bool waiting, bool retry) const override;
     bool release(pooled_session s, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
-    void mark_watched(pooled_session s, std::string const& name) const override {
+    bool mark_watched(pooled_session s, std::string const& name) const override {
         s.session
             << "UPDATE " + locks_ +
                    " SET waiters = true WHERE name = :name AND NOT waiters AND expires_at >= statement_timestamp()",
             soci::use(name, "name");
+        return true;
     }
     void notify_release(soci::session& s, std::string const& name) const override {
         s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");

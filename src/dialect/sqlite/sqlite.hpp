@@ -154,8 +154,9 @@ public:
     // holder until the row expires; the next durable commit syncs it anyway.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
-    void mark_watched(pooled_session ps, std::string const& name) const override {
+    bool mark_watched(pooled_session ps, std::string const& name) const override {
         ps.session << mark_sql_ + " AND waiters = 0", soci::use(name, "name");
+        return true;
     }
     // Touches the bell. The release rings when a waiter marked the row; the operator's
     // force_release always, as PostgreSQL's NOTIFYs always.
