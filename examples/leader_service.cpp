@@ -34,12 +34,12 @@
 #include <cstdint>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <regex>
 #include <stdexcept>
 #include <stop_token>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
