@@ -8,13 +8,14 @@ namespace sqlock {
 namespace {
 
 lock_info to_info(detail::lock_listing const& r) {
-    lock_info info{r.name,
-                   r.owner,
-                   r.token,
-                   r.holds,
-                   db_time(std::chrono::microseconds(r.created_us)),
-                   db_time(std::chrono::microseconds(r.expires_us)),
-                   std::chrono::microseconds(r.expires_us - r.now_us)};
+    lock_info info;
+    info.name = r.name;
+    info.owner = r.owner;
+    info.token = r.token;
+    info.holds = r.holds;
+    info.created_at = db_time(std::chrono::microseconds(r.created_us));
+    info.expires_at = db_time(std::chrono::microseconds(r.expires_us));
+    info.remaining = std::chrono::microseconds(r.expires_us - r.now_us);
     info.lock = r.name;
     // The library's own rows: <name> U+001F p U+001F <slot> and <name> U+001F r U+001F <id>.
     constexpr char sep = detail::reserved_separator;

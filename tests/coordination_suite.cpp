@@ -228,8 +228,8 @@ TEST_P(Coordination, BadInputIsRefusedBeforeAnyIo) {
                  sqlock::usage_error);
     EXPECT_THROW((void)el.try_campaign(n("e"), std::string(201, 'v')), sqlock::usage_error);
     EXPECT_THROW(sqlock::election(locker, {.observe_interval = 1ms}), sqlock::usage_error);
-    EXPECT_THROW(sqlock::table_locker(*db_, {.owner = "a\x1f"
-                                                      "b"}),
+    EXPECT_THROW((void)sqlock::table_locker(*db_, {.owner = "a\x1f"
+                                                            "b"}),
                  sqlock::usage_error);
     auto const rows = sqlock::list_locks(*db_);
     EXPECT_TRUE(std::none_of(rows.begin(), rows.end(), [&](sqlock::lock_info const& i) {
