@@ -34,6 +34,39 @@ using sqlock::engine;
 using sqlock::lease;
 using sqlock::locker_options;
 
+/// Runs election::observe on `name` in a thread of its own and records every report; the thread stops
+/// (and observe returns) when the recorder is destroyed, also when an ASSERT returns early.
+class observe_record {
+public:
+    observe_record(sqlock::election& el, std::string const& name)
+        : thread_([this, &el, name](std::stop_token stop) {
+              el.observe(
+                  name,
+                  [this](std::optional<sqlock::leader_info> const& now) {
+                      std::lock_guard lock(mutex_);
+                      seen_.push_back(now);
+                  },
+                  stop);
+          }) {}
+
+    std::size_t count() {
+        std::lock_guard lock(mutex_);
+        return seen_.size();
+    }
+
+    /// Stops the observer and gives what it reported, in order.
+    std::vector<std::optional<sqlock::leader_info>> stop() {
+        thread_.request_stop();
+        thread_.join();
+        return seen_;
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<std::optional<sqlock::leader_info>> seen_;
+    std::jthread thread_;  // last: started after, and stopped before, what it writes to
+};
+
 class Coordination : public engine_fixture {
 protected:
     sqlock::locker table(locker_options o = {}) { return sqlock::table_locker(*db_, std::move(o)); }
@@ -403,22 +436,8 @@ TEST_P(Coordination, CampaignLeaderAndResign) {
 TEST_P(Coordination, ObserveReportsEveryChange) {
     auto const name = n("el-watch");
     sqlock::election el(table(), {.observe_interval = 50ms});
-    std::mutex m;
-    std::vector<std::optional<sqlock::leader_info>> seen;
-    // The observer stops with the thread (also when an ASSERT returns early).
-    std::jthread observer([&](std::stop_token stop) {
-        el.observe(
-            name,
-            [&](std::optional<sqlock::leader_info> const& now) {
-                std::lock_guard lock(m);
-                seen.push_back(now);
-            },
-            stop);
-    });
-    auto count = [&] {
-        std::lock_guard lock(m);
-        return seen.size();
-    };
+    observe_record observer(el, name);
+    auto count = [&] { return observer.count(); };
     ASSERT_TRUE(eventually([&] { return count() == 1; }));
     auto a = el.campaign(name, "a", 10s);
     ASSERT_TRUE(eventually([&] { return count() == 2; })) << "the new leader was not reported";
@@ -430,9 +449,7 @@ TEST_P(Coordination, ObserveReportsEveryChange) {
     auto const b_term = b.term();
     std::optional<sqlock::leadership> kept(std::move(b));
     ASSERT_TRUE(eventually([&] { return count() == 5; })) << "the expiry of a silent leader was not reported";
-    observer.request_stop();
-    observer.join();
-    std::lock_guard lock(m);
+    auto const seen = observer.stop();
     ASSERT_EQ(seen.size(), 5U);
     EXPECT_FALSE(seen[0]);
     ASSERT_TRUE(seen[1]);
@@ -452,21 +469,8 @@ TEST_P(Coordination, ObserverInAnotherStoreHearsAResignationBeforeItsNextRead) {
     // Another store, as another process would have: no in-process wake-up reaches it.
     sqlock::store other(url_);
     sqlock::election watcher(sqlock::table_locker(other), {.observe_interval = std::chrono::minutes(1)});
-    std::mutex m;
-    std::vector<std::optional<sqlock::leader_info>> seen;
-    std::jthread observer([&](std::stop_token stop) {
-        watcher.observe(
-            name,
-            [&](std::optional<sqlock::leader_info> const& now) {
-                std::lock_guard lock(m);
-                seen.push_back(now);
-            },
-            stop);
-    });
-    auto count = [&] {
-        std::lock_guard lock(m);
-        return seen.size();
-    };
+    observe_record observer(watcher, name);
+    auto count = [&] { return observer.count(); };
     ASSERT_TRUE(eventually([&] { return count() == 1; }));
     // The observer has read the leader and marks its row (after reporting it, at the latest on its next pass).
     std::string const marked = e_ == engine::postgresql ? "waiters" : "waiters <> 0";
@@ -479,9 +483,7 @@ TEST_P(Coordination, ObserverInAnotherStoreHearsAResignationBeforeItsNextRead) {
     a.resign();
     // Its next read is a minute away: only the announced release can report this in time.
     EXPECT_TRUE(eventually([&] { return count() == 2; }, 20s)) << "the resignation was not announced to the observer";
-    observer.request_stop();
-    observer.join();
-    std::lock_guard lock(m);
+    auto const seen = observer.stop();
     ASSERT_GE(seen.size(), 2U);
     ASSERT_TRUE(seen[0]);
     EXPECT_EQ(seen[0]->value, "a");

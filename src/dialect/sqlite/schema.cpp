@@ -4,16 +4,11 @@
 namespace sqlock::detail::sqlite_engine {
 
 std::vector<std::string> sqlite_dialect::required_tables() const {
-    return {locks_,
-            tokens_,
-            fences_,
-            prefix_ + "_rows",
-            majority_table(),
-            identity_table(),
-            majority_members_table(),
-            semaphores_table(),
-            locks_ + "_tok_ins",
-            locks_ + "_tok_upd"};
+    auto names = dialect::required_tables();
+    // The triggers that keep the token counters (schema/sqlite.sql).
+    names.push_back(locks_ + "_tok_ins");
+    names.push_back(locks_ + "_tok_upd");
+    return names;
 }
 
 void sqlite_dialect::create_schema(soci::session& s) const {
