@@ -120,6 +120,13 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
                              "' (a table, trigger or procedure of the schema) does not exist in " + url_ + ": apply " +
                              schema_file(engine()) +
                              " (sqlock schema --apply), or open the store with create_schema = true");
+    // The reserved connections open now, not at the first renewal: a process
+    // that takes many locks as it starts makes the server start a session for
+    // each pooled connection, and a renewal queued behind those connects (a
+    // server that forks slowly, a proxy that accepts slowly) ran past a short
+    // lease. Both at once, so that each takes its own slot.
+    auto first = borrow("opening the store's reserved connections", options_.pool_wait, true);
+    auto second = borrow("opening the store's reserved connections", options_.pool_wait, true);
 }
 
 store_impl::~store_impl() {

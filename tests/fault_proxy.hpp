@@ -11,7 +11,8 @@
 //     proxy.swallow_replies();  // forward requests, drop the server's answers, keep connections open
 //     proxy.reset_next_reply(); // the next answer of the server is dropped and both ends get an RST
 //     proxy.reset();       // RST every forwarded connection now (mid-stream)
-//     proxy.restore();     // end blackhole/swallow; connections that lost bytes get an RST
+//     proxy.hang_new_connections();  // new connections are accepted and never answered; open ones relay
+//     proxy.restore();     // end blackhole/swallow/hang_new; connections that lost bytes get an RST
 //
 // One thread accepts, one thread per connection relays bytes both ways. Only
 // the relay thread of a connection closes its sockets (under the mutex), so
@@ -171,6 +172,11 @@ public:
     /// stall(), nothing is kept for later: restore() resets what lost bytes.
     void blackhole() { set_mode(mode::blackhole); }
 
+    /// New connections are accepted and never answered (they never reach the
+    /// server: a server too busy to start a session); the open ones relay as
+    /// before. restore() ends it and resets the connections it held.
+    void hang_new_connections() { hang_new_ = true; }
+
     /// Forward what clients send (the server executes it) and drop every answer
     /// of the server, keeping the connections open: a reply lost on the way back
     /// (an ambiguous outcome for the client). New connections too.
@@ -194,6 +200,7 @@ public:
     void restore() {
         std::lock_guard lock(mutex_);
         mode_ = mode::relay;
+        hang_new_ = false;
         for (auto& l : links_)
             if (l->lost_bytes.load() || l->server < 0) request_reset(*l);
     }
@@ -320,7 +327,7 @@ private:
                     ::close(client);
                     continue;
                 }
-                into_blackhole = mode_ == mode::blackhole;
+                into_blackhole = mode_ == mode::blackhole || hang_new_.load();
             }
             if (into_blackhole) {
                 std::lock_guard lock(mutex_);
@@ -429,7 +436,7 @@ private:
                 }
                 bool const reply = i == 1;
                 auto const m = current_mode();
-                if (m == mode::blackhole || (reply && m == mode::swallow)) {
+                if (m == mode::blackhole || ends[1] < 0 || (reply && m == mode::swallow)) {
                     l.lost_bytes = true;
                     ++(reply ? dropped_replies_ : dropped_requests_);
                     continue;
@@ -460,6 +467,7 @@ private:
     std::atomic<std::size_t> forwarded_{0};
     std::atomic<std::size_t> refused_{0};
     std::atomic<bool> stalled_{false};
+    std::atomic<bool> hang_new_{false};
     std::atomic<long long> delay_ms_{0};
     std::atomic<bool> reset_next_reply_{false};
     std::atomic<std::size_t> blackholed_{0};

@@ -48,7 +48,8 @@ enum class engine { postgresql, mysql, sqlite };
 /// shares server sessions between connections (PgBouncer in transaction or
 /// statement pooling), where sqlock's per-connection state cannot hold: when
 /// something is in between, a second connection is opened for a moment to
-/// find out. Further connections open on first use; a pooled
+/// find out. It also opens the two connections kept for renewals, so that a
+/// renewal never waits for a connect. Further connections open on first use; a pooled
 /// connection found broken (server restarted) is reconnected on its next use.
 ///
 /// Lockers and leases keep the store's internals alive, so a store may be

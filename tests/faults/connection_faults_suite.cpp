@@ -485,6 +485,33 @@ TEST_P(ConnFaults, KilledDuringARenewalKeepsTheLease) {
     EXPECT_NO_THROW(l->release());
 }
 
+// A server that starts no new session any more (a postmaster swamped by a
+// connect storm, a proxy that accepts slowly: here the proxy accepts new
+// connections and never answers them) while a lease with a short TTL is held:
+// the renewals go on, on the connections the store opened for them when it
+// opened, and the lease is kept. Were those opened at the first renewal, it
+// would wait for a connect (up to connect_timeout, 2 s) and the 2 s lease
+// would run out.
+TEST_P(ConnFaults, ServerThatStartsNoNewSessionKeepsRenewing) {
+    auto events = std::make_shared<event_record>();
+    auto proxy = fault_proxy::for_url(url_);
+    cut_on_exit cut{*proxy};
+    sqlock::store db(proxy->proxied_url(url_), fast_options());
+    locker L = sqlock::table_locker(db, {.ttl = 2s, .on_event = event_record::hook(events)});
+    std::string const name = n("no-new-session");
+    auto l = L.try_acquire(name);
+    ASSERT_TRUE(l.has_value());
+    auto const before = read_row(*raw_, e_, name);
+    ASSERT_TRUE(before.has_value());
+
+    proxy->hang_new_connections();
+    auto const hung_at = steady::now();
+    expect_the_lease_kept(*l, *events, hung_at, 3, "the server stopped starting sessions", before);
+    EXPECT_EQ(proxy->blackholed(), 0u) << "a renewal (or the release's wake-up) asked for a new connection";
+    proxy->restore();
+    EXPECT_NO_THROW(l->release());
+}
+
 // The LISTEN connection of a waiter's store is killed while the waiter is
 // parked (its backoff is ten minutes: only a notification can wake it in time).
 // The listener reconnects and LISTENs again, and the holder's release reaches

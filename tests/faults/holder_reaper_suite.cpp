@@ -19,6 +19,8 @@
 //       and half _exit(0) without a release. K1, K3, K5, K6 (an abandoned lock is taken over within
 //       TTL + backoff + slack), K7, K8, K9 over the recorded history and the database's audit; on
 //       the servers, their connections return to the steady state once the processes are gone.
+//   C08_LateGrantIsRenewedBeforeItRunsOut  a grant whose answer came 1.4 s late (failpoint) has less than
+//       a third of its 2 s TTL left: its first renewal is due at once, and the lease is kept and released.
 //   E04_LeaseTimesComeFromTheStatementsClock  the database's time a lease is dated by is read
 //       when the statement acts, not at the start of its statement or transaction: a row-lock
 //       waiter that queued 1.5 s is dated after the previous holder's release (its lease is not
@@ -546,6 +548,34 @@ TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
                          << holder_ttl.count() << " ms): a program the holder started kept its connection open";
     EXPECT_GT(next.token(), holder_token);
     next.release();
+}
+
+// ------------------------------------------------------------------------------------------ C08
+
+// A grant whose answer comes late: the acquirer pauses 1.4 s between the commit and the return
+// (failpoint acquire.after_commit_before_return=sleep:1400; a grant that queued behind a busy pool or
+// server does the same), so its 2 s lease comes back with less than a third of its TTL left. Its first
+// renewal is due at once, not a third of the TTL after the answer, when the lease would already have
+// run out: it is renewed, held through a 3 s hold, and released.
+TEST_P(HolderReaper, C08_LateGrantIsRenewedBeforeItRunsOut) {
+    auto const dir = work() / "late";
+    fs::create_directories(dir);
+    milliseconds const ttl = 2000ms;
+    child holder({SQLOCK_HOLDER_WORKER, "--mode", "late-grant", "--url", worker_url(), "--tables", tables_, "--lock",
+                  n("c08"), "--ttl-ms", std::to_string(ttl.count()), "--hold-ms", "3000", "--out",
+                  (dir / "holder.out").string()},
+                 {"SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:1400"}, dir / "holder");
+    auto const status = holder.wait_exit(60s);
+    ASSERT_TRUE(status.has_value()) << "the holder did not end within 60 s: " << holder.stderr_text();
+    auto const out = lines_of(dir / "holder.out");
+    ASSERT_EQ(out.size(), 4u) << "stdout lines: " << out.size() << "; stderr: " << holder.stderr_text();
+    ASSERT_EQ(out[0].rfind("granted ", 0), 0u) << out[0];
+    long long const left_ms = std::stoll(out[0].substr(8));
+    // The fault bit: with a third of the TTL or more left, a renewal a third of the TTL later would do.
+    ASSERT_LT(left_ms, ttl.count() / 3) << "the grant came with " << left_ms << " ms left: the pause did not bite";
+    EXPECT_EQ(out[2], "state held") << "renewals: " << out[1];
+    EXPECT_EQ(out[3], "released") << out[1];
+    EXPECT_NE(out[1], "renewals 0");
 }
 
 // ------------------------------------------------------------------------------------------ C07

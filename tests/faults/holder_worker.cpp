@@ -10,6 +10,10 @@
 //                    fenced resource once, then releases, or with --abandon leaves by _exit(0)
 //                    without a release. Every step goes to --history (history.hpp), as the battery
 //                    workers do, so K1, K3, K5, K7 and K9 read it. Exits 3 when it got no lock.
+//   --mode late-grant C08: takes --lock with an auto-renewed table lock (--ttl-ms), holds it --hold-ms,
+//                    then releases it. Run with SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:MS,
+//                    the grant's answer comes MS late. Writes "granted <ms of validity left>", then
+//                    "renewals <n>", "state <lease state>" and "released" or "release <error>".
 //   --mode reap      E05: one reaper pass (grace 0, no token purge, --batch rows per batch); writes
 //                    "purged <n> batches <b> complete <0|1>" to --out. Run with
 //                    SQLOCK_FAILPOINTS=reaper.between_batches=stop, the suite kills it between batches.
@@ -28,6 +32,7 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -35,9 +40,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <typeinfo>
 
 extern char** environ;
@@ -66,6 +73,8 @@ struct config {
     std::string resource_backend = "none";  // postgresql | sqlite3 | none
     std::string resource_connect;
     std::string resource_tables = "sqlock";
+    // late-grant
+    long long hold_ms = 3000;
     // reap
     int batch = 1000;
 };
@@ -132,6 +141,12 @@ int churn(config const& c) {
     sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables, .lock_wait_timeout = 1s, .io_timeout = 3s});
     std::string const owner = c.name + "." + std::to_string(::getpid());
     auto locks = sqlock::table_locker(db, {.ttl = milliseconds(c.ttl_ms), .owner = owner, .backoff_max = 100ms});
+    // The resource's session opens before the acquire: a connect inside the critical section (tens of
+    // ms where the server forks slowly, more under load) would eat into the 500 ms lease.
+    bool const lite = c.resource_backend == "sqlite3";
+    std::optional<soci::session> res;
+    if (c.resource_backend != "none")
+        res.emplace(lite ? *soci::factory_sqlite3() : *soci::factory_postgresql(), c.resource_connect);
     event base{.thread = 0, .lock = c.lock, .owner = owner};
     event inv = base;
     inv.op = "acquire";
@@ -161,28 +176,26 @@ int churn(config const& c) {
     if (c.resource_backend != "none") {
         // The fenced write: fence check and the resource's serial number of the lock, one transaction
         // (as battery_worker.cpp writes it, so that K3 reads both alike).
-        bool const lite = c.resource_backend == "sqlite3";
         event w = base;
         w.op = "write_fenced";
         w.type = "invoke";
         h.write(w);
         std::string const values = c.resource_tables + "_values";
         try {
-            soci::session res(lite ? *soci::factory_sqlite3() : *soci::factory_postgresql(), c.resource_connect);
             sqlock::fence fence(lite ? sqlock::engine::sqlite : sqlock::engine::postgresql, c.resource_tables);
-            res << (lite ? "BEGIN IMMEDIATE" : "BEGIN");
+            *res << (lite ? "BEGIN IMMEDIATE" : "BEGIN");
             long long serial = 0;
             try {
-                fence.check_and_set(res, c.lock, l->token());
-                res << "INSERT INTO " + values +
-                           " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO "
-                           "UPDATE SET value = " +
-                           values + ".value + 1 RETURNING value",
+                fence.check_and_set(*res, c.lock, l->token());
+                *res << "INSERT INTO " + values +
+                            " (lock_name, value) VALUES (:l, 1) ON CONFLICT (lock_name) DO "
+                            "UPDATE SET value = " +
+                            values + ".value + 1 RETURNING value",
                     soci::use(c.lock), soci::into(serial);
-                res << "COMMIT";
+                *res << "COMMIT";
             } catch (...) {
                 try {
-                    res << "ROLLBACK";
+                    *res << "ROLLBACK";
                 } catch (...) {}
                 throw;
             }
@@ -223,6 +236,29 @@ int churn(config const& c) {
     return 0;
 }
 
+int late_grant(config const& c) {
+    out_file out(c.out);
+    sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables, .lock_wait_timeout = 1s, .io_timeout = 3s});
+    auto renewals = std::make_shared<std::atomic<int>>(0);
+    auto locks = sqlock::table_locker(db, {.ttl = milliseconds(c.ttl_ms), .on_event = [renewals](auto const& ev) {
+                                               if (ev.what == sqlock::lease_event::kind::renewed) ++*renewals;
+                                           }});
+    sqlock::lease l = locks.acquire(c.lock, milliseconds(c.wait_ms));
+    out.line("granted " + std::to_string(std::chrono::duration_cast<milliseconds>(l.remaining()).count()));
+    auto const until = std::chrono::steady_clock::now() + milliseconds(c.hold_ms);
+    while (std::chrono::steady_clock::now() < until && l.state() != sqlock::lease_state::lost)
+        std::this_thread::sleep_for(10ms);
+    out.line("renewals " + std::to_string(renewals->load()));
+    out.line(std::string("state ") + std::string(sqlock::to_string(l.state())));
+    try {
+        l.release();
+        out.line("released");
+    } catch (std::exception const& e) {
+        out.line("release " + error_text(e));
+    }
+    return 0;
+}
+
 int reap(config const& c) {
     out_file out(c.out);
     sqlock::store db(c.url, {.pool_size = 2, .table_prefix = c.tables});
@@ -242,7 +278,7 @@ int reap(config const& c) {
 int main(int argc, char** argv) {
     config c;
     CLI::App app{"sqlock holder/reaper fault worker (holder_reaper_suite.cpp)"};
-    app.add_option("--mode", c.mode)->required()->check(CLI::IsMember({"row-hold", "churn", "reap"}));
+    app.add_option("--mode", c.mode)->required()->check(CLI::IsMember({"row-hold", "churn", "late-grant", "reap"}));
     app.add_option("--url", c.url, "lock database URL")->required();
     app.add_option("--tables", c.tables, "table prefix of the lock tables");
     app.add_option("--lock", c.lock, "lock name");
@@ -257,11 +293,13 @@ int main(int argc, char** argv) {
     app.add_option("--resource-backend", c.resource_backend)->check(CLI::IsMember({"postgresql", "sqlite3", "none"}));
     app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");
     app.add_option("--resource-tables", c.resource_tables, "table prefix of the resource's fence table");
+    app.add_option("--hold-ms", c.hold_ms, "late-grant: how long to hold the lock")->check(CLI::Range(0LL, 600000LL));
     app.add_option("--batch", c.batch, "reap: rows per batch")->check(CLI::Range(1, 100000));
     CLI11_PARSE(app, argc, argv);
     try {
         if (c.mode == "row-hold") return row_hold(c);
         if (c.mode == "churn") return churn(c);
+        if (c.mode == "late-grant") return late_grant(c);
         return reap(c);
     } catch (std::exception const& e) {
         std::cerr << "holder_worker " << c.mode << "[" << ::getpid() << "]: " << error_text(e) << "\n";
