@@ -217,7 +217,8 @@ TEST_P(BadConfig, RevokedRenewalsLoseTheLeaseByItsDeadline) {
             if (t >= bound && (st == lease_state::held || st == lease_state::in_doubt))
                 held_past_deadline.push_back(std::string(sqlock::to_string(st)) + " " +
                                              std::to_string((t - bound) / 1ms) + " ms past the deadline");
-            return st == lease_state::lost && on_lost_calls.load() > 0;
+            // on_lost runs before the stop token is requested (lease_row::mark_lost): wait for both.
+            return st == lease_state::lost && on_lost_calls.load() > 0 && held->stop_token().stop_requested();
         },
         20s);
     EXPECT_TRUE(lost) << "the lease was not reported lost (state " << sqlock::to_string(held->state())
