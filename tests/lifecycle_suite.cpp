@@ -286,10 +286,16 @@ TEST_P(Lifecycle, InDoubtWhileUnreachableThenRecovered) {
     std::int64_t const token = l.token();
     ASSERT_TRUE(rig.used_proxy()) << rig.describe();
     rig.block();
-    bool const doubted = eventually([&] { return l.state() == lease_state::in_doubt; }, 10s);
+    // Blocked until a renewal has failed, not only until the lease shows in doubt: the renewal's
+    // connection, open before the outage, breaks (in doubt at once), and its retry on a new
+    // connection must fail too before the failure is reported.
+    bool const doubted = eventually(
+        [&] { return l.state() == lease_state::in_doubt && events->count(lease_event::kind::renew_failed, name) >= 1; },
+        10s);
     rig.unblock();
-    ASSERT_TRUE(doubted) << "the lease never became in_doubt while the database was unreachable; state " << state_of(l)
-                         << ", " << rig.describe() << "\nevents:\n"
+    ASSERT_TRUE(doubted) << "the lease never became in_doubt with a failed renewal while the database was unreachable; "
+                            "state "
+                         << state_of(l) << ", " << rig.describe() << "\nevents:\n"
                          << events->dump();
 
     EXPECT_TRUE(l.held()) << "an in-doubt lease is still ours until its safe deadline";
