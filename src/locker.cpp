@@ -279,7 +279,7 @@ void locker_impl::on_renewed(lease_row const& row) noexcept {
     {
         // A renewal (perhaps an explicit one with another TTL) restarts the schedule.
         std::lock_guard lock(watch_->mutex);
-        row.schedule().next = first_renewal(row, clock::now());
+        row.schedule().next = next_renewal(row, clock::now());
         wake = wake_for(*watch_, std::min(row.schedule().next + renewal_slack(row.ttl()), row.valid_until()));
     }
     if (wake) watch_->cv.notify_all();
@@ -308,7 +308,7 @@ locker_impl::clock::duration locker_impl::renewal_slack(std::chrono::millisecond
     return std::min<clock::duration>(ttl / 30, std::chrono::milliseconds(100));
 }
 
-locker_impl::clock::time_point locker_impl::first_renewal(lease_row const& row, clock::time_point now) noexcept {
+locker_impl::clock::time_point locker_impl::next_renewal(lease_row const& row, clock::time_point now) noexcept {
     // Due once a third of the TTL is used up: a third after the answer came,
     // or sooner when the answer came late (a grant or renewal that queued
     // behind a busy pool or server arrives with less than its TTL left; due a
@@ -331,7 +331,7 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
         std::lock_guard lock(watch_->mutex);
         watch_->auto_renew = options_.auto_renew;
         auto const now = clock::now();
-        row->schedule().next = first_renewal(*row, now);
+        row->schedule().next = next_renewal(*row, now);
         row->schedule().renew_until =
             options_.max_hold == std::chrono::milliseconds::zero() ? clock::time_point::max() : now + options_.max_hold;
         watch_->rows.push_back({row});

@@ -219,7 +219,7 @@ private:
     /// Under `mutex`: wake the deadline thread if it sleeps past `due`.
     static bool wake_for(watch_state& state, clock::time_point due) noexcept;
     /// When `row`'s next renewal is due, its grant or renewal having answered at `now`.
-    static clock::time_point first_renewal(lease_row const& row, clock::time_point now) noexcept;
+    static clock::time_point next_renewal(lease_row const& row, clock::time_point now) noexcept;
     static void run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
     static void run_renewals(std::shared_ptr<watch_state> const& state, std::stop_token const& stop);
 
