@@ -156,6 +156,56 @@ BEGIN
     SELECT v_ours, v_token, v_created, v_expires;
 END$$
 
+-- A shared (read) lease of a read-write lock (docs/coordination.md): sqlock_acquire_v2's grant of p_name,
+-- then, in the same transaction, that row renamed to p_reader (the reader's own row) and extended to now +
+-- ttl, so that a read cycle waits for the disk at its grant only, as a lock's cycle does; p_name's lock is
+-- free again at COMMIT. Answers one row: (this call holds p_reader's row, its token, created_at and
+-- expires_at in microseconds since the Unix epoch, the waiters mark p_name's row carried: the listener
+-- connection to ring, 0 for none). A row that is not ours is left as it is.
+CREATE PROCEDURE IF NOT EXISTS sqlock_acquire_shared(IN p_name VARBINARY(255), IN p_reader VARBINARY(255),
+                                                     IN p_owner VARBINARY(255), IN p_attempt BIGINT,
+                                                     IN p_retry INT, IN p_ttl_us BIGINT, IN p_budget_us BIGINT)
+    MODIFIES SQL DATA SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_started DATETIME(6) DEFAULT SYSDATE(6);
+    DECLARE v_first, v_drawn, v_token, v_created BIGINT;
+    DECLARE v_expires, v_marked BIGINT DEFAULT 0;
+    DECLARE v_ours INT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    SET v_first = GREATEST(COALESCE((SELECT f.token FROM sqlock_tokens f WHERE f.name = ''), 0) + 1,
+                           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW(6)));
+    INSERT INTO sqlock_tokens (name, token) VALUES (p_name, v_first)
+        ON DUPLICATE KEY UPDATE token = token + 1;
+    SELECT token INTO v_drawn FROM sqlock_tokens WHERE name = p_name;
+    INSERT INTO sqlock_locks (name, owner, token, holds, attempt, created_at, expires_at)
+        VALUES (p_name, p_owner, v_drawn, 1, p_attempt, NOW(6), NOW(6) + INTERVAL p_ttl_us MICROSECOND)
+        ON DUPLICATE KEY UPDATE
+            owner = IF(expires_at < NOW(6), VALUES(owner), owner),
+            token = IF(expires_at < NOW(6), VALUES(token), token),
+            holds = IF(expires_at < NOW(6), 1, holds),
+            attempt = IF(expires_at < NOW(6), VALUES(attempt), attempt),
+            created_at = IF(expires_at < NOW(6), VALUES(created_at), created_at),
+            expires_at = IF(expires_at < NOW(6), VALUES(expires_at), expires_at);
+    SELECT IF(owner = p_owner AND (token = v_drawn OR (p_retry = 1 AND attempt = p_attempt)), 1, 0), token,
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)
+        INTO v_ours, v_token, v_created FROM sqlock_locks WHERE name = p_name;
+    IF v_ours = 1 THEN
+        SELECT waiters INTO v_marked FROM sqlock_locks WHERE name = p_name;
+        UPDATE sqlock_locks SET name = p_reader, waiters = 0,
+                                expires_at = NOW(6) + INTERVAL p_ttl_us MICROSECOND
+            WHERE name = p_name;
+        SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
+            INTO v_expires FROM sqlock_locks WHERE name = p_reader;
+    END IF;
+    IF TIMESTAMPDIFF(MICROSECOND, v_started, SYSDATE(6)) > p_budget_us THEN
+        SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1205,
+            MESSAGE_TEXT = 'sqlock: the acquire took longer than its caller waits for an answer: rolled back';
+    END IF;
+    COMMIT;
+    SELECT v_ours, v_token, v_created, v_expires, v_marked;
+END$$
+
 -- Extend the unexpired row of (name, owner, token) to now + ttl. Answers one
 -- row: (1 when renewed, else 0; the new expires_at and the database's now in
 -- microseconds since the Unix epoch, NULL when not renewed). The locking read

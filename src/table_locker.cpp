@@ -90,6 +90,14 @@ public:
 protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,
                                            attempt const& bounds) override {
+        return grant_row(name, owner, bounds, nullptr);
+    }
+
+private:
+    // The lock of `name`; with `reader` (where the dialect grants_shared_at_once()), a shared lease
+    // of it: the row renamed to `reader` in the grant's own transaction.
+    std::shared_ptr<lease_row> grant_row(std::string const& name, std::string const& owner, attempt const& bounds,
+                                         std::string const* reader) {
         auto ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
         auto const& opts = store_->options();
         auto sent = clock::now();
@@ -103,15 +111,19 @@ protected:
         bool retry = false;
         grant g;
         try {
-            g = store_->run("acquiring lock '" + name + "'",
+            g = store_->run((reader ? "taking a shared lease of '" : "acquiring lock '") + name + "'",
                             [&](pooled_session s) {
-                                return store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting, retry);
+                                return reader ? store_->dialect().acquire_shared(s, name, *reader, owner, attempt_id,
+                                                                                 ttl_us, waiting, retry)
+                                              : store_->dialect().acquire(s, name, owner, attempt_id, ttl_us, waiting,
+                                                                          retry);
                             },
                             // The broken attempt may have written our row: delete it (only it) before retrying.
                             {.on_reconnect =
                                  [&](soci::session& s) {
                                      retry = true;
                                      store_->dialect().delete_attempt(s, name, owner, attempt_id);
+                                     if (reader) store_->dialect().delete_attempt(s, *reader, owner, attempt_id);
                                  },
                              .deadline = waiting ? bounds.deadline : clock::time_point::max(),
                              .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
@@ -122,8 +134,8 @@ protected:
         if (!g.acquired) return nullptr;
         SQLOCK_FAILPOINT("acquire.after_commit_before_return");
         store_->record_clock(g.created_us, before, sys_clock::now());
-        auto row = std::make_shared<table_row>(shared_from_this(), store_, name, owner, g, options_.ttl,
-                                               valid_until(sent, options_.ttl));
+        auto row = std::make_shared<table_row>(shared_from_this(), store_, reader ? *reader : name, owner, g,
+                                               options_.ttl, valid_until(sent, options_.ttl));
         if (auto now = clock::now(); now >= row->valid_until()) {
             // Granted, but the round trip ate the whole lease: not a success.
             try {
@@ -139,6 +151,7 @@ protected:
         return row;
     }
 
+protected:
     std::uint64_t release_generation(std::string const& name) override { return store_->hub().generation(name); }
 
     void wait_for_release(std::string const& name, std::uint64_t generation, clock::time_point until,
@@ -155,6 +168,9 @@ public:
     std::shared_ptr<lease_row> acquire_shared_row(std::string const& gate, std::string const& reader,
                                                   attempt const& bounds) override {
         auto const owner = owner_for_this_thread();
+        // In one transaction where the engine can (MariaDB, whose flushing is server-wide): the grant and
+        // the rename wait for the disk once. No other caller ever sees the name's lock taken.
+        if (store_->dialect().grants_shared_at_once()) return grant_row(gate, owner, bounds, &reader);
         auto held = acquire_row(gate, owner, bounds);
         if (!held) return nullptr;
         auto const ttl_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();

@@ -3,7 +3,16 @@
 
 #include <soci/soci.h>
 
+#include <stdexcept>
+
 namespace sqlock::detail {
+
+grant table_lock_statements::acquire_shared(pooled_session, std::string const&, std::string const&, std::string const&,
+                                            std::int64_t, std::int64_t, bool, bool) const {
+    throw std::logic_error(
+        "sqlock: acquire_shared() on an engine that grants a shared lease in two steps "
+        "(grants_shared_at_once() is false)");
+}
 
 bool dialect::release(pooled_session s, std::string const& name, std::string const& owner, std::int64_t token) const {
     auto& c = cache(s);

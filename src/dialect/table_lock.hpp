@@ -28,6 +28,18 @@ public:
     [[nodiscard]] virtual grant acquire(pooled_session s, std::string const& name, std::string const& owner,
                                         std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool retry) const = 0;
 
+    /// True where acquire_shared() grants a shared lease in one transaction (MariaDB); elsewhere a
+    /// shared lease is acquire() followed by rename_lock().
+    [[nodiscard]] virtual bool grants_shared_at_once() const noexcept { return false; }
+
+    /// As acquire() of `name`, then, in the same transaction, the row renamed to `reader` and
+    /// extended to now + ttl (rename_lock()): a read-write lock's shared lease, whose grant waits
+    /// for the disk once. A waiter's mark on `name`'s row is announced after the commit. Only
+    /// where grants_shared_at_once().
+    [[nodiscard]] virtual grant acquire_shared(pooled_session s, std::string const& name, std::string const& reader,
+                                               std::string const& owner, std::int64_t attempt, std::int64_t ttl_us,
+                                               bool waiting, bool retry) const;
+
     /// Delete the row if (name, owner, token) still match; true when deleted.
     /// Does not wait for the disk where the engine allows that per transaction
     /// (a release lost in a crash only delays the next holder until the TTL).

@@ -1,5 +1,6 @@
 // sqlock_battery_check <dir>: replays the checkers K1–K9 over a kept run directory (history*.jsonl,
-// audit*.jsonl, nemesis*.jsonl, remaining*.jsonl, final.json; tests/faults/README.md). One summary
+// audit*.jsonl, nemesis*.jsonl, remaining*.jsonl, final.json; tests/faults/README.md), and a semaphore,
+// rw-lock or election run's own checkers (final.json "coordination": coord_checkers.hpp). One summary
 // line per checker, "(reported) " before those the run did not assert (final.json "asserted");
 // exit 0 when every asserted checker passes, 1 on any violation of one, 2 when the input cannot be read.
 #include "checkers.hpp"
@@ -10,7 +11,8 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-    CLI::App app{"Replay the reliability battery's checkers (K1-K9) over a kept run directory."};
+    CLI::App app{
+        "Replay the reliability battery's checkers (K1-K9, and a coordination run's own) over a kept run directory."};
     std::string dir;
     bool all = false;
     app.add_option("dir", dir, "the run directory a failed battery test printed")->required();

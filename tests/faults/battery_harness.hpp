@@ -32,6 +32,7 @@
 
 #include "audit.hpp"
 #include "checkers.hpp"
+#include "coord_checkers.hpp"
 #include "history.hpp"
 
 #include "majority_members.hpp"
@@ -259,6 +260,9 @@ struct scenario {
     milliseconds think_max = 0ms;
     /// The scenario's own checks over the run's record: asserted, safety (a failure is never retried).
     std::vector<std::function<report(run_record const&)>> extra_checks;
+    /// A semaphore, rw-lock or election run: its kind's checkers (coordination_reports), asserted like
+    /// extra_checks, and kept in final.json so that sqlock_battery_check replays them.
+    std::optional<coordination_checks> coordination;
 };
 
 /// What a scenario's own extra check (battery_run::set_extra_check) gets once the run is over.
@@ -1212,6 +1216,7 @@ private:
                              {"asserted", asserted_list()}};
         // The rows left are in remaining.jsonl (check_directory adds final.json's "remaining" to them: not both).
         if (s_.k6) final["k6_bound_ms"] = s_.k6_bound_ms;
+        if (s_.coordination) final["coordination"] = to_json(*s_.coordination);
         std::ofstream(dir_ / "final.json") << final.dump(2) << '\n';
 
         std::vector<std::string> worker_failures;
@@ -1322,7 +1327,7 @@ private:
                 reports.push_back({std::move(extra), true, true});
             }
         }
-        if (!s_.extra_checks.empty()) {
+        if (!s_.extra_checks.empty() || s_.coordination) {
             run_record rec{history,
                            audit,
                            remaining,
@@ -1331,8 +1336,13 @@ private:
                            s_.ttl,
                            s_.processes,
                            s_.threads};
-            for (auto const& f : s_.extra_checks) {
-                auto r = f(rec);
+            std::vector<report> own;
+            for (auto const& f : s_.extra_checks) own.push_back(f(rec));
+            if (s_.coordination)
+                for (auto& r :
+                     coordination_reports(*s_.coordination, audit, history, rec.nemesis, realtime_minus_mono_ns_))
+                    own.push_back(std::move(r));
+            for (auto& r : own) {
                 // Bounds in hundreds of milliseconds on a shared 2-core machine: a miss is rerun once.
                 bool const timing = r.checker == "rows-given-back" || r.checker == "F02-liveness" ||
                                     r.checker == "F03-bounded" || r.checker == "F04-prompt";

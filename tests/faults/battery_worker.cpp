@@ -21,7 +21,8 @@
 // resource a random number of times, then releases or, with --abandon-pct, abandons the lease:
 // it logs that it gave it up (op lost), waits past its local deadline, and writes the fenced
 // resource once more with its stale token, on purpose, for the fence to refuse.
-// --fuzz: the randomized operation fuzzer and fork nemesis (thread_loop_fuzz): one thread, on the
+// --fuzz: the randomized operation fuzzer and fork nemesis (thread_loop_fuzz; with --kind, on a semaphore's
+// permits, an rw lock's shared and exclusive leases or an election's leaderships): one thread, on the
 // main thread, making random calls from its seed; with --fork-pct it forks while holding (after the
 // grant, inside renew(), inside release()), and its children end by _exit(), exit() or a return
 // through main(), some after critical sections of their own (fork_nemesis_suite.cpp, fuzz_suite.cpp).
@@ -59,6 +60,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -472,10 +474,20 @@ private:
     /// grant `lease` holds it, `slot` points at it and `base.token` is its token.
     bool acquire_logged(sqlock::locker& locker, event& base, char const* try_what, long long busy_pause_ms,
                         std::optional<sqlock::lease>& lease, held_slot& slot, std::mt19937_64& rng) {
+        return acquire_logged([&] { return locker.try_acquire(base.lock); },
+                              [&] { return locker.acquire(base.lock, milliseconds(c_.acquire_wait_ms)); }, base,
+                              try_what, busy_pause_ms, lease, slot, rng);
+    }
+
+    /// As above, through `try_get` (a try) or `get` (a waiting acquire): a coordination kind's calls.
+    bool acquire_logged(std::function<std::optional<sqlock::lease>()> const& try_get,
+                        std::function<sqlock::lease()> const& get, event& base, char const* try_what,
+                        long long busy_pause_ms, std::optional<sqlock::lease>& lease, held_slot& slot,
+                        std::mt19937_64& rng) {
         write_invoke(base, "acquire");
         try {
             if (try_what != nullptr) {
-                auto got = locker.try_acquire(base.lock);
+                auto got = try_get();
                 if (!got) {
                     event out = base;
                     out.op = "acquire";
@@ -488,7 +500,7 @@ private:
                 }
                 lease.emplace(std::move(*got));
             } else {
-                lease.emplace(locker.acquire(base.lock, milliseconds(c_.acquire_wait_ms)));
+                lease.emplace(get());
             }
         } catch (std::exception const& e) {
             acquire_failed(base, e);
@@ -772,8 +784,22 @@ private:
         auto const end = clock_type::now() + milliseconds(c_.duration_ms);
         std::uniform_int_distribution<int> pick(0, c_.locks - 1);
         auto percent = [&] { return std::uniform_int_distribution<int>(0, 99)(rng); };
+        // --kind semaphore | rw | election: the lease comes from the kind's calls (a permit, a shared or the
+        // exclusive lease, a leadership's lease) and is fuzzed like a lock's. Readers write nothing; a permit
+        // writes the fenced resource under its slot's row name (each slot its own token counter), and nothing
+        // unfenced. The kind's draws come only with a kind: a plain lock's seeds keep their schedules.
+        std::optional<sqlock::semaphore> sem;
+        std::optional<sqlock::rw_locker> rw;
+        std::optional<sqlock::election> elect;
+        if (c_.kind == "semaphore") sem.emplace(locker, c_.permits);
+        else if (c_.kind == "rw") rw.emplace(locker);
+        else if (c_.kind == "election")
+            elect.emplace(locker, sqlock::election_options{.observe_interval = milliseconds(c_.observe_ms)});
+        auto const wait = milliseconds(c_.acquire_wait_ms);
+        bool shared = false;
         std::optional<sqlock::lease> lease;
         event base;
+        event fenced;  // base, under the slot's row name for a permit
         int lock_index = 0;
         while (clock_type::now() < end) {
             reap_children(false);
@@ -784,24 +810,57 @@ private:
                 }
                 lock_index = pick(rng);
                 std::string const name = c_.lock_prefix + "L" + std::to_string(lock_index);
-                base = event{.thread = k, .lock = name, .owner = owner};
+                base = event{.thread = k, .lock = name, .owner = row_owner(owner)};
                 bool const try_only = percent() < 35;
-                if (!acquire_logged(locker, base, try_only ? "try_acquire" : nullptr, 30, lease, *slot, rng)) continue;
+                char const* const try_what = try_only ? "try_acquire" : nullptr;
+                bool got = false;
+                if (sem) {
+                    got =
+                        acquire_logged([&] { return sem->try_acquire(name); }, [&] { return sem->acquire(name, wait); },
+                                       base, try_what, 30, lease, *slot, rng);
+                } else if (rw) {
+                    shared = percent() >= c_.writer_pct;
+                    if (shared) base.value = 1;
+                    got = acquire_logged([&] { return shared ? rw->try_acquire_shared(name) : rw->try_acquire(name); },
+                                         [&] {
+                                             return shared ? rw->acquire_shared(name, wait) : rw->acquire(name, wait);
+                                         },
+                                         base, try_what, 30, lease, *slot, rng);
+                } else if (elect) {
+                    auto const value = campaign_value(owner);
+                    got = acquire_logged(
+                        [&]() -> std::optional<sqlock::lease> {
+                            auto l = elect->try_campaign(name, value);
+                            if (!l) return std::nullopt;
+                            return std::move(l->lease());
+                        },
+                        [&] { return std::move(elect->campaign(name, value, wait).lease()); }, base, try_what, 30,
+                        lease, *slot, rng);
+                } else {
+                    got = acquire_logged(locker, base, try_what, 30, lease, *slot, rng);
+                }
+                if (!got) continue;
+                fenced = base;
+                if (sem) {
+                    fenced.lock = lease->name();  // a fence's name may not hold U+001F, a slot's row name does
+                    std::replace(fenced.lock.begin(), fenced.lock.end(), '\x1f', '/');
+                }
                 if (percent() < c_.fork_pct) fork_here(fork_point::after_acquire, lease, base, rng);
                 continue;
             }
+            bool const writes = !shared && (!sem || fenced.lock != base.lock);
             int const roll = percent();
             if (roll < 20) {
-                if (fence) fenced_write(*res, *fence, base);
+                if (fence && writes) fenced_write(*res, *fence, fenced);
             } else if (roll < 35) {
-                if (lease->held()) unfenced_write(lock_index, base, rng);
+                if (lease->held() && !shared && !sem) unfenced_write(lock_index, base, rng);
             } else if (roll < 50) {
                 renew_logged(base, *lease);
             } else if (roll < 58) {
                 std::optional<sqlock::lease> inner;
                 if (logged(
                         base, "reenter", [&] { inner.emplace(lease->reenter()); }, [](event&) {})) {
-                    if (fence && percent() < 50) fenced_write(*res, *fence, base);
+                    if (fence && percent() < 50 && writes) fenced_write(*res, *fence, fenced);
                     logged(
                         base, "release_hold", [&] { inner->release(); }, [](event&) {});
                 }
@@ -845,8 +904,10 @@ private:
         // records) is copied in whatever state that thread left it; SQLite forbids using a database across
         // fork() (sqlite.org/howtocorrupt.html, 2.6). A child that did hung once in CI (Fuzz.TableLock/sqlite,
         // seed 701, forked inside release()). The draw stays, so the schedule of the seed is unchanged.
-        bool const work =
-            std::uniform_int_distribution<int>(0, 1)(rng) == 1 && c_.urls.front().rfind("sqlite:", 0) != 0;
+        // With --kind a child never works either: its critical sections take plain locks of the names, which a
+        // read-write lock's readers do not exclude (a plain lock is a writer that does not wait for readers).
+        bool const work = std::uniform_int_distribution<int>(0, 1)(rng) == 1 &&
+                          c_.urls.front().rfind("sqlite:", 0) != 0 && c_.kind == "lock";
         std::string const child = c_.name + ".f" + std::to_string(++forks_) + "-" + to_string(point) + "-" +
                                   to_string(end) + (work ? "-lock" : "");
         std::atomic<bool> inside{false};

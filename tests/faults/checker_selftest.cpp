@@ -731,6 +731,44 @@ TEST(K1Permits, ASlotTakenOverBeforeItsExpiryCountsBothHolders) {
     EXPECT_TRUE(mentions(r, "3 permits held at once")) << r.summary();
 }
 
+TEST_F(RunDirectory, CheckDirectoryReplaysACoordinationRunsOwnCheckers) {
+    // A 2-permit semaphore whose third slot was held beside the other two: only K1-permits sees it, and only when
+    // final.json names the run's kind and N (the battery writes them: scenario::coordination).
+    {
+        std::ofstream a(dir_ / "audit.jsonl");
+        for (auto const& r : {row(1, "grant", "a", 1, 0, 10, slot0), row(2, "grant", "b", 1, 2, 12, slot1),
+                              row(3, "grant", "c", 1, 4, 14, slot2)})
+            a << sb::to_json(r).dump() << '\n';
+    }
+    sb::run_final f;
+    f.asserted = std::vector<std::string>{"K7"};
+    std::ofstream(dir_ / "final.json") << sb::to_json(f).dump(2);
+    EXPECT_EQ(run_tool(dir_), 0);  // nothing asserted sees it
+
+    f.coordination = sb::to_json(sb::coordination_checks{"semaphore", 2});
+    std::ofstream(dir_ / "final.json") << sb::to_json(f).dump(2);
+    std::map<std::string, sb::report> by_name;
+    for (auto const& r : sb::check_directory(dir_.string())) by_name.emplace(r.checker, r);
+    ASSERT_TRUE(by_name.contains("K1-permits"));
+    EXPECT_TRUE(by_name.at("K1-permits").asserted);
+    EXPECT_TRUE(mentions(by_name.at("K1-permits"), "3 permits held at once")) << by_name.at("K1-permits").summary();
+    EXPECT_TRUE(by_name.contains("K1-reap-coord"));
+    EXPECT_EQ(run_tool(dir_), 1);
+
+    // The same N as the run's: a 3-permit semaphore allows it.
+    f.coordination = sb::to_json(sb::coordination_checks{"semaphore", 3});
+    std::ofstream(dir_ / "final.json") << sb::to_json(f).dump(2);
+    EXPECT_EQ(run_tool(dir_), 0);
+
+    // An unknown kind, or a semaphore without its N, is unreadable input.
+    for (auto const& bad : {nlohmann::json{{"kind", "mutex"}}, nlohmann::json{{"kind", "semaphore"}}}) {
+        f.coordination = bad;
+        std::ofstream(dir_ / "final.json") << sb::to_json(f).dump(2);
+        EXPECT_THROW(sb::check_directory(dir_.string()), std::invalid_argument) << bad.dump();
+        EXPECT_EQ(run_tool(dir_), 2) << bad.dump();
+    }
+}
+
 // rw: readers r1 and r2 take X's lock and rename it (audit.hpp: a delete of X and a grant of the reader's row), a
 // writer takes X at 20 and its acquire returns once both readers are gone (history, realtime − mono = 0).
 std::vector<sb::audit_row> rw_audit(std::int64_t r2_release_ms) {

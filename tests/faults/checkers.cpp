@@ -1,6 +1,8 @@
 // sqlock reliability battery — the checkers K1–K9 (tests/faults/checkers.hpp).
 #include "checkers.hpp"
 
+#include "coord_checkers.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -105,6 +107,8 @@ nlohmann::json to_json(run_final const& f) {
     for (auto const& r : f.remaining) j["remaining"].push_back(to_json(r));
     if (f.k6_bound_ms) j["k6_bound_ms"] = *f.k6_bound_ms;
     if (f.asserted) j["asserted"] = *f.asserted;
+    if (f.realtime_minus_mono_ns != 0) j["realtime_minus_mono_ns"] = f.realtime_minus_mono_ns;
+    if (f.coordination) j["coordination"] = *f.coordination;
     return j;
 }
 
@@ -123,6 +127,8 @@ run_final read_final(std::string const& path) {
         if (auto it = j.find("k6_bound_ms"); it != j.end()) f.k6_bound_ms = it->get<std::int64_t>();
         f.k2_expect_zero = j.value("k2_expect_zero", true);
         if (auto it = j.find("asserted"); it != j.end()) f.asserted = it->get<std::vector<std::string>>();
+        f.realtime_minus_mono_ns = j.value("realtime_minus_mono_ns", std::int64_t{0});
+        if (auto it = j.find("coordination"); it != j.end()) f.coordination = *it;
         return f;
     } catch (nlohmann::json::exception const& e) {
         throw std::invalid_argument("final.json: " + path + " is not valid (" + e.what() +
@@ -1044,6 +1050,10 @@ std::vector<report> check_directory(std::string const& dir) {
     if (final_state.has_remaining) reports.push_back(k8_leftovers(final_state.remaining, final_state.live_owners));
     if (!history.empty()) reports.push_back(k9_typed_errors(history));
     for (auto& r : reports) r.asserted = asserted(r.checker);
+    if (final_state.coordination)
+        for (auto& r : coordination_reports(coordination_from_json(*final_state.coordination), audit, history, nemesis,
+                                            final_state.realtime_minus_mono_ns))
+            reports.push_back(std::move(r));  // asserted, as the run asserted them
     return reports;
 }
 

@@ -159,6 +159,10 @@ struct run_final {
     /// The checkers the run asserts; the others are only reported (report::asserted false), and K2
     /// then counts overlaps without reporting them. Absent: every checker is asserted.
     std::optional<std::vector<std::string>> asserted;
+    /// The host's real-time clock minus its monotonic clock during the run (K1-reap's placement of client events).
+    std::int64_t realtime_minus_mono_ns = 0;
+    /// A coordination run's own checkers (coord_checkers.hpp: coordination_checks), replayed and asserted.
+    std::optional<nlohmann::json> coordination;
 };
 nlohmann::json to_json(run_final const& f);
 /// @throws std::invalid_argument the file cannot be read or is not in this format
@@ -169,7 +173,8 @@ run_final read_final(std::string const& path);
 /// run. K1 runs on an audit; K2, K5, K9 on a history; K3 when it has write_fenced events; K4 when
 /// it has write_unfenced events or final.json has counters; K6 with a nemesis log and final.json's
 /// k6_bound_ms; K7 always; K8 when there is a remaining*.jsonl (the lock table's rows, as audit
-/// rows of kind "row") or final.json has "remaining".
+/// rows of kind "row") or final.json has "remaining". With final.json's "coordination", the kind's
+// checkers too (coord_checkers.hpp: coordination_reports), asserted.
 /// @throws std::invalid_argument `dir` is not a directory, holds neither a history nor an audit,
 ///         or a file in it cannot be read
 std::vector<report> check_directory(std::string const& dir);

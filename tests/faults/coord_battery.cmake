@@ -3,8 +3,9 @@
 # sqlock_battery_selftest). The workers are sqlock_battery_worker with --kind (SQLOCK_BATTERY_KIND).
 #   sqlock_coord_battery_tests  Engines/CoordFaults.<Test>/<engine> and
 #                               Engines/CoordFaultsRow.<Test>/<engine> (kill -9, SIGSTOP past the TTL, session kill;
-#                               labels fault-smoke;battery), CoordServerCrash.<Test> (a private PostgreSQL killed
-#                               with SIGKILL and restarted; labels fault-smoke;battery;crash, serial)
+#                               labels fault-smoke;battery), Engines/CoordServerCrash.<Test>/<engine> (a private
+#                               PostgreSQL or MariaDB killed with SIGKILL and restarted; labels
+#                               fault-smoke;battery;crash, serial)
 # Fixed seeds in CI; SQLOCK_SOAK=1 (bash scripts/battery.sh soak) runs random seeds and 10× durations.
 add_executable(sqlock_coord_battery_tests ${CMAKE_CURRENT_LIST_DIR}/coord_battery_suite.cpp)
 target_include_directories(sqlock_coord_battery_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
@@ -18,5 +19,5 @@ add_dependencies(sqlock_coord_battery_tests sqlock_battery_worker)
 sqlock_test_target(sqlock_coord_battery_tests)
 sqlock_discover_tests(sqlock_coord_battery_tests NAME sqlock_coord_faults FILTER "Engines/CoordFaults*"
                       LABELS fault-smoke battery TIMEOUT 600)
-sqlock_discover_tests(sqlock_coord_battery_tests NAME sqlock_coord_crash FILTER "CoordServerCrash.*"
+sqlock_discover_tests(sqlock_coord_battery_tests NAME sqlock_coord_crash FILTER "Engines/CoordServerCrash.*"
                       LABELS fault-smoke battery crash SERIAL TIMEOUT 600)

@@ -12,7 +12,8 @@
 //   each under nemesis mixed_faults every 1–2 s: kill -9 of a holder (restarted 0.5 s later with new owners),
 //   SIGSTOP of a holder for 2 s (past the 1 s TTL), a holder's server session ended (PostgreSQL, MariaDB), with a
 //   reaper every 500 ms.
-//   CoordServerCrash.SemaphoreRwLockElection   PostgreSQL, private server  fault-smoke;battery;crash (serial)
+//   Engines/CoordServerCrash.SemaphoreRwLockElection/<engine>   PostgreSQL, MariaDB; a private server
+//                                                               fault-smoke;battery;crash (serial)
 //     the three kinds in turn, the same load while the whole server is killed with SIGKILL (twice) and restarted
 //
 // Asserted: K1 on the audit (renames of readers' rows made explicit by audit.hpp), K1-reap-coord, K3 (fenced
@@ -60,11 +61,7 @@ scenario coord(std::string id, std::uint64_t seed, std::string const& kind) {
     // K1 on the audit with the readers' renames and the permit slots: the harness's K1-reap matches a delete's row
     // name with the history's, which names the user's name; K1-reap-coord folds the names.
     s.k1 = kind == "election";
-    if (kind != "election") {
-        s.extra_checks.push_back([](run_record const& rec) { return k1_db_disjoint(rec.audit); });
-        s.extra_checks.push_back(
-            [](run_record const& rec) { return k1_reap_coord(rec.audit, rec.history, rec.realtime_minus_mono_ns); });
-    }
+    s.coordination = coordination_checks{kind};
     return s;
 }
 
@@ -81,25 +78,21 @@ scenario with_faults(scenario s) {
 /// One semaphore of `permits` (every process agrees on N: a caller with another N is refused).
 scenario semaphore_load(scenario s, int permits) {
     s.worker_env.push_back("SQLOCK_BATTERY_PERMITS=" + std::to_string(permits));
-    s.extra_checks.push_back([permits](run_record const& rec) { return k1_permits(rec.audit, {}, permits); });
+    s.coordination->permits = permits;
     return s;
 }
 
 scenario rw_load(scenario s) {
     s.locks = 2;
     s.worker_env.push_back("SQLOCK_BATTERY_WRITER_PCT=30");
-    s.extra_checks.push_back(
-        [](run_record const& rec) { return k_rw_exclusion(rec.audit, rec.history, rec.realtime_minus_mono_ns); });
     return s;
 }
 
 /// Slot 0 observes (set_slot_env), the other slots campaign.
 scenario election_load(scenario s, bool require_leader_kill) {
     s.processes = 4;
-    s.extra_checks.push_back([](run_record const& rec) { return k_election(rec.audit, rec.history); });
-    s.extra_checks.push_back([require_leader_kill](run_record const& rec) {
-        return k_observe(rec.history, rec.nemesis, 20 * observe_ms, require_leader_kill);
-    });
+    s.coordination->observe_bound_ms = 20 * observe_ms;
+    s.coordination->require_leader_kill = require_leader_kill;
     return s;
 }
 
@@ -148,59 +141,69 @@ TEST_P(CoordFaultsRow, SemaphoreRowLockUnderFaults) {
 INSTANTIATE_TEST_SUITE_P(Engines, CoordFaultsRow, ::testing::Values(engine::postgresql, engine::mysql),
                          sqlock_test::engine_param_name{});
 
-// ---------------------------------------------------------------- the server crash (PostgreSQL, private server)
+// ---------------------------------------------------------------- the server crash (private server)
 
-/// A private PostgreSQL (scripts/test-servers.sh in a temp dir), killed with SIGKILL (the whole process tree) and
-/// restarted by each run's nemesis. One test runs the three kinds one after the other on it: ctest runs each test in
-/// a process of its own, and a private server costs about 10 s to start and stop.
-class CoordServerCrash : public ::testing::Test {
+/// A private PostgreSQL or MariaDB (scripts/test-servers.sh in a temp dir), killed with SIGKILL (PostgreSQL: the
+/// whole process tree; MariaDB: mariadbd, one process) and restarted by each run's nemesis: crash recovery from the
+/// engine's own log. One test runs the three kinds one after the other on it: ctest runs each test in a process of
+/// its own, and a private server costs about 10 s to start and stop.
+class CoordServerCrash : public ::testing::TestWithParam<engine> {
 protected:
     void SetUp() override {
         try {
-            pg_ = std::make_unique<sqlock_test::private_pg>();
+            if (GetParam() == engine::postgresql) pg_.emplace();
+            else my_.emplace();
         } catch (std::exception const& ex) {
-            FAIL() << "could not start a private PostgreSQL: " << ex.what();
+            FAIL() << "could not start a private " << (GetParam() == engine::postgresql ? "PostgreSQL" : "MariaDB")
+                   << ": " << ex.what();
         }
     }
 
     /// Two crashes, 1.5 s and 3.5 s into the run, each down for 500 ms.
     scenario crashing(scenario s) {
-        s.worker_urls = {pg_->url()};
+        s.worker_urls = {pg_ ? pg_->url() : my_->url()};
         s.duration = 5s;
-        s.nemesis_script = [pg = pg_.get()](nemesis_ctl& ctl) {
+        s.nemesis_script = [this](nemesis_ctl& ctl) {
+            auto const server = pg_ ? "postgresql" : "mariadb";
             for (int i = 0; i < 2; ++i) {
                 ctl.sleep(1500ms);
                 if (std::chrono::steady_clock::now() >= ctl.end - 1s) return;
-                ctl.log("crash-server", "postgresql", "start", "SIGKILL of the whole server");
-                auto const killed = pg->kill_tree();
+                ctl.log("crash-server", server, "start", "SIGKILL of the whole server");
+                std::size_t killed = 1;
+                if (pg_) killed = pg_->kill_tree();
+                else my_->crash();
                 ctl.sleep(500ms);
-                pg->start_again();
-                ctl.log("crash-server", "postgresql", "stop",
+                if (pg_) pg_->start_again();
+                else my_->start_again();
+                ctl.log("crash-server", server, "stop",
                         "restarted after " + std::to_string(killed) + " processes were killed");
             }
         };
         return s;
     }
 
-    std::unique_ptr<sqlock_test::private_pg> pg_;
+    std::optional<sqlock_test::private_pg> pg_;
+    std::optional<sqlock_test::private_mariadb> my_;
 };
 
-TEST_F(CoordServerCrash, SemaphoreRwLockElection) {
+TEST_P(CoordServerCrash, SemaphoreRwLockElection) {
     {
         SCOPED_TRACE("semaphore");
-        battery_run(crashing(semaphore_load(coord("SEM-crash", 2211, "semaphore"), 2)), engine::postgresql)
-            .run_and_check();
+        battery_run(crashing(semaphore_load(coord("SEM-crash", 2211, "semaphore"), 2)), GetParam()).run_and_check();
     }
     {
         SCOPED_TRACE("rw lock");
-        battery_run(crashing(rw_load(coord("RW-crash", 2212, "rw"))), engine::postgresql).run_and_check();
+        battery_run(crashing(rw_load(coord("RW-crash", 2212, "rw"))), GetParam()).run_and_check();
     }
     {
         SCOPED_TRACE("election");
-        battery_run r(crashing(election_load(coord("ELECT-crash", 2213, "election"), false)), engine::postgresql);
+        battery_run r(crashing(election_load(coord("ELECT-crash", 2213, "election"), false)), GetParam());
         r.set_slot_env(0, {"SQLOCK_BATTERY_OBSERVER=1"});
         r.run_and_check();
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, CoordServerCrash, ::testing::Values(engine::postgresql, engine::mysql),
+                         sqlock_test::engine_param_name{});
 
 }  // namespace

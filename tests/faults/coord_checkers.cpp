@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -448,6 +449,42 @@ report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> con
     }
     r.counts = {{"live_deletes", live}, {"expired_deletes", expired}};
     return r;
+}
+
+nlohmann::json to_json(coordination_checks const& c) {
+    return {{"kind", c.kind},
+            {"permits", c.permits},
+            {"observe_bound_ms", c.observe_bound_ms},
+            {"require_leader_kill", c.require_leader_kill}};
+}
+
+coordination_checks coordination_from_json(nlohmann::json const& j) {
+    coordination_checks c{j.at("kind").get<std::string>(), j.value("permits", 0),
+                          j.value("observe_bound_ms", std::int64_t{0}), j.value("require_leader_kill", false)};
+    if (c.kind != "semaphore" && c.kind != "rw" && c.kind != "election")
+        throw std::invalid_argument("final.json: coordination kind '" + c.kind +
+                                    "' is not one of semaphore, rw, election");
+    if (c.kind == "semaphore" && c.permits < 1)
+        throw std::invalid_argument("final.json: a semaphore run without its number of permits (\"permits\")");
+    return c;
+}
+
+std::vector<report> coordination_reports(coordination_checks const& c, std::vector<audit_row> const& audit,
+                                         std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
+                                         std::int64_t realtime_minus_mono_ns) {
+    std::vector<report> out;
+    if (c.kind != "election") {
+        out.push_back(k1_db_disjoint(audit));
+        out.push_back(k1_reap_coord(audit, history, realtime_minus_mono_ns));
+    }
+    if (c.kind == "semaphore") out.push_back(k1_permits(audit, {}, c.permits));
+    if (c.kind == "rw") out.push_back(k_rw_exclusion(audit, history, realtime_minus_mono_ns));
+    if (c.kind == "election") {
+        out.push_back(k_election(audit, history));
+        if (c.observe_bound_ms > 0)
+            out.push_back(k_observe(history, nemesis, c.observe_bound_ms, c.require_leader_kill));
+    }
+    return out;
 }
 
 }  // namespace sqlock_battery

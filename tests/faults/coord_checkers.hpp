@@ -79,4 +79,23 @@ report k_observe(std::vector<event> const& history, std::vector<nemesis_event> c
 report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> const& history,
                      std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10);
 
+/// What a coordination run asserts besides K1–K9. The battery keeps it in final.json ("coordination"), so that
+/// sqlock_battery_check replays the same checkers over a kept run directory.
+struct coordination_checks {
+    std::string kind;                   ///< "semaphore", "rw" or "election"
+    int permits = 0;                    ///< semaphore: N
+    std::int64_t observe_bound_ms = 0;  ///< election: K-observe's bound (0: no observer ran, no K-observe)
+    bool require_leader_kill = false;   ///< election: without a kill of the leader K-observe says the fault never bit
+};
+nlohmann::json to_json(coordination_checks const& c);
+/// @throws std::invalid_argument an unknown kind, or a semaphore without permits
+coordination_checks coordination_from_json(nlohmann::json const& j);
+
+/// The kind's checkers over a run's record: K1 on the audit and K1-reap-coord for semaphores and rw locks (whose
+/// slot and reader rows the plain K1-reap cannot match with the history), then K1-permits, K-rw, or K-election and
+/// K-observe.
+std::vector<report> coordination_reports(coordination_checks const& c, std::vector<audit_row> const& audit,
+                                         std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
+                                         std::int64_t realtime_minus_mono_ns);
+
 }  // namespace sqlock_battery

@@ -5,7 +5,8 @@
 //                        destruction, always. crash(): SIGKILL of the postmaster; kill_tree() + start_again():
 //                        SIGKILL of the whole server process tree, kept down until restarted (same port, data).
 //   private_mariadb      the same for MariaDB only (SQLOCK_TEST_ENGINES=mariadb, the SQLOCK_TEST_MY_ARGS/SQL/ENV
-//                        settings); mariadbd() is the server's one process (for the freezer).
+//                        settings); mariadbd() is the server's one process (for the freezer); crash() + start_again():
+//                        SIGKILL of it, kept down until restarted (same port, data).
 //   freezer              a cgroup v1 freezer group of our own (FROZEN / THAWED), emptied and removed on destruction.
 //   faked_clock_server   a private_pg with libfaketime preloaded into the postmaster (FAKETIME_TIMESTAMP_FILE,
 //                        FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1): offset("+6s") moves its wall clock at once.
@@ -302,6 +303,24 @@ public:
         pid_t const pid = server_detail::pid_in(pid_file_);
         if (pid <= 0) throw std::runtime_error("no pid in " + pid_file_);
         return pid;
+    }
+
+    /// kill -9 of mariadbd (the whole server: one process), then waits until it is gone. It stays down until
+    /// start_again().
+    void crash() {
+        using namespace std::chrono_literals;
+        pid_t const pid = mariadbd();
+        if (::kill(pid, SIGKILL) != 0)
+            throw std::runtime_error("cannot kill mariadbd " + std::to_string(pid) + ": " + std::strerror(errno));
+        if (!eventually([&] { return !server_detail::alive(pid); }, 60s))
+            throw std::runtime_error("mariadbd " + std::to_string(pid) + " survived SIGKILL for 60 s");
+    }
+
+    /// Starts the server again on its data and port (scripts/test-servers.sh restart mariadb: InnoDB's crash
+    /// recovery after crash()).
+    void start_again() {
+        server_.restart("mariadb");
+        mariadbd_ = mariadbd();
     }
 
 private:

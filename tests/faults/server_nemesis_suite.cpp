@@ -638,11 +638,7 @@ public:
             (void)pg_->kill_tree();
             return;
         }
-        pid_t const pid = my_->mariadbd();
-        if (::kill(pid, SIGKILL) != 0)
-            throw std::runtime_error("cannot kill mariadbd " + std::to_string(pid) + ": " + std::strerror(errno));
-        if (!eventually([&] { return !server_detail::alive(pid); }, 60s))
-            throw std::runtime_error("mariadbd " + std::to_string(pid) + " survived SIGKILL for 60 s");
+        my_->crash();
     }
     // SOCI connect string of a fence session from `host` (libpq or SOCI MySQL keywords).
     std::string fence_conninfo(std::string const& host) const {

@@ -5,6 +5,7 @@ namespace sqlock::detail::mysql_engine {
 
 mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& options) : dialect(prefix, options) {
     acquire_sql_ = "CALL " + prefix_ + "_acquire_v2(?, ?, ?, ?, ?, ?)";
+    acquire_shared_sql_ = "CALL " + prefix_ + "_acquire_shared(?, ?, ?, ?, ?, ?, ?)";
     renew_sql_ = "CALL " + prefix_ + "_renew(?, ?, ?, ?)";
     // MySQL has no DELETE ... RETURNING. An unmarked row goes in one statement; a marked one (or
     // none of ours) is read, then deleted, and its waiter rung (release()).

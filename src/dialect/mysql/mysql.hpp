@@ -152,8 +152,8 @@ inline MYSQL_BIND integer_param(long long& value) {
 
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
-    std::optional<server_statement> call_acquire, call_renew, delete_row, read_marked, delete_marked, mark_waiting,
-        mark_seen, draw_token;
+    std::optional<server_statement> call_acquire, call_acquire_shared, call_renew, delete_row, read_marked,
+        delete_marked, mark_waiting, mark_seen, draw_token;
     // The row lock's.
     std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record, row_keep,
         row_rollback;
@@ -230,6 +230,13 @@ public:
     // No live row to mark (released since the busy answer): the acquire is tried once more at once.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool waiting, bool retry) const override;
+    // <prefix>_acquire_shared: the grant and the rename in one transaction (one flush, where the
+    // server's innodb_flush_log_at_trx_commit cannot be relaxed for one statement); the listener
+    // the name's row was marked by is rung after the commit.
+    bool grants_shared_at_once() const noexcept override { return true; }
+    grant acquire_shared(pooled_session ps, std::string const& name, std::string const& reader,
+                         std::string const& owner, std::int64_t attempt, std::int64_t ttl_us, bool waiting,
+                         bool retry) const override;
     // One DELETE of an unmarked row. A marked one is read, deleted, and KILL QUERY ID sent to the
     // parked SLEEP of the listener the mark names, if this user can see it (its own threads); else
     // its waiters keep to their back-off.
@@ -316,6 +323,7 @@ private:
         return std::chrono::duration_cast<std::chrono::microseconds>(wait + slack).count();
     }
     std::string acquire_sql_;
+    std::string acquire_shared_sql_;
     std::string renew_sql_;
     std::string release_sql_;         // the row, if ours and unmarked
     std::string marked_sql_;          // its mark, if ours
@@ -325,6 +333,10 @@ private:
     // Mark the live row of `name` with `listener`: false when there is no live marked row (it was
     // released or ran out since the busy answer), so the caller tries again at once.
     bool mark(pooled_session ps, std::string const& name, long long listener) const;
+    // `call` (true: granted), and while `waiting` and busy, mark() and `call` once more when there
+    // was no live row to mark (acquire, acquire_shared; defined in table_lock.cpp, which uses it).
+    template <class Call>
+    bool granting(pooled_session ps, std::string const& name, bool waiting, Call const& call) const;
     std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
     std::string listeners_sql_;  // the query ids of the parked listeners
     std::string listener_sql_;   // the query id of one parked listener, by its connection id

@@ -15,6 +15,7 @@ bool mysql_dialect::multi_writer_cluster(soci::session& s) const { return galera
 std::vector<std::string> mysql_dialect::required_tables() const {
     auto names = dialect::required_tables();
     names.push_back(prefix_ + "_acquire_v2");
+    names.push_back(prefix_ + "_acquire_shared");
     names.push_back(prefix_ + "_renew");
     return names;
 }

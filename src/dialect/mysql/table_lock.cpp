@@ -3,6 +3,21 @@
 
 namespace sqlock::detail::mysql_engine {
 
+template <class Call>
+bool mysql_dialect::granting(pooled_session ps, std::string const& name, bool waiting, Call const& call) const {
+    bool ours = call();
+    long long const listener = listener_id_.load(std::memory_order_relaxed);
+    for (int calls = 1; waiting && !ours && listener != 0; ++calls) {
+        SQLOCK_FAILPOINT("mysql.acquire.before_mark");
+        if (mark(ps, name, listener) || calls == 2) break;
+        ours = call();  // released between the busy answer and the mark: nobody would ring for us
+    }
+    // The pause a client can still take inside an acquire: after the server
+    // decided and committed, before the caller hears of it.
+    SQLOCK_FAILPOINT("mysql.acquire.after_call");
+    return ours;
+}
+
 grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                              std::int64_t ttl_us, bool waiting, bool retry) const {
     auto& c = cache(ps);
@@ -16,20 +31,35 @@ grant mysql_dialect::acquire(pooled_session ps, std::string const& name, std::st
                                      integer_param(ttl),
                                      integer_param(budget)};
     std::array<long long, 4> row{};  // ours, token, created, expires
-    auto const call = [&] {
+    bool const ours = granting(ps, name, waiting, [&] {
         return on(c.call_acquire, [&](server_statement& st) { return st.execute(params.data(), row); }) && row[0] == 1;
-    };
-    bool ours = call();
-    long long const listener = listener_id_.load(std::memory_order_relaxed);
-    for (int calls = 1; waiting && !ours && listener != 0; ++calls) {
-        SQLOCK_FAILPOINT("mysql.acquire.before_mark");
-        if (mark(ps, name, listener) || calls == 2) break;
-        ours = call();  // released between the busy answer and the mark: nobody would ring for us
-    }
-    // The pause a client can still take inside an acquire: after the server
-    // decided and committed, before the caller hears of it.
-    SQLOCK_FAILPOINT("mysql.acquire.after_call");
+    });
     if (!ours) return {};
+    return {true, row[1], row[2], row[3]};
+}
+
+grant mysql_dialect::acquire_shared(pooled_session ps, std::string const& name, std::string const& reader,
+                                    std::string const& owner, std::int64_t attempt, std::int64_t ttl_us, bool waiting,
+                                    bool retry) const {
+    auto& c = cache(ps);
+    prepared(c.call_acquire_shared, ps, acquire_shared_sql_);
+    long long id = attempt, again = retry ? 1 : 0, ttl = ttl_us, budget = budget_us(ps.session);
+    unsigned long name_length = 0, reader_length = 0, owner_length = 0;
+    std::array<MYSQL_BIND, 7> params{bytes_param(name, name_length),
+                                     bytes_param(reader, reader_length),
+                                     bytes_param(owner, owner_length),
+                                     integer_param(id),
+                                     integer_param(again),
+                                     integer_param(ttl),
+                                     integer_param(budget)};
+    std::array<long long, 5> row{};  // ours, token, created, expires, the listener that marked the name's row
+    bool const ours = granting(ps, name, waiting, [&] {
+        return on(c.call_acquire_shared, [&](server_statement& st) { return st.execute(params.data(), row); }) &&
+               row[0] == 1;
+    });
+    if (!ours) return {};
+    // The name's lock is free again: its waiters may go on (the reader's own release need not ring).
+    if (row[4] != 0) ring(ps.session, row[4]);
     return {true, row[1], row[2], row[3]};
 }
 

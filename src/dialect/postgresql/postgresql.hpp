@@ -72,6 +72,9 @@ public:
     void notify_release(soci::session& s, std::string const& name) const override {
         s << "SELECT 1 FROM pg_notify('" + channel() + "', :name)", soci::use(name, "name");
     }
+    std::string unflushed_from_sql() const override {
+        return " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
+    }
 
     // ---- the row lock (row_lock.cpp) ----
     void ensure_row(soci::session& s, std::string const& name) const override {

@@ -163,6 +163,18 @@ public:
     void notify_release(soci::session&, std::string const&) const override {
         if (!bell_path_.empty()) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
     }
+    // As a release: NORMAL for the body, then back to the URL's setting whatever happened.
+    void unflushed(soci::session& s, std::function<void()> const& body) const override {
+        if (!relax_release_) return body();
+        s << relaxed_sql_;
+        try {
+            body();
+        } catch (...) {
+            s << durable_sql_;
+            throw;
+        }
+        s << durable_sql_;
+    }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
