@@ -177,7 +177,7 @@ public:
         auto const before = sys_clock::now();
         std::optional<renewal> moved;
         try {
-            moved = store_->run("taking a shared lease of '" + gate + "'", [&](soci::session& s) {
+            moved = store_->run("taking a shared lease of '" + gate + "'", [&](pooled_session s) {
                 return store_->dialect().rename_lock(s, gate, owner, held->token(), reader, ttl_us);
             });
         } catch (...) {

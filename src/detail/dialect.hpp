@@ -103,7 +103,7 @@ public:
     [[nodiscard]] bool forget_semaphore(soci::session& s, std::string const& name) const final;
     [[nodiscard]] live_rows count_live(soci::session& s, std::string const& lo, std::string const& hi,
                                        std::string const& owner) const final;
-    [[nodiscard]] std::optional<renewal> rename_lock(soci::session& s, std::string const& name,
+    [[nodiscard]] std::optional<renewal> rename_lock(pooled_session s, std::string const& name,
                                                      std::string const& owner, std::int64_t token,
                                                      std::string const& to, std::int64_t ttl_us) const final;
 

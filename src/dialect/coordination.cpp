@@ -37,42 +37,44 @@ live_rows dialect::count_live(soci::session& s, std::string const& lo, std::stri
     return {count, mine};
 }
 
-std::optional<renewal> dialect::rename_lock(soci::session& s, std::string const& name, std::string const& owner,
+std::optional<renewal> dialect::rename_lock(pooled_session s, std::string const& name, std::string const& owner,
                                             std::int64_t token, std::string const& to, std::int64_t ttl_us) const {
-    long long tok = token, ttl = ttl_us;
-    std::optional<renewal> moved;
+    auto& c = cache(s);
+    if (!c.rename)
+        c.rename.emplace(
+            (s.session.prepare << "UPDATE " + locks_ + " SET name = :to, expires_at = " + plus_ttl_sql(now_sql()) +
+                                      unflushed_from_sql() +
+                                      " WHERE name = :name AND owner = :owner AND token = :token"
+                                      " AND expires_at >= " +
+                                      now_sql() + " RETURNING " + epoch_us_sql("expires_at") + ", " +
+                                      epoch_us_sql(now_sql()) + ", " + waiters_marked_sql(),
+             soci::use(c.to, "to"), soci::use(c.ttl, "ttl"), soci::use(c.name, "name"), soci::use(c.owner, "owner"),
+             soci::use(c.token, "token"), soci::into(c.expires), soci::into(c.now), soci::into(c.flag)));
+    c.to = to;
+    c.name = name;
+    c.owner = owner;
+    c.token = token;
+    c.ttl = ttl_us;
+    bool got = false;
     // The rename need not wait for the disk: the shared lease it makes is valid
     // until the name's grant runs out and no longer, while a rename lost in a
     // crash leaves the name's row (with that grant's expiry) to keep writers
     // out until then. Any later durable commit flushes it too (each engine's
     // log is flushed in order): the reader's first renewal, another reader's
     // grant of the name, the next writer's.
-    unflushed(s, [&] {
-        soci::statement rename =
-            (s.prepare << "UPDATE " + locks_ + " SET name = :to, expires_at = " + plus_ttl_sql(now_sql()) +
-                              unflushed_from_sql() +
-                              " WHERE name = :name AND owner = :owner AND token = :token"
-                              " AND expires_at >= " +
-                              now_sql(),
-             soci::use(to, "to"), soci::use(ttl, "ttl"), soci::use(name, "name"), soci::use(owner, "owner"),
-             soci::use(tok, "token"));
-        rename.execute(true);
-        if (rename.get_affected_rows() == 0) return;
-        long long expires = 0, now = 0;
-        int marked = 0;
-        s << "SELECT " + epoch_us_sql("expires_at") + ", " + epoch_us_sql(now_sql()) + ", " + waiters_marked_sql() +
-                 " FROM " + locks_ + " WHERE name = :to",
-            soci::use(to, "to"), soci::into(expires), soci::into(now), soci::into(marked);
-        if (marked != 0) {
-            // A waiter of the name marked it: its release is announced (the row now
-            // stands for the shared lease, whose own release need not be).
-            s << "UPDATE " + locks_ + " SET waiters = " + waiters_unmarked_sql() + " WHERE name = :to",
-                soci::use(to, "to");
-            notify_release(s, name);
-        }
-        moved = renewal{expires, now};
+    unflushed(s.session, [&] {
+        got = c.rename->execute(true);
+        finish(*c.rename);
     });
-    return moved;
+    if (!got) return std::nullopt;
+    if (c.flag != 0) {
+        // A waiter of the name marked it: its release is announced (the row now
+        // stands for the shared lease, whose own release need not be).
+        s.session << "UPDATE " + locks_ + " SET waiters = " + waiters_unmarked_sql() + " WHERE name = :to",
+            soci::use(to, "to");
+        notify_release(s.session, name);
+    }
+    return renewal{c.expires, c.now};
 }
 
 }  // namespace sqlock::detail

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "detail/grant.hpp"
+#include "dialect/statements.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -36,10 +37,11 @@ public:
                                                std::string const& owner) const = 0;
 
     /// Rename the unexpired row (name, owner, token) to `to` and extend it to
-    /// now + ttl, in one statement; then, when a waiter had marked it, announce
-    /// the release of `name` (its waiters may go on). Empty when the row was
-    /// expired or not ours.
-    [[nodiscard]] virtual std::optional<renewal> rename_lock(soci::session& s, std::string const& name,
+    /// now + ttl, in one statement (UPDATE ... RETURNING, prepared once per
+    /// connection; not MariaDB's, which grants shared leases at once); then,
+    /// when a waiter had marked it, announce the release of `name` (its waiters
+    /// may go on). Empty when the row was expired or not ours.
+    [[nodiscard]] virtual std::optional<renewal> rename_lock(pooled_session s, std::string const& name,
                                                              std::string const& owner, std::int64_t token,
                                                              std::string const& to, std::int64_t ttl_us) const = 0;
 };

@@ -38,12 +38,12 @@ struct pooled_session {
 /// `use` variables and writes its `into` variables at every execute). An
 /// engine may derive from it to keep more.
 struct statement_cache : prepared_statements {
-    std::string name, owner;
+    std::string name, owner, to;
     long long token = 0, attempt = 0, ttl = 0;                   // in
     int retry = 0;                                               // in
     long long got_token = 0, created = 0, expires = 0, now = 0;  // out
     int flag = 0;                                                // out
-    std::optional<soci::statement> acquire, acquire_waiting, release, renew, draw;
+    std::optional<soci::statement> acquire, acquire_waiting, release, renew, draw, rename;
 };
 
 }  // namespace sqlock::detail

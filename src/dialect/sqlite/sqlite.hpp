@@ -163,6 +163,13 @@ public:
     void notify_release(soci::session&, std::string const&) const override {
         if (!bell_path_.empty()) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
     }
+    // A cached statement that answered a row (UPDATE ... RETURNING) stays active, and its write
+    // transaction open, until it is reset: reset it as soon as its row is read.
+    void finish(soci::statement& st) const override {
+        // (SOCI resets it again before its next execution: harmless.)
+        auto* backend = static_cast<soci::sqlite3_statement_backend*>(st.get_backend());
+        (void)sqlite3_reset(backend->stmt_);
+    }
     // As a release: NORMAL for the body, then back to the URL's setting whatever happened.
     void unflushed(soci::session& s, std::function<void()> const& body) const override {
         if (!relax_release_) return body();
