@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <unordered_map>
 
 namespace sqlock {
 namespace detail {
@@ -97,7 +98,16 @@ public:
     }
 
 private:
+    // The stored N is read at a name's first acquire, then again at most once per TTL: a
+    // definition forgotten and stored anew with another N is seen within a TTL, and a
+    // cycle costs no round trip of its own for it.
     void check_definition(std::string const& name) {
+        auto const now = clock::now();
+        {
+            std::lock_guard lock(checked_mutex_);
+            if (auto it = checked_.find(name); it != checked_.end() && now - it->second < locker_->options().ttl)
+                return;
+        }
         auto& db = *locker_->database();
         int const stored = db.run("reading the permits of semaphore '" + name + "'",
                                   [&](soci::session& s) { return db.dialect().define_semaphore(s, name, permits_); });
@@ -107,6 +117,9 @@ private:
                               std::to_string(permits_) +
                               ": give every user the same number, or, to change it, forget the stored one while "
                               "no permit is held (`sqlock semaphore --name NAME --forget`)");
+        std::lock_guard lock(checked_mutex_);
+        if (checked_.size() >= 4096) checked_.clear();  // many names: forget them all, read again
+        checked_[name] = now;
     }
 
     // Each slot once, from `start`. Only the last one may mark its row for a
@@ -123,6 +136,8 @@ private:
 
     std::shared_ptr<locker_impl> locker_;
     int permits_;
+    std::mutex checked_mutex_;
+    std::unordered_map<std::string, clock::time_point> checked_;  // name -> when N was last read equal
 };
 
 // ---- read-write lock ------------------------------------------------------

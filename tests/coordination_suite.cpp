@@ -192,6 +192,27 @@ TEST_P(Coordination, SemaphoreRefusesAnotherNumberOfPermitsAndChangesNothing) {
         ASSERT_TRUE(got) << "permit " << i << " of the redefined 5";
         now_five.push_back(std::move(*got));
     }
+    // A new semaphore of 3 reads the stored 5 at its first acquire.
+    EXPECT_THROW((void)sqlock::semaphore(locker, 3).try_acquire(name), sqlock::usage_error);
+}
+
+TEST_P(Coordination, SemaphoreNoticesARedefinitionWithinItsTtl) {
+    // The stored N is read at a name's first acquire and again at most once per TTL (400 ms here).
+    auto const name = n("sem-redef");
+    auto locker = table(short_lived());
+    sqlock::semaphore three(locker, 3);
+    {
+        auto held = three.try_acquire(name);
+        ASSERT_TRUE(held);
+        held->release();
+    }
+    ASSERT_TRUE(sqlock::forget_semaphore(*db_, name));
+    sqlock::semaphore five(locker, 5);
+    auto fifth = five.try_acquire(name);  // stores 5
+    ASSERT_TRUE(fifth);
+    fifth->release();
+    // Within the TTL `three` may still take a permit by its own N; past it, it reads 5 and refuses.
+    std::this_thread::sleep_for(450ms);
     EXPECT_THROW((void)three.try_acquire(name), sqlock::usage_error);
 }
 

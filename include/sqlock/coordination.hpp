@@ -31,8 +31,11 @@ class election_impl;
 ///
 /// The number of permits is stored with the name (`<prefix>_semaphores`) by the
 /// first caller; a caller that asks for another number gets `usage_error`
-/// naming both, so processes cannot disagree on N. `sqlock semaphore --forget`
-/// (or `forget_semaphore`) removes the definition once no permit is held.
+/// naming both, so processes cannot disagree on N. A semaphore reads the stored
+/// N at a name's first acquire and again at most once per TTL (the locker's):
+/// a definition changed meanwhile is noticed within a TTL. `sqlock semaphore
+/// --forget` (or `forget_semaphore`) removes the definition once no permit is
+/// held.
 ///
 /// Lockers: a table locker on every engine; a row locker on PostgreSQL and
 /// MariaDB (each permit pins a pooled connection). Refused with `usage_error`:
