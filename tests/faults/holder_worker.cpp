@@ -14,6 +14,8 @@
 //                    then releases it. Run with SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:MS,
 //                    the grant's answer comes MS late. Writes "granted <ms of validity left>", then
 //                    "renewals <n>", "state <lease state>" and "released" or "release <error>".
+//                    --shared: a shared lease of an rw_locker on that table locker (C09; PostgreSQL and SQLite
+//                    rename the name's row after that failpoint, MariaDB in the grant's own transaction).
 //   --mode reap      E05: one reaper pass (grace 0, no token purge, --batch rows per batch); writes
 //                    "purged <n> batches <b> complete <0|1>" to --out. Run with
 //                    SQLOCK_FAILPOINTS=reaper.between_batches=stop, the suite kills it between batches.
@@ -75,6 +77,7 @@ struct config {
     std::string resource_tables = "sqlock";
     // late-grant
     long long hold_ms = 3000;
+    bool shared = false;
     // reap
     int batch = 1000;
 };
@@ -116,7 +119,8 @@ int row_hold(config const& c) {
     out_file out(c.out);
     sqlock::store db(c.url, {.pool_size = 4, .table_prefix = c.tables, .lock_wait_timeout = 1s, .io_timeout = 3s});
     auto locks = sqlock::row_locker(db, {.ttl = milliseconds(c.ttl_ms)});
-    sqlock::lease l = locks.acquire(c.lock, milliseconds(c.wait_ms));
+    sqlock::lease l = c.shared ? sqlock::rw_locker(locks).acquire_shared(c.lock, milliseconds(c.wait_ms))
+                               : locks.acquire(c.lock, milliseconds(c.wait_ms));
     out.line("acquired " + std::to_string(l.token()));
     if (c.spawn_child) {
         std::string prog = "sleep", arg = "60";
@@ -243,7 +247,8 @@ int late_grant(config const& c) {
     auto locks = sqlock::table_locker(db, {.ttl = milliseconds(c.ttl_ms), .on_event = [renewals](auto const& ev) {
                                                if (ev.what == sqlock::lease_event::kind::renewed) ++*renewals;
                                            }});
-    sqlock::lease l = locks.acquire(c.lock, milliseconds(c.wait_ms));
+    sqlock::lease l = c.shared ? sqlock::rw_locker(locks).acquire_shared(c.lock, milliseconds(c.wait_ms))
+                               : locks.acquire(c.lock, milliseconds(c.wait_ms));
     out.line("granted " + std::to_string(std::chrono::duration_cast<milliseconds>(l.remaining()).count()));
     auto const until = std::chrono::steady_clock::now() + milliseconds(c.hold_ms);
     while (std::chrono::steady_clock::now() < until && l.state() != sqlock::lease_state::lost)
@@ -294,6 +299,7 @@ int main(int argc, char** argv) {
     app.add_option("--resource-connect", c.resource_connect, "SOCI connect string of the fenced resource");
     app.add_option("--resource-tables", c.resource_tables, "table prefix of the resource's fence table");
     app.add_option("--hold-ms", c.hold_ms, "late-grant: how long to hold the lock")->check(CLI::Range(0LL, 600000LL));
+    app.add_flag("--shared", c.shared, "late-grant: a shared lease of a read-write lock");
     app.add_option("--batch", c.batch, "reap: rows per batch")->check(CLI::Range(1, 100000));
     CLI11_PARSE(app, argc, argv);
     try {
