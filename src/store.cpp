@@ -89,7 +89,7 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
         dialect_->check_pooling(s, connect_string_, pooling == params.end() ? "" : pooling->second, url_);
         return 0;
     });
-    auto missing = run("opening the store", [&](soci::session& s) {
+    run("opening the store", [&](soci::session& s) {
         multi_writer_cluster_ = dialect_->multi_writer_cluster(s);
         if (!options_.allow_relaxed_durability) {
             if (auto relaxed = dialect_->relaxed_durability(s))
@@ -98,11 +98,14 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
                                     "twice; make commits durable, or open the store with "
                                     "allow_relaxed_durability = true if you accept that");
         }
-        return dialect_->missing_table(s);
+        return 0;
     });
+    // The schema's check in a run of its own too: a query per table, procedure and added column,
+    // each a round trip, which must fit in one run's bound behind a slow link.
+    auto missing = run("checking the schema", [&](soci::session& s) { return dialect_->missing_table(s); });
     if (!missing.empty() && options_.create_schema) {
         create_schema();
-        missing = run("opening the store", [&](soci::session& s) { return dialect_->missing_table(s); });
+        missing = run("checking the schema", [&](soci::session& s) { return dialect_->missing_table(s); });
     }
     if (auto dot = missing.find('.'); dot != std::string::npos) {
         auto const table = missing.substr(0, dot);

@@ -1210,7 +1210,7 @@ protected:
                 for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
                                       "_majority_members", "_semaphores"})
                     *raw_ << "DROP TABLE IF EXISTS " + p + t;
-                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
+                for (auto const& r : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
                     *raw_ << "DROP PROCEDURE IF EXISTS " + p + r;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the tables of prefix " << p << ": " << describe(e);

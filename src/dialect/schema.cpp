@@ -29,7 +29,10 @@ std::string dialect::missing_table(soci::session& s) const {
     for (auto const& [column, type] : added_columns()) {
         try {
             s << "SELECT COUNT(" + column + ") FROM " + locks_ + " WHERE 1 = 0";
-        } catch (soci::soci_error const&) {
+        } catch (soci::soci_error const& e) {
+            // A connection that broke (or was closed at the run's deadline) says nothing of the
+            // column: let the run report it (or reconnect), never as an older schema.
+            if (auto const f = classify(e, s); f == failure::connection || f == failure::transient) throw;
             return locks_ + "." + column + " " + type;
         }
     }

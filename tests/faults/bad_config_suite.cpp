@@ -113,7 +113,7 @@ protected:
             *root << "GRANT SELECT ON `" + db + "`.* TO " + mysql_user();
             for (auto const& t : {locks_table(), tokens_table()})
                 *root << "GRANT " + privileges + " ON `" + db + "`.`" + t + "` TO " + mysql_user();
-            for (char const* p : {"sqlock_acquire_v2", "sqlock_renew"})
+            for (char const* p : {"sqlock_acquire_v2", "sqlock_acquire_shared", "sqlock_renew"})
                 *root << "GRANT EXECUTE ON PROCEDURE `" + db + "`.`" + p + "` TO " + mysql_user();
         }
         return with_password(url_, user_, password);

@@ -649,7 +649,8 @@ private:
                               "_majority_members", "_semaphores", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
         if (e == engine::mysql)
-            for (auto const* r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+            for (auto const* r : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
+                s << "DROP PROCEDURE IF EXISTS " + prefix + r;
     }
 
     void cleanup_tables() {

@@ -186,7 +186,8 @@ protected:
         for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
         if (e == engine::mysql)
-            for (auto const* r : {"_acquire_v2", "_acquire", "_renew"}) s << "DROP PROCEDURE IF EXISTS " + prefix + r;
+            for (auto const* r : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
+                s << "DROP PROCEDURE IF EXISTS " + prefix + r;
     }
 
     fs::path work() {

@@ -105,7 +105,8 @@ protected:
                            "_majority_members", "_semaphores"})
                 *raw_ << "DROP TABLE IF EXISTS " + tp_ + t;
             if (e_ == engine::mysql)
-                for (auto p : {"_acquire_v2", "_acquire", "_renew"}) *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;
+                for (auto p : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
+                    *raw_ << "DROP PROCEDURE IF EXISTS " + tp_ + p;
         } catch (std::exception const& e) {
             ADD_FAILURE() << "dropping the test's tables " << tp_ << "_*: " << describe(e);
         }

@@ -482,7 +482,7 @@ TEST_P(SafetyMariaDB, DeadlineInsideTheAcquireLeavesNoRow) {
                 for (auto const& t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
                                       "_majority_members", "_semaphores"})
                     s << "DROP TABLE IF EXISTS " + prefix + t;
-                for (auto const& r : {"_acquire_v2", "_acquire", "_renew"})
+                for (auto const& r : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
                     s << "DROP PROCEDURE IF EXISTS " + prefix + r;
             } catch (std::exception const& e) {
                 ADD_FAILURE() << "could not drop the tables of prefix " << prefix << ": " << describe(e);
