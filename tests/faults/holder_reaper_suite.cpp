@@ -202,6 +202,42 @@ protected:
         return p.port.empty() ? (e_ == engine::mysql ? 3306 : 5432) : std::stoi(p.port);
     }
 
+    /// C08, C09: holder_worker --mode late-grant (with --shared: a read-write lock's shared lease) on lock `tag`,
+    /// its grant's answer 1.4 s late (failpoint) and a 2 s TTL. Asserts what it wrote: less than a third of the TTL
+    /// left at the grant (`why_not`: what more would mean), then renewed, held and released.
+    void late_grant(std::string const& tag, bool shared, std::string const& why_not) {
+        auto const dir = work() / tag;
+        fs::create_directories(dir);
+        milliseconds const ttl = 2000ms;
+        std::vector<std::string> args{SQLOCK_HOLDER_WORKER,
+                                      "--mode",
+                                      "late-grant",
+                                      "--url",
+                                      worker_url(),
+                                      "--tables",
+                                      tables_,
+                                      "--lock",
+                                      n(tag),
+                                      "--ttl-ms",
+                                      std::to_string(ttl.count()),
+                                      "--hold-ms",
+                                      "3000",
+                                      "--out",
+                                      (dir / "holder.out").string()};
+        if (shared) args.emplace_back("--shared");
+        child holder(args, {"SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:1400"}, dir / "holder");
+        auto const status = holder.wait_exit(60s);
+        ASSERT_TRUE(status.has_value()) << "the holder did not end within 60 s: " << holder.stderr_text();
+        auto const out = lines_of(dir / "holder.out");
+        ASSERT_EQ(out.size(), 4u) << "stdout lines: " << out.size() << "; stderr: " << holder.stderr_text();
+        ASSERT_EQ(out[0].rfind("granted ", 0), 0u) << out[0];
+        long long const left_ms = std::stoll(out[0].substr(8));
+        ASSERT_LT(left_ms, ttl.count() / 3) << "the lease came with " << left_ms << " ms left: " << why_not;
+        EXPECT_EQ(out[2], "state held") << "renewals: " << out[1];
+        EXPECT_EQ(out[3], "released") << out[1];
+        EXPECT_NE(out[1], "renewals 0");
+    }
+
     std::string tables_;
     std::optional<temp_dir> work_;
     std::string res_tables_;
@@ -562,24 +598,8 @@ TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
 // renewal is due at once, not a third of the TTL after the answer, when the lease would already have
 // run out: it is renewed, held through a 3 s hold, and released.
 TEST_P(HolderReaper, C08_LateGrantIsRenewedBeforeItRunsOut) {
-    auto const dir = work() / "late";
-    fs::create_directories(dir);
-    milliseconds const ttl = 2000ms;
-    child holder({SQLOCK_HOLDER_WORKER, "--mode", "late-grant", "--url", worker_url(), "--tables", tables_, "--lock",
-                  n("c08"), "--ttl-ms", std::to_string(ttl.count()), "--hold-ms", "3000", "--out",
-                  (dir / "holder.out").string()},
-                 {"SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:1400"}, dir / "holder");
-    auto const status = holder.wait_exit(60s);
-    ASSERT_TRUE(status.has_value()) << "the holder did not end within 60 s: " << holder.stderr_text();
-    auto const out = lines_of(dir / "holder.out");
-    ASSERT_EQ(out.size(), 4u) << "stdout lines: " << out.size() << "; stderr: " << holder.stderr_text();
-    ASSERT_EQ(out[0].rfind("granted ", 0), 0u) << out[0];
-    long long const left_ms = std::stoll(out[0].substr(8));
     // The fault bit: with a third of the TTL or more left, a renewal a third of the TTL later would do.
-    ASSERT_LT(left_ms, ttl.count() / 3) << "the grant came with " << left_ms << " ms left: the pause did not bite";
-    EXPECT_EQ(out[2], "state held") << "renewals: " << out[1];
-    EXPECT_EQ(out[3], "released") << out[1];
-    EXPECT_NE(out[1], "renewals 0");
+    late_grant("c08", false, "the pause did not bite");
 }
 
 // A shared lease is valid from its grant's request, not from the rename that makes the reader's row: on
@@ -589,24 +609,7 @@ TEST_P(HolderReaper, C08_LateGrantIsRenewedBeforeItRunsOut) {
 // lease has less than a third of its TTL left, not a whole TTL counted from the rename, is renewed at once, kept
 // and released.
 TEST_P(HolderReaper, C09_LateSharedGrantIsValidFromItsGrant) {
-    auto const dir = work() / "late-shared";
-    fs::create_directories(dir);
-    milliseconds const ttl = 2000ms;
-    child holder({SQLOCK_HOLDER_WORKER, "--mode", "late-grant", "--shared", "--url", worker_url(), "--tables", tables_,
-                  "--lock", n("c09"), "--ttl-ms", std::to_string(ttl.count()), "--hold-ms", "3000", "--out",
-                  (dir / "holder.out").string()},
-                 {"SQLOCK_FAILPOINTS=acquire.after_commit_before_return=sleep:1400"}, dir / "holder");
-    auto const status = holder.wait_exit(60s);
-    ASSERT_TRUE(status.has_value()) << "the holder did not end within 60 s: " << holder.stderr_text();
-    auto const out = lines_of(dir / "holder.out");
-    ASSERT_EQ(out.size(), 4u) << "stdout lines: " << out.size() << "; stderr: " << holder.stderr_text();
-    ASSERT_EQ(out[0].rfind("granted ", 0), 0u) << out[0];
-    long long const left_ms = std::stoll(out[0].substr(8));
-    EXPECT_LT(left_ms, ttl.count() / 3) << "the shared lease came with " << left_ms
-                                        << " ms left: its validity was not counted from its grant's request";
-    EXPECT_EQ(out[2], "state held") << "renewals: " << out[1];
-    EXPECT_EQ(out[3], "released") << out[1];
-    EXPECT_NE(out[1], "renewals 0");
+    late_grant("c09", true, "its validity was not counted from its grant's request");
 }
 
 // ------------------------------------------------------------------------------------------ C07
