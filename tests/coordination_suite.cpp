@@ -11,6 +11,7 @@
 #include "test_env.hpp"
 
 #include <sqlock/sqlock.hpp>
+#include <soci/soci.h>
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,15 @@ protected:
     static void abandon(lease l) {
         static auto* const kept = new std::vector<lease>();  // NOLINT(cppcoreguidelines-owning-memory)
         kept->push_back(std::move(l));
+    }
+
+    // A waiter marked the name's row (its release will ring).
+    bool marked(std::string const& name) {
+        long long count = 0;
+        *raw_ << std::string("SELECT COUNT(*) FROM sqlock_locks WHERE name = :name AND ") +
+                     (e_ == engine::postgresql ? "waiters" : "waiters <> 0"),  // a boolean on PostgreSQL
+            soci::use(name, "name"), soci::into(count);
+        return count != 0;
     }
 
     static locker_options short_lived() { return {.ttl = 400ms, .auto_renew = false}; }
@@ -427,6 +437,53 @@ TEST_P(Coordination, AWriterThatTimesOutLetsReadersIn) {
     });
     EXPECT_THROW(writer.get(), sqlock::timeout);
     EXPECT_TRUE(rw.try_acquire_shared(name)) << "the writer kept the name's lock after giving up";
+}
+
+// A reader waiting for a writer marks the name's row in its attempt, so the writer's
+// release wakes it, from another store, long before its backoff would (its first
+// retry is drawn from a day: one in 1440 would come within the minute allowed).
+TEST_P(Coordination, AWaitingReaderIsWokenByTheWritersRelease) {
+    auto const name = n("rw-wake");
+    sqlock::rw_locker rw(table());
+    auto writer = rw.acquire(name, 0ms);
+    auto const wt = writer.token();
+    sqlock::store other(url_);
+    auto readers = sqlock::table_locker(other, {.backoff_min = 24h, .backoff_max = 24h});
+    std::stop_source stop;
+    auto reader = std::async(std::launch::async, [&] {
+        return sqlock::rw_locker(readers).acquire_shared(name, 10min, stop.get_token());
+    });
+    ASSERT_TRUE(eventually([&] { return marked(name); }, 30000ms)) << "the waiting reader never marked the row";
+    writer.release();
+    bool const woken = reader.wait_for(60s) == std::future_status::ready;
+    if (!woken) stop.request_stop();
+    ASSERT_TRUE(woken) << "the writer's release did not wake the waiting reader";
+    EXPECT_GT(reader.get().token(), wt);
+}
+
+// A reader that takes over an expired writer's row, marked by a waiting writer,
+// rings for the name: the waiter is woken (its backoff is drawn from a day, and it
+// is allowed a minute) and gets the name's lock, which no reader keeps.
+TEST_P(Coordination, AReaderTakingOverAMarkedRowWakesItsWaiter) {
+    auto const name = n("rw-takeover");
+    auto gone = table(short_lived());
+    auto abandoned = gone.acquire(name, 0ms);
+    auto const at = abandoned.token();
+    abandon(std::move(abandoned));
+    sqlock::store other(url_);
+    auto waiting = sqlock::table_locker(other, {.backoff_min = 24h, .backoff_max = 24h});
+    std::stop_source stop;
+    auto waiter = std::async(std::launch::async, [&] { return waiting.acquire(name, 10min, stop.get_token()); });
+    ASSERT_TRUE(eventually([&] { return marked(name); }, 30000ms)) << "the waiter never marked the row";
+    ASSERT_TRUE(eventually([&] { return !row(name) || !row(name)->live(); }, 30000ms)) << "the row never expired";
+    sqlock::rw_locker rw(table());
+    auto reader = rw.try_acquire_shared(name);
+    ASSERT_TRUE(reader) << "the expired writer's row was not taken over";
+    EXPECT_GT(reader->token(), at);
+    bool const woken = waiter.wait_for(60s) == std::future_status::ready;
+    if (!woken) stop.request_stop();
+    ASSERT_TRUE(woken) << "the reader's takeover of the marked row did not wake its waiter";
+    EXPECT_GT(waiter.get().token(), reader->token());
 }
 
 // ---- elections ----------------------------------------------------------------

@@ -153,10 +153,6 @@ protected:
     /// can let its own commit go without waiting for the disk (PostgreSQL's
     /// transaction-local synchronous_commit); empty elsewhere.
     [[nodiscard]] virtual std::string unflushed_from_sql() const { return ""; }
-    /// Run `body`, whose commits need not wait for the disk where that is a
-    /// setting of the connection (SQLite's PRAGMA synchronous), then restore
-    /// the setting whatever happened; elsewhere only run it.
-    virtual void unflushed(soci::session&, std::function<void()> const& body) const { body(); }
     /// Appended to a row-picking subquery so that rows locked by others are skipped.
     [[nodiscard]] virtual std::string skip_locked_sql() const { return ""; }
     /// A timestamp column as bigint microseconds since the Unix epoch.

@@ -55,17 +55,14 @@ std::optional<renewal> dialect::rename_lock(pooled_session s, std::string const&
     c.owner = owner;
     c.token = token;
     c.ttl = ttl_us;
-    bool got = false;
-    // The rename need not wait for the disk: the shared lease it makes is valid
-    // until the name's grant runs out and no longer, while a rename lost in a
-    // crash leaves the name's row (with that grant's expiry) to keep writers
-    // out until then. Any later durable commit flushes it too (each engine's
-    // log is flushed in order): the reader's first renewal, another reader's
-    // grant of the name, the next writer's.
-    unflushed(s.session, [&] {
-        got = c.rename->execute(true);
-        finish(*c.rename);
-    });
+    // The rename need not wait for the disk (unflushed_from_sql()): the shared
+    // lease it makes is valid until the name's grant runs out and no longer,
+    // while a rename lost in a crash leaves the name's row (with that grant's
+    // expiry) to keep writers out until then. Any later durable commit flushes
+    // it too (the log is flushed in order): the reader's first renewal, another
+    // reader's grant of the name, the next writer's.
+    bool const got = c.rename->execute(true);
+    finish(*c.rename);
     if (!got) return std::nullopt;
     if (c.flag != 0) {
         // A waiter of the name marked it: its release is announced (the row now

@@ -28,12 +28,12 @@ public:
     [[nodiscard]] virtual grant acquire(pooled_session s, std::string const& name, std::string const& owner,
                                         std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool retry) const = 0;
 
-    /// True where acquire_shared() grants a shared lease in one transaction (MariaDB); elsewhere a
+    /// True where acquire_shared() grants a shared lease in one transaction (MariaDB, SQLite); elsewhere a
     /// shared lease is acquire() followed by rename_lock().
     [[nodiscard]] virtual bool grants_shared_at_once() const noexcept { return false; }
 
-    /// As acquire() of `name`, then, in the same transaction, the row renamed to `reader` and
-    /// extended to now + ttl (rename_lock()): a read-write lock's shared lease, whose grant waits
+    /// As acquire() of `name`, then, in the same transaction, the row renamed to `reader` (its
+    /// expiry now + ttl, as rename_lock() sets it): a read-write lock's shared lease, whose grant waits
     /// for the disk once. A waiter's mark on `name`'s row is announced after the commit. Only
     /// where grants_shared_at_once().
     [[nodiscard]] virtual grant acquire_shared(pooled_session s, std::string const& name, std::string const& reader,

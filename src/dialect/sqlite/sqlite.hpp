@@ -106,6 +106,8 @@ private:
 
 struct lite_cache final : statement_cache {
     lite_statement token, lock, mark, release, renew, relaxed, durable;
+    // The read-write lock's shared lease, granted in one write transaction.
+    lite_statement shared_lock, shared_rename;
     // The row lock's.
     lite_statement begin, commit, rollback, current_token, row_lock, now;
 };
@@ -149,6 +151,14 @@ public:
     // when that finds the row gone, the acquire is tried once more.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool waiting, bool /*retry*/) const override;
+    // The grant of the name's lock and its rename to `reader` in one BEGIN IMMEDIATE transaction:
+    // one write (and, at synchronous = FULL, one sync) instead of two, and no other connection ever
+    // sees the name's lock taken by a reader. Busy and `waiting`: the live row is marked in that
+    // same transaction, so no release can slip between the try and the mark.
+    bool grants_shared_at_once() const noexcept override { return true; }
+    grant acquire_shared(pooled_session ps, std::string const& name, std::string const& reader,
+                         std::string const& owner, std::int64_t attempt, std::int64_t ttl_us, bool waiting,
+                         bool retry) const override;
     // With synchronous = FULL the release alone commits at NORMAL, which in WAL
     // mode does not sync: lost in a power cut, a release only delays the next
     // holder until the row expires; the next durable commit syncs it anyway.
@@ -169,18 +179,6 @@ public:
         // (SOCI resets it again before its next execution: harmless.)
         auto* backend = static_cast<soci::sqlite3_statement_backend*>(st.get_backend());
         (void)sqlite3_reset(backend->stmt_);
-    }
-    // As a release: NORMAL for the body, then back to the URL's setting whatever happened.
-    void unflushed(soci::session& s, std::function<void()> const& body) const override {
-        if (!relax_release_) return body();
-        s << relaxed_sql_;
-        try {
-            body();
-        } catch (...) {
-            s << durable_sql_;
-            throw;
-        }
-        s << durable_sql_;
     }
     std::optional<renewal> renew(pooled_session ps, std::string const& name, std::string const& owner,
                                  std::int64_t token, std::int64_t ttl_us) const override;
@@ -230,6 +228,8 @@ protected:
 private:
     std::string token_sql_;
     std::string lock_sql_;
+    std::string shared_lock_sql_;  // lock_sql_, answering the row's waiters flag too
+    std::string shared_rename_sql_;
     std::string row_lock_sql_;
     std::string current_token_sql_;
     std::string keep_sql_;

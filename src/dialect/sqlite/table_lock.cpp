@@ -29,6 +29,60 @@ grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::s
     return g.acquired ? g : grant{};
 }
 
+grant sqlite_dialect::acquire_shared(pooled_session ps, std::string const& name, std::string const& reader,
+                                     std::string const& owner, std::int64_t attempt, std::int64_t ttl_us, bool waiting,
+                                     bool /*retry*/) const {
+    auto& c = static_cast<lite_cache&>(cache(ps));
+    auto* db = handle_of(ps);
+    grant g;
+    bool marked = false;
+    auto const once = [&] {
+        g.acquired = c.shared_lock.start(db, shared_lock_sql_)
+                         .bind(":name", name)
+                         .bind(":owner", owner)
+                         .bind(":attempt", static_cast<long long>(attempt))
+                         .bind(":ttl", static_cast<long long>(ttl_us))
+                         .run([&](sqlite3_stmt* st) {
+                             g.token = sqlite3_column_int64(st, 0);
+                             g.created_us = sqlite3_column_int64(st, 1);
+                             g.expires_us = sqlite3_column_int64(st, 2);
+                             marked = sqlite3_column_int64(st, 3) != 0;
+                         });
+    };
+    auto const take = [&] {
+        once();
+        if (g.acquired)
+            c.shared_rename.start(db, shared_rename_sql_)
+                .bind(":to", reader)
+                .bind(":name", name)
+                .bind(":owner", owner)
+                .bind(":token", static_cast<long long>(g.token))
+                .run();
+    };
+    // BUSY here, after the engine wait, is the busy lock (busy_is_lock_wait): no transaction is open.
+    c.begin.start(db, "BEGIN IMMEDIATE").run();
+    try {
+        take();
+        if (!g.acquired && waiting && !bell_path_.empty()) {
+            // Held: mark it, so that its release rings. Gone between the two statements
+            // (expired meanwhile): try once more.
+            c.mark.start(db, mark_sql_).bind(":name", name).run();
+            if (sqlite3_changes(db) == 0) take();
+        }
+        c.commit.start(db, "COMMIT").run();
+    } catch (...) {
+        try {
+            c.rollback.start(db, "ROLLBACK").run();
+        } catch (soci::soci_error const&) {  // the failure ended the transaction already
+        }
+        throw;
+    }
+    if (!g.acquired) return grant{};
+    // The name's lock was never seen taken, but an expired holder's waiters wait for it.
+    if (marked) notify_release(ps.session, name);
+    return g;
+}
+
 bool sqlite_dialect::release(pooled_session ps, std::string const& name, std::string const& owner,
                              std::int64_t token) const {
     auto& c = static_cast<lite_cache&>(cache(ps));
