@@ -10,8 +10,8 @@
 // tests/faults/ (the battery).
 #include "test_env.hpp"
 
-#include <sqlock/sqlock.hpp>
 #include <soci/soci.h>
+#include <sqlock/sqlock.hpp>
 
 #include <gtest/gtest.h>
 
@@ -450,9 +450,8 @@ TEST_P(Coordination, AWaitingReaderIsWokenByTheWritersRelease) {
     sqlock::store other(url_);
     auto readers = sqlock::table_locker(other, {.backoff_min = 24h, .backoff_max = 24h});
     std::stop_source stop;
-    auto reader = std::async(std::launch::async, [&] {
-        return sqlock::rw_locker(readers).acquire_shared(name, 10min, stop.get_token());
-    });
+    auto reader = std::async(std::launch::async,
+                             [&] { return sqlock::rw_locker(readers).acquire_shared(name, 10min, stop.get_token()); });
     ASSERT_TRUE(eventually([&] { return marked(name); }, 30000ms)) << "the waiting reader never marked the row";
     writer.release();
     bool const woken = reader.wait_for(60s) == std::future_status::ready;

@@ -21,8 +21,8 @@ sqlite_dialect::sqlite_dialect(std::string const& prefix, store_options const& o
                 now + " RETURNING token, created_at, expires_at";
     shared_lock_sql_ = lock_sql_ + ", waiters";
     // The grant's expiry is kept: the shared lease is valid from the grant.
-    shared_rename_sql_ = "UPDATE " + locks_ +
-                         " SET name = :to, waiters = 0 WHERE name = :name AND owner = :owner AND token = :token";
+    shared_rename_sql_ =
+        "UPDATE " + locks_ + " SET name = :to, waiters = 0 WHERE name = :name AND owner = :owner AND token = :token";
     release_sql_ =
         "DELETE FROM " + locks_ + " WHERE name = :name AND owner = :owner AND token = :token RETURNING waiters";
     mark_sql_ = "UPDATE " + locks_ + " SET waiters = 1 WHERE name = :name AND expires_at >= " + now;
