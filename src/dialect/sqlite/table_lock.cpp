@@ -3,23 +3,35 @@
 
 namespace sqlock::detail::sqlite_engine {
 
+namespace {
+
+// One run of a grant statement (lock_sql_, or shared_lock_sql_ with `marked`, its 4th column):
+// acquired with the row it answered, else an empty grant.
+grant run_grant(lite_statement& st, sqlite3* db, std::string const& sql, std::string const& name,
+                std::string const& owner, std::int64_t attempt, std::int64_t ttl_us, bool* marked) {
+    grant g;
+    g.acquired = st.start(db, sql)
+                     .bind(":name", name)
+                     .bind(":owner", owner)
+                     .bind(":attempt", static_cast<long long>(attempt))
+                     .bind(":ttl", static_cast<long long>(ttl_us))
+                     .run([&](sqlite3_stmt* row) {
+                         g.token = sqlite3_column_int64(row, 0);
+                         g.created_us = sqlite3_column_int64(row, 1);
+                         g.expires_us = sqlite3_column_int64(row, 2);
+                         if (marked != nullptr) *marked = sqlite3_column_int64(row, 3) != 0;
+                     });
+    return g;
+}
+
+}  // namespace
+
 grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::string const& owner,
                               std::int64_t attempt, std::int64_t ttl_us, bool waiting, bool /*retry*/) const {
     auto& c = static_cast<lite_cache&>(cache(ps));
     auto* db = handle_of(ps);
     grant g;
-    auto const once = [&] {
-        g.acquired = c.lock.start(db, lock_sql_)
-                         .bind(":name", name)
-                         .bind(":owner", owner)
-                         .bind(":attempt", static_cast<long long>(attempt))
-                         .bind(":ttl", static_cast<long long>(ttl_us))
-                         .run([&](sqlite3_stmt* st) {
-                             g.token = sqlite3_column_int64(st, 0);
-                             g.created_us = sqlite3_column_int64(st, 1);
-                             g.expires_us = sqlite3_column_int64(st, 2);
-                         });
-    };
+    auto const once = [&] { g = run_grant(c.lock, db, lock_sql_, name, owner, attempt, ttl_us, nullptr); };
     once();
     // Released between the two statements: nobody would ring for us, so try again now.
     if (!g.acquired && waiting && !bell_path_.empty()) {
@@ -36,21 +48,8 @@ grant sqlite_dialect::acquire_shared(pooled_session ps, std::string const& name,
     auto* db = handle_of(ps);
     grant g;
     bool marked = false;
-    auto const once = [&] {
-        g.acquired = c.shared_lock.start(db, shared_lock_sql_)
-                         .bind(":name", name)
-                         .bind(":owner", owner)
-                         .bind(":attempt", static_cast<long long>(attempt))
-                         .bind(":ttl", static_cast<long long>(ttl_us))
-                         .run([&](sqlite3_stmt* st) {
-                             g.token = sqlite3_column_int64(st, 0);
-                             g.created_us = sqlite3_column_int64(st, 1);
-                             g.expires_us = sqlite3_column_int64(st, 2);
-                             marked = sqlite3_column_int64(st, 3) != 0;
-                         });
-    };
     auto const take = [&] {
-        once();
+        g = run_grant(c.shared_lock, db, shared_lock_sql_, name, owner, attempt, ttl_us, &marked);
         if (g.acquired)
             c.shared_rename.start(db, shared_rename_sql_)
                 .bind(":to", reader)
