@@ -12,6 +12,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#if SQLOCK_REAPER_METRICS
+#include <sqlock/prometheus.hpp>
+
+#include <prometheus/exposer.h>
+#endif
+
 #include <pthread.h>
 #include <signal.h>
 
@@ -194,6 +200,7 @@ bool sleep_for(milliseconds d, std::stop_token const& stop) {
 
 struct settings {
     std::vector<std::string> urls;
+    std::string metrics_listen;  // ADDR:PORT, or empty
     std::optional<milliseconds> interval;  // empty: once
     std::string table_prefix = "sqlock";
     bool json = false;
@@ -288,6 +295,75 @@ int run_daemon(std::vector<target>& targets, settings const& s, logger& out, std
     return exit_code::ok;
 }
 
+// -------------------------------------------------------------------- metrics
+
+#if SQLOCK_REAPER_METRICS
+/// The lock tables of every database, counted at each scrape on a connection
+/// of their own (so a scrape never waits for a pass, nor a pass for a scrape).
+class table_gauges final : public prometheus::Collectable {
+public:
+    table_gauges(std::vector<std::string> const& urls, std::string prefix) : prefix_(std::move(prefix)) {
+        for (auto const& url : urls) databases_.push_back({url, sqlock::redact_url(url), std::nullopt});
+    }
+
+    std::vector<prometheus::MetricFamily> Collect() const override {
+        using sqlock::metric_family;
+        using sqlock::metric_type;
+        metric_family rows{"sqlock_table_rows",
+                           "Rows of the lock table, by state: live, or expired (not yet taken over or reaped).",
+                           metric_type::gauge, {}, {}};
+        metric_family oldest{"sqlock_table_oldest_expired_age_seconds",
+                             "Age of the oldest expired row of the lock table (0 when none): growing while the "
+                             "reaper runs means it is behind or failing.",
+                             metric_type::gauge, {}, {}};
+        metric_family tokens{"sqlock_token_counters", "Fencing-token counters (rows of <prefix>_tokens).",
+                             metric_type::gauge, {}, {}};
+        metric_family up{"sqlock_table_up", "1 when the lock tables could be counted at this scrape, else 0.",
+                         metric_type::gauge, {}, {}};
+        std::lock_guard lock(mutex_);
+        for (auto& d : databases_) {
+            auto gauge = [&](metric_family& f, double v, std::vector<std::pair<std::string, std::string>> extra = {}) {
+                sqlock::metric_sample s;
+                s.labels = {{"database", d.shown}};
+                for (auto& l : extra) s.labels.push_back(std::move(l));
+                s.value = v;
+                f.samples.push_back(std::move(s));
+            };
+            try {
+                if (!d.db)
+                    d.db.emplace(d.url, sqlock::store_options{.pool_size = 1,
+                                                              .table_prefix = prefix_,
+                                                              .connect_timeout = 5s,
+                                                              .io_timeout = 5s,
+                                                              .metrics = own_metrics_});
+                auto const t = sqlock::read_table_state(*d.db);
+                gauge(rows, static_cast<double>(t.rows - t.expired_rows), {{"state", "live"}});
+                gauge(rows, static_cast<double>(t.expired_rows), {{"state", "expired"}});
+                gauge(oldest, t.oldest_expired_age ? static_cast<double>(t.oldest_expired_age->count()) / 1e6 : 0.0);
+                gauge(tokens, static_cast<double>(t.token_rows));
+                gauge(up, 1);
+            } catch (std::exception const&) {
+                d.db.reset();  // opened again at the next scrape
+                gauge(up, 0);
+            }
+        }
+        return sqlock::prometheus::to_prometheus({rows, oldest, tokens, up});
+    }
+
+private:
+    struct database {
+        std::string url;
+        std::string shown;
+        std::optional<sqlock::store> db;
+    };
+    std::string prefix_;
+    // Its stores' clock offsets are the reaper's own stores' already: not twice.
+    std::shared_ptr<sqlock::metrics> own_metrics_ = std::make_shared<sqlock::metrics>();
+    mutable std::mutex mutex_;
+    mutable std::vector<database> databases_;
+};
+#endif
+
 // -------------------------------------------------------------------- command line
 
 /// Parses argv into `s`; returns -1 to go on, or the exit code to exit with.
@@ -334,6 +410,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
     app.add_flag("--dry-run", s.reap.dry_run, "Count one batch of due rows, delete nothing");
     app.add_flag("--json", s.json, "One JSON object per line instead of plain text");
     app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")->type_name("NAME");
+    app.add_option("--metrics-listen", s.metrics_listen,
+                   "With --interval: serve Prometheus metrics on http://ADDR:PORT/metrics (the passes, and each "
+                   "table's rows counted at each scrape; port 0 picks a free one, logged at start)")
+        ->type_name("ADDR:PORT");
     try {
         app.parse(argc, argv);
     } catch (CLI::Success const& e) {  // --help, --help-all, --version
@@ -365,6 +445,18 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         out.usage(message);
         return code;
     }
+    if (!s.metrics_listen.empty() && !s.interval) {
+        out.usage("--metrics-listen serves the metrics of a running daemon: add --interval DUR (a single pass "
+                  "exits before any scrape)");
+        return exit_code::usage;
+    }
+#if !SQLOCK_REAPER_METRICS
+    if (!s.metrics_listen.empty()) {
+        out.usage("--metrics-listen is not available: this sqlock-reaper was built without prometheus-cpp; install "
+                  "prometheus-cpp-dev (bash scripts/deps.sh) and build sqlock again");
+        return exit_code::usage;
+    }
+#endif
     if (s.urls.empty()) {
         char const* env = std::getenv("SQLOCK_DB");
         s.urls.emplace_back(env != nullptr && *env != '\0' ? env : "sqlite:sqlock.db");
@@ -406,6 +498,27 @@ int main(int argc, char** argv) {
         // The daemon reports the others on its first pass, with the retry.
     }
     if (code == exit_code::config && s.interval) return code;  // --once still reaps the others
+
+#if SQLOCK_REAPER_METRICS
+    std::optional<prometheus::Exposer> exposer;
+    auto tables = std::make_shared<table_gauges>(s.urls, s.table_prefix);
+    auto passes = sqlock::prometheus::make_collectable();  // the process's: every store above records there
+    if (!s.metrics_listen.empty()) {
+        try {
+            exposer.emplace(s.metrics_listen, 1);
+        } catch (std::exception const& e) {
+            out.usage("--metrics-listen " + s.metrics_listen + ": cannot listen there (" + one_line(e.what()) +
+                      "): give a free ADDR:PORT, e.g. 127.0.0.1:9464");
+            return exit_code::usage;
+        }
+        exposer->RegisterCollectable(passes);
+        exposer->RegisterCollectable(tables);
+        auto const ports = exposer->GetListeningPorts();
+        auto const host = s.metrics_listen.substr(0, s.metrics_listen.rfind(':'));
+        out.note("metrics", "serving metrics on http://" + host + ":" +
+                                (ports.empty() ? std::string("?") : std::to_string(ports.front())) + "/metrics");
+    }
+#endif
 
     if (!s.interval) {
         for (auto& t : targets) {

@@ -16,7 +16,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git libsoci-dev libboost-dev libboost-date-time-dev
       libpq-dev libmariadb-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev googletest
-      libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+      libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev)
 for arg in "$@"; do
   case $arg in
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.

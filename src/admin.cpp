@@ -50,6 +50,18 @@ std::vector<lock_info> list_locks(store const& db) {
     return out;
 }
 
+table_state read_table_state(store const& db) {
+    auto const& impl = detail::access::impl(db);
+    auto c = impl->run("counting the rows of the lock tables",
+                       [&](soci::session& s) { return impl->dialect().count_tables(s); });
+    table_state t;
+    t.rows = static_cast<std::uint64_t>(c.rows);
+    t.expired_rows = static_cast<std::uint64_t>(c.expired);
+    t.token_rows = static_cast<std::uint64_t>(c.token_rows);
+    if (c.oldest_expiry_us) t.oldest_expired_age = std::chrono::microseconds(c.now_us - *c.oldest_expiry_us);
+    return t;
+}
+
 std::optional<lock_info> force_release(store const& db, std::string_view name) {
     detail::validate_row_name(name);
     auto const& impl = detail::access::impl(db);

@@ -81,7 +81,7 @@ public:
     std::optional<lease> try_acquire(std::string const& name) {
         check_definition(name);
         auto const start = random_bits() % static_cast<std::uint64_t>(permits_);
-        return try_slots(name, static_cast<int>(start), locker_impl::attempt{clock::now(), {}});
+        return try_slots(name, static_cast<int>(start), locker_impl::attempt{clock::now(), {}, kind_label::semaphore});
     }
 
     lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
@@ -94,7 +94,8 @@ public:
                 // A new starting slot per pass; the pass's last slot is the one it waits on.
                 start = static_cast<int>(random_bits() % static_cast<std::uint64_t>(permits_));
                 return permit_name(name, (start + permits_ - 1) % permits_);
-            });
+            },
+            kind_label::semaphore);
     }
 
 private:
@@ -125,7 +126,7 @@ private:
     // Each slot once, from `start`. Only the last one may mark its row for a
     // wake-up (a table lock's waiting attempt); none waits in the engine.
     std::optional<lease> try_slots(std::string const& name, int start, locker_impl::attempt const& bounds) {
-        auto const once = locker_impl::attempt{clock::now(), bounds.cancel};
+        auto const once = locker_impl::attempt{clock::now(), bounds.cancel, bounds.kind};
         for (int i = 0; i < permits_; ++i) {
             bool const last = i == permits_ - 1;
             auto const& how = last && locker_->keeps_lock_rows() ? bounds : once;
@@ -152,22 +153,20 @@ public:
     }
 
     std::optional<lease> try_acquire_shared(std::string const& name) {
-        auto row = locker_->acquire_shared_row(name, reader_name(name), locker_impl::attempt{clock::now(), {}});
-        if (!row) return std::nullopt;
-        return locker_->adopt(std::move(row));
+        return locker_->try_acquire_shared(name, reader_name(name), locker_impl::attempt{clock::now(), {}});
     }
 
     lease acquire_shared(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
-        return locker_->wait_for(name, "a shared lease of '" + name + "'", wait, cancel,
-                                 [&](locker_impl::attempt const& bounds) -> std::optional<lease> {
-                                     auto row = locker_->acquire_shared_row(name, reader_name(name), bounds);
-                                     if (!row) return std::nullopt;
-                                     return locker_->adopt(std::move(row));
-                                 });
+        return locker_->wait_for(
+            name, "a shared lease of '" + name + "'", wait, cancel,
+            [&](locker_impl::attempt const& bounds) {
+                return locker_->try_acquire_shared(name, reader_name(name), bounds);
+            },
+            {}, kind_label::rw_shared);
     }
 
     std::optional<lease> try_acquire(std::string const& name) {
-        auto held = locker_->try_acquire(name);
+        auto held = locker_->try_acquire(name, locker_impl::attempt{clock::now(), {}, kind_label::rw_exclusive});
         if (!held) return std::nullopt;
         if (readers(name, *held) > 0) {
             held->release();
@@ -178,7 +177,10 @@ public:
 
     lease acquire(std::string const& name, std::chrono::milliseconds wait, std::stop_token const& cancel) {
         auto const deadline = deadline_after(wait);
-        auto held = locker_->acquire(name, wait, cancel);
+        auto held = locker_->wait_for(
+            name, "lock '" + name + "'", wait, cancel,
+            [&](locker_impl::attempt const& bounds) { return locker_->try_acquire(name, bounds); }, {},
+            kind_label::rw_exclusive);
         // Holding the name's lock, wait for the readers to leave; new readers wait for the lock.
         auto ceiling = std::chrono::duration_cast<clock::duration>(locker_->options().backoff_min);
         auto const cap = std::chrono::duration_cast<clock::duration>(locker_->options().backoff_max);
@@ -270,12 +272,14 @@ public:
         return make(locker_->wait_for(name, "the leadership of '" + name + "'", wait, cancel,
                                       [&](locker_impl::attempt const& bounds) {
                                           return locker_->try_acquire_as(name, owner, bounds);
-                                      }),
+                                      },
+                                      {}, kind_label::election),
                     value);
     }
 
     std::optional<leadership> try_campaign(std::string const& name, std::string const& value) {
-        auto got = locker_->try_acquire_as(name, owner_with(value), locker_impl::attempt{clock::now(), {}});
+        auto got = locker_->try_acquire_as(name, owner_with(value),
+                                           locker_impl::attempt{clock::now(), {}, kind_label::election});
         if (!got) return std::nullopt;
         return make(std::move(*got), value);
     }

@@ -31,9 +31,13 @@ detail::dialect const& fence_sql(sqlock::engine e, std::string const& prefix) {
 
 }  // namespace
 
-fence::fence(store const& db) : engine_(db.engine()), prefix_(detail::access::impl(db)->options().table_prefix) {}
+fence::fence(store const& db)
+    : engine_(db.engine()),
+      prefix_(detail::access::impl(db)->options().table_prefix),
+      metrics_(detail::access::impl(db)->metrics()) {}
 
-fence::fence(sqlock::engine e, std::string_view table_prefix) : engine_(e), prefix_(table_prefix) {
+fence::fence(sqlock::engine e, std::string_view table_prefix, std::shared_ptr<metrics> m)
+    : engine_(e), prefix_(table_prefix), metrics_(detail::metrics_or_global(std::move(m))) {
     detail::validate_table_prefix(prefix_);
 }
 
@@ -49,6 +53,7 @@ void fence::check_and_set(soci::session& session, std::string_view resource, std
     std::optional<std::int64_t> seen;
     detail::run_on_callers_session(sql, "fencing '" + res + "' in " + sql.fences_table(), session,
                                    [&](soci::session& s) { seen = sql.fence(s, res, token); });
+    metrics_->impl().fence_checked(detail::engine_label_of(engine_), !seen);
     if (seen)
         throw stale_token("sqlock: stale fencing token " + std::to_string(token) + " for '" + res + "': token " +
                               std::to_string(*seen) +

@@ -47,11 +47,13 @@ lease_state lease_row::state_at(clock::time_point now) const noexcept {
     return state_.load(std::memory_order_acquire) == st_in_doubt ? lease_state::in_doubt : lease_state::held;
 }
 
-void lease_row::mark_lost(std::string_view why) noexcept {
+void lease_row::mark_lost(std::string_view why, loss_cause cause) noexcept {
     int s = state_.load();
     do {
         if (s == st_lost || s == st_released) return;
     } while (!state_.compare_exchange_weak(s, st_lost));
+    if (series_ != nullptr) series_->losses[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
+    count_end(s);
     try {
         std::lock_guard lock(why_mutex_);
         lost_why_ = why;
@@ -68,16 +70,32 @@ std::string lease_row::lost_why() const {
     return lost_why_;
 }
 
-void lease_row::note_in_doubt() noexcept {
+void lease_row::note_in_doubt() noexcept { to_in_doubt(); }
+
+void lease_row::to_in_doubt() noexcept {
     int expected = st_held;
-    state_.compare_exchange_strong(expected, st_in_doubt);
+    if (state_.compare_exchange_strong(expected, st_in_doubt) && series_ != nullptr)
+        series_->in_doubt.fetch_add(1, std::memory_order_relaxed);
+}
+
+void lease_row::to_held() noexcept {
+    int expected = st_in_doubt;
+    if (state_.compare_exchange_strong(expected, st_held) && series_ != nullptr)
+        series_->in_doubt.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void lease_row::count_end(int previous) noexcept {
+    if (series_ == nullptr) return;
+    series_->leases.fetch_sub(1, std::memory_order_relaxed);
+    if (previous == st_in_doubt) series_->in_doubt.fetch_sub(1, std::memory_order_relaxed);
+    series_->hold.observe(clock::now() - held_since_);
 }
 
 bool lease_row::add_hold() {
     std::lock_guard lock(io_);
     if (state_.load() == st_lost || state_.load() == st_released || clock::now() >= valid_until()) return false;
     if (!db_add_hold()) {
-        mark_lost(gone_.empty() ? "a reentrant acquire found the row expired or taken over" : gone_);
+        mark_lost(gone_.empty() ? "a reentrant acquire found the row expired or taken over" : gone_, gone_cause());
         return false;
     }
     ++holds_;
@@ -103,7 +121,7 @@ void lease_row::release_hold() {
         lock.unlock();
         if (!ran_out) throw lost_error(lost_why());
         auto late = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - deadline).count();
-        mark_lost("its validity ran out before it was released");
+        mark_lost("its validity ran out before it was released", loss_cause::expired);
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
                          ") had run out before release: its safe validity ended " + std::to_string(late) +
                          " ms ago, so another owner may have held it meanwhile; restart the critical section "
@@ -116,20 +134,20 @@ void lease_row::release_hold() {
     } catch (error const&) {
         // The outcome is unknown (the DELETE may have run): in doubt, not held,
         // until a renewal settles it or the safe deadline passes.
-        int expected = st_held;
-        state_.compare_exchange_strong(expected, st_in_doubt);
+        to_in_doubt();
         throw;
     }
     if (!ours) {
         auto why = gone_.empty()
                        ? std::string("release found the row expired and taken over, or released by someone else")
                        : gone_;
+        auto const cause = gone_cause();
         lock.unlock();
-        mark_lost(why);
+        mark_lost(why, cause);
         throw lost_error(why);
     }
     if (last) {
-        state_.store(st_released);
+        count_end(state_.exchange(st_released));
     } else {
         --holds_;
     }
@@ -144,7 +162,7 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
         throw usage_error("sqlock: lock '" + name_ + "' was already released: acquire it again instead of renewing");
     if (s == st_lost || clock::now() >= valid_until()) {
         lock.unlock();
-        mark_lost("its validity ran out before a renewal succeeded");
+        mark_lost("its validity ran out before a renewal succeeded", loss_cause::expired);
         auto why = lost_why();  // empty while another thread is still marking it lost
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) + ") is lost: " +
                          (why.empty() ? std::string("its validity ran out") : why) + "; restart the critical section");
@@ -155,8 +173,7 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
         r = db_renew(ttl);
     } catch (error const& e) {
         // Unreachable: in doubt until the safe deadline, which the renewer watches.
-        int expected = st_held;
-        state_.compare_exchange_strong(expected, st_in_doubt);
+        to_in_doubt();
         lock.unlock();
         locker_->on_renew_failed(*this, e.what());
         throw;
@@ -164,8 +181,9 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     if (!r) {
         auto why = gone_.empty() ? std::string("the database refused the renewal: the row expired or is someone else's")
                                  : gone_;
+        auto const cause = gone_cause();
         lock.unlock();
-        mark_lost(why);
+        mark_lost(why, cause);
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
                          ") could not be renewed: " + why + "; restart the critical section");
     }
@@ -173,7 +191,7 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
         // A late answer: the lease was already reported lost (or its validity ran
         // out while the renewal was in flight). Lost stays lost.
         lock.unlock();
-        mark_lost("its validity ran out before a renewal succeeded");
+        mark_lost("its validity ran out before a renewal succeeded", loss_cause::expired);
         throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
                          ") is lost: the renewal answered after its validity had run out; restart the critical "
                          "section");
@@ -181,8 +199,7 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     expires_us_.store(r->expires_us);
     ttl_ms_.store(ttl.count());
     valid_until_.store(locker_->validity_end(sent, ttl).time_since_epoch().count());
-    int expected = st_in_doubt;
-    state_.compare_exchange_strong(expected, st_held);
+    to_held();
     lock.unlock();
     locker_->on_renewed(*this);
 }

@@ -114,7 +114,13 @@ void validate_ttl(std::chrono::milliseconds ttl) {
                           " ms is out of range: use 10 ms to 7 days (renew to hold longer)");
 }
 
-locker_impl::locker_impl(locker_options options) : options_(std::move(options)), host_(hostname()) {
+locker_impl::locker_impl(locker_options options, std::shared_ptr<metrics> store_metrics, engine_label engine,
+                         kind_label kind)
+    : options_(std::move(options)),
+      host_(hostname()),
+      metrics_(metrics_or_global(options_.metrics ? options_.metrics : std::move(store_metrics))),
+      engine_(engine),
+      kind_(kind) {
     validate_ttl(options_.ttl);
     if (!options_.owner.empty()) validate_text("owner", options_.owner);
     if (options_.backoff_min <= std::chrono::milliseconds::zero() || options_.backoff_max < options_.backoff_min)
@@ -177,15 +183,22 @@ lease locker_impl::acquire(std::string const& name, std::chrono::milliseconds wa
 lease locker_impl::wait_for(std::string const& name, std::string const& what, std::chrono::milliseconds wait,
                             std::stop_token const& cancel,
                             std::function<std::optional<lease>(attempt const&)> const& attempt_once,
-                            std::function<std::string()> const& wake_on) {
+                            std::function<std::string()> const& wake_on, std::optional<kind_label> kind) {
     auto const start = clock::now();
+    auto* const s = series_for(kind, name);
+    auto ended = [&](attempt_outcome o) {
+        auto const waited = clock::now() - start;
+        record_wait(waited);
+        s->count(o);
+        s->wait.observe(waited);
+    };
     auto const deadline = deadline_after(wait);  // milliseconds::max() waits for ever, without overflow
     auto ceiling = std::chrono::duration_cast<clock::duration>(options_.backoff_min);
     auto const cap = std::chrono::duration_cast<clock::duration>(options_.backoff_max);
     for (;;) {
         if (cancel.stop_requested()) {
             counters_.cancelled.fetch_add(1, std::memory_order_relaxed);
-            record_wait(clock::now() - start);
+            ended(attempt_outcome::cancelled);
             emit(lease_event::kind::cancelled, name, 0);
             throw cancelled("sqlock: waiting for " + what + " was cancelled");
         }
@@ -193,36 +206,65 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
         // and the wait is not missed.
         auto const wake_name = wake_on ? wake_on() : name;
         auto generation = release_generation(wake_name);
-        if (auto got = attempt_once(attempt{deadline, cancel})) {
-            record_wait(clock::now() - start);
+        if (auto got = attempt_once(attempt{deadline, cancel, kind})) {
+            auto const waited = clock::now() - start;
+            record_wait(waited);
+            s->wait.observe(waited);  // the grant was counted by the attempt
             return std::move(*got);
         }
         auto now = clock::now();
         if (now >= deadline) {
             counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
-            record_wait(now - start);
+            ended(attempt_outcome::timeout);
             emit(lease_event::kind::timeout, name, 0);
             throw timeout("sqlock: " + what + " was still held by another owner after waiting " +
                           std::to_string(wait.count()) + " ms: retry later or wait longer");
         }
         auto until = std::min<clock::time_point>(now + jitter(ceiling), deadline);
         ceiling = std::min(ceiling * 2, cap);
+        s->waiting.fetch_add(1, std::memory_order_relaxed);
         wait_for_release(wake_name, generation, until, cancel);
+        s->waiting.fetch_sub(1, std::memory_order_relaxed);
     }
 }
 
-std::optional<lease> locker_impl::try_acquire_as(std::string const& name, std::string const& owner,
-                                                 attempt const& bounds) {
-    auto row = acquire_row(name, owner, bounds);
+template <class Grant>
+std::optional<lease> locker_impl::counted_attempt(std::string const& name, std::optional<kind_label> kind,
+                                                  Grant&& grant) {
+    auto* const s = series_for(kind, name);
+    auto const start = clock::now();
+    std::shared_ptr<lease_row> row;
+    try {
+        row = grant();
+    } catch (...) {
+        s->attempt.observe(clock::now() - start);
+        s->count(attempt_outcome::error);
+        throw;
+    }
+    s->attempt.observe(clock::now() - start);
     if (!row) {
+        s->count(attempt_outcome::busy);
         counters_.busy.fetch_add(1, std::memory_order_relaxed);
         emit(lease_event::kind::busy, name, 0);
         return std::nullopt;
     }
-    return adopt(std::move(row));
+    return adopt(std::move(row), kind);
 }
 
-lease locker_impl::adopt(std::shared_ptr<lease_row> row) {
+std::optional<lease> locker_impl::try_acquire_as(std::string const& name, std::string const& owner,
+                                                 attempt const& bounds) {
+    return counted_attempt(name, bounds.kind, [&] { return acquire_row(name, owner, bounds); });
+}
+
+std::optional<lease> locker_impl::try_acquire_shared(std::string const& gate, std::string const& reader,
+                                                     attempt const& bounds) {
+    return counted_attempt(gate, kind_label::rw_shared, [&] { return acquire_shared_row(gate, reader, bounds); });
+}
+
+lease locker_impl::adopt(std::shared_ptr<lease_row> row, std::optional<kind_label> kind) {
+    auto* const s = series_for(kind, row->name());
+    s->count(attempt_outcome::granted);
+    row->count_in(s);
     watch(row);
     counters_.acquired.fetch_add(1, std::memory_order_relaxed);
     emit(lease_event::kind::acquired, row->name(), row->token());
@@ -270,11 +312,13 @@ void locker_impl::on_released(lease_row const& row, bool last) noexcept {
 
 void locker_impl::on_reentered(lease_row const& row) noexcept {
     counters_.acquired.fetch_add(1, std::memory_order_relaxed);
+    if (auto* s = row.metric_series()) s->count(attempt_outcome::granted);
     emit(lease_event::kind::acquired, row.name(), row.token(), "reentrant hold");
 }
 
 void locker_impl::on_renewed(lease_row const& row) noexcept {
     counters_.renewed.fetch_add(1, std::memory_order_relaxed);
+    if (auto* s = row.metric_series()) s->renewals[0].fetch_add(1, std::memory_order_relaxed);
     bool wake = false;
     {
         // A renewal (perhaps an explicit one with another TTL) restarts the schedule.
@@ -288,6 +332,7 @@ void locker_impl::on_renewed(lease_row const& row) noexcept {
 
 void locker_impl::on_renew_failed(lease_row const& row, std::string_view why) noexcept {
     counters_.renew_failures.fetch_add(1, std::memory_order_relaxed);
+    if (auto* s = row.metric_series()) s->renewals[1].fetch_add(1, std::memory_order_relaxed);
     emit(lease_event::kind::renew_failed, row.name(), row.token(), why);
 }
 
@@ -387,9 +432,10 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
         lock.unlock();
         if (queued) state->renew_cv.notify_all();
         // mark_lost takes no lock a renewal holds: it is never delayed by I/O.
-        for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded");
+        for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded", loss_cause::expired);
         for (auto& row : held_too_long)
-            row->mark_lost("it was held for max_hold, and the watchdog stopped renewing it (locker_options::max_hold)");
+            row->mark_lost("it was held for max_hold, and the watchdog stopped renewing it (locker_options::max_hold)",
+                           loss_cause::max_hold);
         // Drop strong references before sleeping: the last one may destroy the
         // locker, which only detaches this thread; from here on only `state` is used.
         expired.clear();

@@ -350,7 +350,7 @@ class majority_locker_impl final : public locker_impl {
 public:
     majority_locker_impl(std::vector<member> members, std::size_t configured, locker_options options,
                          milliseconds member_timeout, milliseconds drift)
-        : locker_impl(std::move(options)),
+        : locker_impl(std::move(options), nullptr, engine_label::majority, kind_label::majority),
           members_(std::move(members)),
           configured_(configured),
           quorum_(configured / 2 + 1),

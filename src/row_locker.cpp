@@ -67,7 +67,8 @@ private:
     // On the watch's thread, once: the watch of this session has ended.
     void session_ended(std::string const& why) {
         mark_lost("the database session holding the row lock ended (" + one_line(why) +
-                  "): the server ended its transaction and freed the row at once");
+                  "): the server ended its transaction and freed the row at once",
+                  loss_cause::session_ended);
         // The dead connection goes back to the pool now (reopened on its next
         // use), not when the lease is dropped.
         (void)unless_in_statement([&] {
@@ -172,7 +173,8 @@ private:
 class row_locker_impl final : public locker_impl {
 public:
     row_locker_impl(std::shared_ptr<store_impl> store, locker_options options)
-        : locker_impl(std::move(options)), store_(std::move(store)) {}
+        : locker_impl(std::move(options), store->metrics(), engine_label_of(store->engine()), kind_label::row),
+          store_(std::move(store)) {}
 
 protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,

@@ -77,7 +77,8 @@ store_impl::store_impl(std::string_view url, store_options const& options, unche
       dialect_(make_dialect(parse_url(url).engine, options.table_prefix, options)),
       connect_string_(dialect_->connect_string(parse_url(url))),
       main_(options.pool_size),
-      reserved_(reserved_pool_size) {}
+      reserved_(reserved_pool_size),
+      metrics_(metrics_or_global(options.metrics)) {}
 
 store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
     auto const params = parse_url(url).params;
@@ -130,9 +131,15 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
     // lease. Both at once, so that each takes its own slot.
     auto first = borrow("opening the store's reserved connections", options_.pool_wait, true);
     auto second = borrow("opening the store's reserved connections", options_.pool_wait, true);
+    metrics_store_id_ = metrics_->impl().add_store(url_, [this]() -> std::optional<double> {
+        auto const s = stats();
+        if (s.clock_samples == 0) return std::nullopt;
+        return static_cast<double>(s.clock_skew.count()) / 1e6;
+    });
 }
 
 store_impl::~store_impl() {
+    if (metrics_store_id_ != 0) metrics_->impl().remove_store(metrics_store_id_);
     // Never runs in a forked child (make_fork_safe).
     for (auto* pool : {&main_, &reserved_}) {
         // The sessions close next and the server frees their statements then;

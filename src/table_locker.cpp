@@ -85,7 +85,8 @@ private:
 class table_locker_impl final : public locker_impl {
 public:
     table_locker_impl(std::shared_ptr<store_impl> store, locker_options options)
-        : locker_impl(std::move(options)), store_(std::move(store)) {}
+        : locker_impl(std::move(options), store->metrics(), engine_label_of(store->engine()), kind_label::table),
+          store_(std::move(store)) {}
 
 protected:
     std::shared_ptr<lease_row> acquire_row(std::string const& name, std::string const& owner,

@@ -48,6 +48,22 @@ struct SQLOCK_EXPORT lock_info {
 /// Thread safety: any thread.
 [[nodiscard]] SQLOCK_EXPORT std::vector<lock_info> list_locks(store const& db);
 
+/// How full the lock tables are, for an operator's dashboard.
+struct SQLOCK_EXPORT table_state {
+    std::uint64_t rows = 0;          ///< rows of `<prefix>_locks`, live or expired
+    std::uint64_t expired_rows = 0;  ///< of those, expired (not yet taken over or reaped)
+    /// The database's now minus the oldest expired row's `expires_at`; empty
+    /// when no row has expired. Growing while a reaper runs: it is behind or stopped.
+    std::optional<std::chrono::microseconds> oldest_expired_age;
+    std::uint64_t token_rows = 0;  ///< fencing-token counters (`<prefix>_tokens`, without its floor row)
+};
+
+/// Counts the rows of the lock tables: two aggregate queries (each reads the
+/// whole table; for a scrape every few seconds, not for every lock operation).
+/// @throws backend_unavailable, backend_error, schema_missing
+/// Thread safety: any thread.
+[[nodiscard]] SQLOCK_EXPORT table_state read_table_state(store const& db);
+
 /// Delete the table-lock row of `name` (a `lock_info::name`) whoever owns it — an operator's tool for
 /// a holder that is stuck. Waiters are woken. The holder's next renewal or
 /// release reports `lease_lost`.

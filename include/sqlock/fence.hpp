@@ -5,6 +5,7 @@
 #include <sqlock/store.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,8 @@ class session;
 }
 
 namespace sqlock {
+
+class metrics;
 
 /// Checks fencing tokens where the protected write happens.
 ///
@@ -39,11 +42,13 @@ namespace sqlock {
 /// each with its own session.
 class SQLOCK_EXPORT fence {
 public:
-    /// A fence for the tables of `db`'s engine and table prefix.
+    /// A fence for the tables of `db`'s engine and table prefix; it counts its
+    /// checks in `db`'s metrics (sqlock_fence_checks_total).
     explicit fence(store const& db);
-    /// A fence for a database of engine `e` whose fence table is `<prefix>_fences`.
+    /// A fence for a database of engine `e` whose fence table is `<prefix>_fences`;
+    /// it counts its checks in `m`, or in `metrics::global()` when empty.
     /// @throws usage_error when the prefix is not a valid identifier.
-    explicit fence(sqlock::engine e, std::string_view table_prefix = "sqlock");
+    explicit fence(sqlock::engine e, std::string_view table_prefix = "sqlock", std::shared_ptr<metrics> m = {});
 
     /// @param session  the caller's SOCI session, opened on an engine of this
     ///                 fence's kind, normally inside a transaction
@@ -58,6 +63,7 @@ public:
 private:
     sqlock::engine engine_;
     std::string prefix_;
+    std::shared_ptr<metrics> metrics_;
 };
 
 }  // namespace sqlock

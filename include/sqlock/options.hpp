@@ -9,12 +9,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <sqlock/export.hpp>
 #include <sqlock/stats.hpp>
 
 namespace sqlock {
+
+class metrics;
 
 /// How a `store` opens and manages its connections.
 struct SQLOCK_EXPORT store_options {
@@ -69,6 +72,10 @@ struct SQLOCK_EXPORT store_options {
     /// lock is exclusive across nodes either way (docs/ha.md). The MySQL URL
     /// parameter `galera_single_writer=true` sets it too. No effect elsewhere.
     bool galera_single_writer = false;
+
+    /// Where this store, and the lockers, fences and reapers made on it, record
+    /// their metrics (<sqlock/metrics.hpp>); empty: the process's `metrics::global()`.
+    std::shared_ptr<sqlock::metrics> metrics;
 };
 
 /// How a locker takes and holds locks.
@@ -116,6 +123,10 @@ struct SQLOCK_EXPORT locker_options {
 
     /// Called for every lease event (for logging and metrics); see lease_event.
     std::function<void(lease_event const&)> on_event;
+
+    /// Where this locker records its metrics; empty: its store's (a majority
+    /// locker: the process's `metrics::global()`).
+    std::shared_ptr<sqlock::metrics> metrics;
 };
 
 }  // namespace sqlock

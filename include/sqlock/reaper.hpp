@@ -179,6 +179,7 @@ public:
     [[nodiscard]] reaper_options const& options() const noexcept { return options_; }
 
 private:
+    reap_result pass(std::stop_token const& stop);  // reap_once, without its metrics
     void warn(std::string const& message) const;
 
     std::shared_ptr<detail::store_impl> store_;

@@ -9,6 +9,7 @@
 #include <sqlock/lease.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/majority.hpp>
+#include <sqlock/metrics.hpp>
 #include <sqlock/options.hpp>
 #include <sqlock/reaper.hpp>
 #include <sqlock/stats.hpp>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "detail/grant.hpp"
+#include "detail/metrics.hpp"
 
 #include <sqlock/lease.hpp>
 
@@ -59,7 +60,16 @@ public:
     void renew(std::chrono::milliseconds ttl);
 
     /// Idempotent; fires the stop token, the on_lost hook and the event once.
-    void mark_lost(std::string_view why) noexcept;
+    void mark_lost(std::string_view why, loss_cause cause = loss_cause::refused) noexcept;
+
+    /// Record this lease in `s` (its grant; later its state, renewals and end). Before it is watched.
+    void count_in(series* s) noexcept {
+        series_ = s;
+        held_since_ = clock::now();
+        s->leases.fetch_add(1, std::memory_order_relaxed);
+    }
+    /// The metrics series this lease records into; null for a row no lease was made of.
+    series* metric_series() const noexcept { return series_; }
     /// The reason given when the row was first marked lost (empty until then).
     std::string lost_why() const;
 
@@ -85,6 +95,8 @@ protected:
     /// A renewal in flight lost its connection or its answer: in doubt (if held)
     /// until it succeeds or the safe deadline passes.
     void note_in_doubt() noexcept;
+    /// The cause of a loss found by a statement: the database refused, or (note_gone) the session ended.
+    loss_cause gone_cause() const noexcept { return gone_.empty() ? loss_cause::refused : loss_cause::session_ended; }
 
     /// Why a statement of the strategy (returning "not ours") found the row
     /// gone, when that was not the database refusing it (a row lock's failed
@@ -112,6 +124,11 @@ protected:
 
 private:
     enum : int { st_held, st_in_doubt, st_lost, st_released };
+    /// The state moves from held to in doubt, or back; counted in the metrics.
+    void to_in_doubt() noexcept;
+    void to_held() noexcept;
+    /// The lease ended (released or lost) from state `previous`: counted in the metrics.
+    void count_end(int previous) noexcept;
 
     std::string name_;
     std::string owner_;
@@ -129,6 +146,8 @@ private:
     int holds_ = 1;                      // guarded by io_
     int pid_;                            // the acquiring process
     mutable renewal_schedule schedule_;  // guarded by the locker's watch mutex
+    series* series_ = nullptr;           // set once, before the row is shared
+    clock::time_point held_since_;
 };
 
 }  // namespace sqlock::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "detail/lease_row.hpp"
+#include "detail/metrics.hpp"
 
 #include <sqlock/lease.hpp>
 #include <sqlock/options.hpp>
@@ -32,8 +33,10 @@ class locker_impl : public std::enable_shared_from_this<locker_impl> {
 public:
     using clock = std::chrono::steady_clock;
 
+    /// Records into `options.metrics`, else into `store_metrics` (its store's),
+    /// else into the process's, as `engine` and `kind`.
     /// @throws usage_error when an option is out of range.
-    explicit locker_impl(locker_options options);
+    locker_impl(locker_options options, std::shared_ptr<metrics> store_metrics, engine_label engine, kind_label kind);
     virtual ~locker_impl();
     locker_impl(locker_impl const&) = delete;
     locker_impl& operator=(locker_impl const&) = delete;
@@ -42,6 +45,7 @@ public:
     struct attempt {
         clock::time_point deadline;  ///< the strategy may wait in the engine until then
         std::stop_token cancel;      ///< and must return early once this is requested
+        std::optional<kind_label> kind{};  ///< what the attempt is for, in the metrics; the locker's own kind if empty
     };
 
     /// One attempt of the strategy's acquire. `name` is already validated.
@@ -55,18 +59,30 @@ public:
     /// The waiting loop of `acquire` around any attempt: `attempt_once(bounds)`
     /// returns a lease or empty when busy; between attempts it sleeps until a
     /// release of `wake_on()` is announced or the backoff expires. `what` names
-    /// the wait in the timeout and cancel messages ("lock 'x'").
+    /// the wait in the timeout and cancel messages ("lock 'x'"); `kind`, in the
+    /// metrics (the locker's own kind if empty), and is passed on in each attempt.
     [[nodiscard]] lease wait_for(std::string const& name, std::string const& what, std::chrono::milliseconds wait,
                                  std::stop_token const& cancel,
                                  std::function<std::optional<lease>(attempt const&)> const& attempt_once,
-                                 std::function<std::string()> const& wake_on = {});
+                                 std::function<std::string()> const& wake_on = {},
+                                 std::optional<kind_label> kind = {});
 
     /// One attempt as `owner` (an election's owner carries the leader's value).
     [[nodiscard]] std::optional<lease> try_acquire_as(std::string const& name, std::string const& owner,
                                                       attempt const& bounds);
 
-    /// Watch `row` (renewals, loss) and count it acquired: a lease on it.
-    [[nodiscard]] lease adopt(std::shared_ptr<lease_row> row);
+    /// Watch `row` (renewals, loss) and count it acquired, as `kind` (the
+    /// locker's own if empty): a lease on it.
+    [[nodiscard]] lease adopt(std::shared_ptr<lease_row> row, std::optional<kind_label> kind = {});
+
+    /// One attempt at a shared lease of `gate` as `reader` (acquire_shared_row), counted as kind rw_shared.
+    [[nodiscard]] std::optional<lease> try_acquire_shared(std::string const& gate, std::string const& reader,
+                                                          attempt const& bounds);
+
+    /// The metrics series of `name` as `kind` (the locker's own if empty).
+    [[nodiscard]] series* series_for(std::optional<kind_label> kind, std::string_view name) const noexcept {
+        return metrics_->impl().find(engine_, kind.value_or(kind_), name);
+    }
 
     /// The owner id for a lock taken by the calling thread.
     [[nodiscard]] std::string owner_for_this_thread() const;
@@ -154,7 +170,7 @@ public:
     void on_reentered(lease_row const& row) noexcept;
     void on_renewed(lease_row const& row) noexcept;
     void on_renew_failed(lease_row const& row, std::string_view why) noexcept;
-    void on_lost(lease_row const& row, std::string_view why) noexcept;
+    void on_lost(lease_row const& row, std::string_view why) noexcept;  // after the row counted its end
     void emit(lease_event::kind what, std::string_view name, std::int64_t token, std::string_view detail = {}) noexcept;
 
     /// The local validity of a lease whose acquire (or renewal) was sent at
@@ -225,6 +241,13 @@ private:
 
     std::string host_;
     std::string instance_;
+    std::shared_ptr<metrics> metrics_;
+    engine_label engine_;
+    kind_label kind_;
+
+    /// One attempt through `grant` (a row, or null when busy), counted in the metrics as `kind`.
+    template <class Grant>
+    std::optional<lease> counted_attempt(std::string const& name, std::optional<kind_label> kind, Grant&& grant);
 
     struct counters {
         std::atomic<std::uint64_t> acquired{0}, busy{0}, timeouts{0}, cancelled{0}, renewed{0}, renew_failures{0},

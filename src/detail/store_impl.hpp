@@ -4,6 +4,7 @@
 
 #include "detail/dialect.hpp"
 #include "detail/executor.hpp"
+#include "detail/metrics.hpp"
 #include "detail/process.hpp"
 #include "detail/session_watch.hpp"
 
@@ -222,6 +223,8 @@ public:
                       std::chrono::system_clock::time_point after) noexcept;
 
     [[nodiscard]] store_stats stats() const noexcept;
+    /// Where this store's lockers, fences and reapers record (store_options::metrics, or the process's).
+    [[nodiscard]] std::shared_ptr<sqlock::metrics> const& metrics() const noexcept { return metrics_; }
 
 private:
     friend class connection;
@@ -246,6 +249,8 @@ private:
 
     release_hub hub_;
     std::atomic<std::uint64_t> notifications_{0};
+    std::shared_ptr<sqlock::metrics> metrics_;
+    std::uint64_t metrics_store_id_ = 0;  // its clock offset's entry, once opened
     mutable std::mutex skew_mutex_;
     std::int64_t skew_us_ = 0;        // guarded by skew_mutex_
     std::uint64_t skew_samples_ = 0;  // guarded by skew_mutex_

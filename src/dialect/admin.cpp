@@ -61,6 +61,41 @@ token_purge_batch dialect::purge_tokens(soci::session& s, std::int64_t horizon_u
 
 std::vector<lock_listing> dialect::list_locks(soci::session& s) const { return read_locks(s, nullptr); }
 
+namespace {
+
+// Integer columns (and aggregates: MariaDB's SUM is a DECIMAL) come back as
+// int, long long, double or text depending on the engine.
+std::int64_t integer_at(soci::row const& r, std::size_t i) {
+    if (r.get_indicator(i) == soci::i_null) return 0;
+    switch (r.get_properties(i).get_data_type()) {
+        case soci::dt_integer: return r.get<int>(i);
+        case soci::dt_long_long: return r.get<long long>(i);
+        case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
+        case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
+        case soci::dt_string: return std::stoll(r.get<std::string>(i));
+        default: return 0;
+    }
+}
+
+}  // namespace
+
+table_counts dialect::count_tables(soci::session& s) const {
+    std::string const now = now_sql();
+    table_counts c;
+    soci::row r;
+    s << "SELECT COUNT(*), SUM(CASE WHEN expires_at < " + now + " THEN 1 ELSE 0 END), MIN(CASE WHEN expires_at < " +
+             now + " THEN " + epoch_us_sql("expires_at") + " END), " + epoch_us_sql(now) + " FROM " + locks_,
+        soci::into(r);
+    c.rows = integer_at(r, 0);
+    c.expired = integer_at(r, 1);
+    if (r.get_indicator(2) == soci::i_ok) c.oldest_expiry_us = integer_at(r, 2);
+    c.now_us = integer_at(r, 3);
+    soci::row t;
+    s << "SELECT COUNT(*) FROM " + tokens_ + " WHERE name <> ''", soci::into(t);
+    c.token_rows = integer_at(t, 0);
+    return c;
+}
+
 std::vector<lock_listing> dialect::read_locks(soci::session& s, std::string const* name) const {
     std::vector<lock_listing> out;
     std::string const sql = "SELECT name, owner, " + epoch_us_sql("created_at") + ", " + epoch_us_sql("expires_at") +
@@ -68,19 +103,8 @@ std::vector<lock_listing> dialect::read_locks(soci::session& s, std::string cons
                             (name != nullptr ? " WHERE name = :name" : " ORDER BY name");
     soci::rowset<soci::row> rows = name != nullptr ? (s.prepare << sql, soci::use(*name, "name")) : (s.prepare << sql);
     for (auto const& r : rows) {
-        // Integer columns come back as int or long long depending on the engine.
-        auto integer = [&](std::size_t i) -> std::int64_t {
-            switch (r.get_properties(i).get_data_type()) {
-                case soci::dt_integer: return r.get<int>(i);
-                case soci::dt_long_long: return r.get<long long>(i);
-                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
-                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
-                case soci::dt_string: return std::stoll(r.get<std::string>(i));
-                default: return 0;
-            }
-        };
-        out.push_back({r.get<std::string>(0), r.get<std::string>(1), integer(5), static_cast<int>(integer(6)),
-                       integer(2), integer(3), integer(4)});
+        out.push_back({r.get<std::string>(0), r.get<std::string>(1), integer_at(r, 5),
+                       static_cast<int>(integer_at(r, 6)), integer_at(r, 2), integer_at(r, 3), integer_at(r, 4)});
     }
     return out;
 }

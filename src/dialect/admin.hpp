@@ -45,6 +45,13 @@ struct token_purge_batch {
     std::int64_t picked = 0;    // candidates looked at: a batch with picked < batch was the last
 };
 
+/// The lock table's size, for the reaper's metrics.
+struct table_counts {
+    std::int64_t rows = 0, expired = 0, token_rows = 0;
+    std::optional<std::int64_t> oldest_expiry_us;  // of the expired rows
+    std::int64_t now_us = 0;                       // the database's
+};
+
 class admin_statements {
 public:
     virtual ~admin_statements() = default;
@@ -66,6 +73,10 @@ public:
 
     /// Every row of the lock table (held or expired-but-not-reaped), by name.
     [[nodiscard]] virtual std::vector<lock_listing> list_locks(soci::session& s) const = 0;
+
+    /// How many rows the lock table has, how many of them expired, and the
+    /// tokens table's rows: two aggregate queries, read-only.
+    [[nodiscard]] virtual table_counts count_tables(soci::session& s) const = 0;
 
     /// The lock row of `name`, or empty.
     [[nodiscard]] virtual std::optional<lock_listing> find_lock(soci::session& s, std::string const& name) const = 0;
