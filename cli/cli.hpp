@@ -77,6 +77,7 @@ struct run_args {
     int conflict_exit_code = exit_code::conflict;
     std::string limit;    ///< --limit N: a permit of a semaphore of N (empty: not given)
     bool shared = false;  ///< --shared: a shared lease of a read-write lock
+    std::string metrics_textfile;  ///< --metrics-textfile PATH (empty: none)
     std::vector<std::string> command;
 };
 

@@ -92,6 +92,11 @@ int dispatch(int argc, char** argv) {
         ->type_name("N");
     run_cmd->add_flag("--shared", run.shared,
                       "hold a shared (read) lease of NAME: runs --shared overlap, a plain run of NAME excludes them");
+    run_cmd
+        ->add_option("--metrics-textfile", run.metrics_textfile,
+                     "when run ends, write its outcome, duration and lock wait to PATH (a .prom file) in the "
+                     "Prometheus text format, for node-exporter's textfile collector (written aside, then renamed)")
+        ->type_name("PATH");
     run_cmd->allow_extras();  // a COMMAND without `--` gets a clear message below
     run_cmd->footer(
         "COMMAND runs with SQLOCK_NAME, SQLOCK_OWNER and SQLOCK_TOKEN (the fencing token) added to its environment "

@@ -28,6 +28,7 @@
 #include <sqlock/errors.hpp>
 #include <sqlock/locker.hpp>
 #include <sqlock/majority.hpp>
+#include <sqlock/metrics.hpp>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -49,6 +50,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -1118,16 +1121,99 @@ sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to
     return std::move(*lease);
 }
 
-}  // namespace
+/// What --metrics-textfile reports of one run.
+struct run_record {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::duration> lock_wait;  // set once the lease was taken
+    bool lost = false;
+};
 
-int run_command(run_args const& args) {
-    auto const t = check_run_args(args);
+/// --metrics-textfile: checked before anything is opened (exit 64, nothing written).
+void check_textfile(std::string const& path) {
+    if (path.empty()) return;
+    namespace fs = std::filesystem;
+    fs::path const p(path);
+    if (p.extension() != ".prom")
+        fail(exit_code::usage, "--metrics-textfile " + printable(path) +
+                                   ": node-exporter's textfile collector reads only files named *.prom; give a path "
+                                   "ending in .prom");
+    auto const dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " +
+                                   printable(dir.string()) + " does not exist: create it, or give another path");
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " +
+                                   printable(dir.string()) + " is not writable (" + errno_text(errno) +
+                                   "): give a directory this user can write");
+}
+
+/// Writes the run's metrics to args.metrics_textfile: beside it first, then
+/// renamed over it, so that a scrape never reads half a file. A failure is
+/// reported on stderr and does not change the exit code.
+void write_textfile(run_args const& args, run_times const& t, run_record const& rec, int code) noexcept {
+    try {
+        using sqlock::metric_family;
+        using sqlock::metric_type;
+        auto const seconds = [](std::chrono::steady_clock::duration d) {
+            return std::chrono::duration<double>(d).count();
+        };
+        std::string outcome;
+        if (!rec.lock_wait) outcome = code == args.conflict_exit_code ? (t.wait.count() > 0 ? "timeout" : "busy") : "error";
+        else if (rec.lost) outcome = "lost";
+        else outcome = code == 0 ? "ok" : "failed";
+        std::vector<std::pair<std::string, std::string>> const name{{"name", args.name}};
+        auto gauge = [&](std::string n, std::string help, double v) {
+            return metric_family{std::move(n), std::move(help), metric_type::gauge, {}, {{name, v, {}, 0, 0}}};
+        };
+        std::vector<metric_family> families{
+            gauge("sqlock_run_duration_seconds", "Time the last sqlock run took, from its start to its exit.",
+                  seconds(std::chrono::steady_clock::now() - rec.start)),
+            gauge("sqlock_run_lock_wait_seconds", "Time the last sqlock run waited for its lock (0 when not taken).",
+                  rec.lock_wait ? seconds(*rec.lock_wait) : 0.0),
+            gauge("sqlock_run_exit_code", "Exit code of the last sqlock run.", code),
+            gauge("sqlock_run_last_timestamp_seconds", "Unix time at which the last sqlock run ended.",
+                  std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()),
+            metric_family{"sqlock_run_outcome",
+                          "Outcome of the last sqlock run (1 for it, 0 for the others): ok, failed (COMMAND exited "
+                          "non-zero), busy or timeout (the lock was held), lost (the lease was lost while COMMAND "
+                          "ran), error (sqlock could not take the lock: database, usage, signal).",
+                          metric_type::gauge,
+                          {},
+                          {}}};
+        for (char const* o : {"ok", "failed", "busy", "timeout", "lost", "error"}) {
+            auto labels = name;
+            labels.emplace_back("outcome", o);
+            families.back().samples.push_back({labels, outcome == o ? 1.0 : 0.0, {}, 0, 0});
+        }
+        auto const aside = args.metrics_textfile + ".tmp." + std::to_string(::getpid());
+        {
+            std::ofstream out(aside, std::ios::trunc);
+            sqlock::write_text(out, families);
+            out.flush();
+            if (!out) throw std::runtime_error("writing " + aside + " failed: " + errno_text(errno));
+        }
+        if (std::rename(aside.c_str(), args.metrics_textfile.c_str()) != 0) {
+            auto const err = errno;
+            std::remove(aside.c_str());
+            throw std::runtime_error("renaming it into place failed: " + errno_text(err));
+        }
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "sqlock: warning: could not write --metrics-textfile %s (%s); the exit code is "
+                     "COMMAND's as ever: check the path's directory and free space\n",
+                     printable(args.metrics_textfile).c_str(), e.what());
+    }
+}
+
+int run_locked(run_args const& args, run_times const& t, run_record& rec) {
     auto db = resolve_database(args.dbs);
 
     supervisor sup;
     lock_setup locks;
     open_locker(args, t, db, sup.on_event(), locks);
+    auto const asked = std::chrono::steady_clock::now();
     auto lease = take_lock(args, t, locks, sup);
+    rec.lock_wait = std::chrono::steady_clock::now() - asked;
 
     command_variables extra;
     std::string what = "lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) + ")";
@@ -1137,8 +1223,39 @@ int run_command(run_args const& args) {
     } else if (args.shared) {
         what = "shared " + what;
     }
-    auto const out = sup.run(args.command, lease_variables(args.name, lease, std::move(extra)), lease, t.ttl, what);
+    bool const report = !args.metrics_textfile.empty();
+    auto const out = sup.run(args.command, lease_variables(args.name, lease, std::move(extra)), lease, t.ttl, what,
+                             report, "exit 76");
+    rec.lost = out.lost;
+    if (out.lost && report) {
+        // As the supervisor leaves on a loss, once the textfile says so: without
+        // the lease, whose renewal may hang (it would hang its destruction).
+        write_textfile(args, t, rec, exit_code::lost);
+        std::fflush(nullptr);
+        std::_Exit(exit_code::lost);
+    }
     return out.code;
+}
+
+}  // namespace
+
+int run_command(run_args const& args) {
+    auto const t = check_run_args(args);
+    check_textfile(args.metrics_textfile);
+    run_record rec;
+    if (args.metrics_textfile.empty()) return run_locked(args, t, rec);
+    int code = exit_code::ok;
+    try {
+        code = run_locked(args, t, rec);
+    } catch (exit_error const& e) {
+        write_textfile(args, t, rec, e.code);
+        throw;
+    } catch (...) {
+        write_textfile(args, t, rec, sqlock::tools::exit_code_of_current_exception());
+        throw;
+    }
+    write_textfile(args, t, rec, code);
+    return code;
 }
 
 }  // namespace sqlock::cli

@@ -2,9 +2,9 @@
 # Installs (Debian/apt) what sqlock needs to build and test. Idempotent: when everything
 # is already installed it only runs dpkg-query and exits, with no apt-get at all.
 # Usage: scripts/deps.sh [--servers] [--spin] [--clang] [--docs] [--bench]
-#   --servers  also PostgreSQL 15, MariaDB server, spin and the fault kit of the reliability battery
-#              (libfaketime, nftables, iproute2, stress-ng for battery.sh --under-load): everything the
-#              full test run needs
+#   --servers  also PostgreSQL 15, MariaDB server, spin, promtool (prometheus, for scripts/check-rules.sh)
+#              and the fault kit of the reliability battery (libfaketime, nftables, iproute2, stress-ng for
+#              battery.sh --under-load): everything the full test run needs
 #   --spin     also spin, for scripts/model-check.sh (the majority token model check)
 #   --clang    also Clang (clang++, clang-14): the sanitizer build of scripts/sanitize.sh and CI, and
 #              clang-format-14 and clang-tidy-14 for scripts/lint.sh
@@ -22,9 +22,10 @@ for arg in "$@"; do
     # postgresql-15 brings psql (postgresql-client-15); test-servers.sh uses /usr/lib/postgresql/15/bin.
     # The replicated topologies of tests/ha/ (scripts/ha/): Galera (galera-4, rsync, mariadb-backup),
     # Patroni with etcd, PgBouncer, HAProxy. Their own services do not start on install (policy-rc.d).
+    # prometheus brings promtool, which scripts/check-rules.sh runs on contrib/prometheus/sqlock.rules.yml.
     --servers) pkgs+=(postgresql-15 mariadb-server mariadb-client spin faketime libfaketime nftables iproute2
                          stress-ng galera-4 rsync mariadb-backup patroni etcd-server python3-etcd3 pgbouncer
-                         haproxy) ;;
+                         haproxy prometheus) ;;
     --spin) pkgs+=(spin) ;;
     # Clang's ASan/UBSan runtimes (libclang-rt-14-dev) are only recommended by clang-14, and
     # llvm-symbolizer (llvm-14) turns sanitizer reports' addresses into file:line.

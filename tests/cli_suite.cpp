@@ -14,6 +14,7 @@
 // names carry a random per-test prefix.
 #include "cli_process.hpp"
 #include "fault_proxy.hpp"
+#include "metrics_text.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -274,6 +275,65 @@ TEST_P(Cli, WaitRunsOutWithTheConflictExitCode) {
     auto r2 = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--wait", "250ms", "--conflict-exit-code", "9"}));
     EXPECT_EQ(r2.code(), 9) << r2.describe();
     finish_holder(*holder, "h");
+}
+
+TEST_P(Cli, MetricsTextfileSaysHowEachRunEnded) {
+    std::string const name = n("textfile");
+    auto const prom = file("job.prom");
+    auto const flags = [&](std::vector<std::string> more = {}) {
+        more.insert(more.begin(), {"--metrics-textfile", prom.string()});
+        return more;
+    };
+    // The outcome's series is 1, the others 0; exit code, duration and wait as measured.
+    auto const outcome = [&](std::string const& expected, int code) {
+        auto const text = slurp(prom);
+        auto const s = parse_exposition(text);
+        for (char const* o : {"ok", "failed", "busy", "timeout", "lost", "error"})
+            EXPECT_EQ(value_of(s, "sqlock_run_outcome", {{"name", name}, {"outcome", o}}), o == expected ? 1 : 0)
+                << o << " in:\n" << text;
+        EXPECT_EQ(value_of(s, "sqlock_run_exit_code", {{"name", name}}), code) << text;
+        EXPECT_GT(value_of(s, "sqlock_run_duration_seconds", {{"name", name}}).value_or(0), 0) << text;
+        EXPECT_GT(value_of(s, "sqlock_run_last_timestamp_seconds", {{"name", name}}).value_or(0), 1.7e9) << text;
+        return value_of(s, "sqlock_run_lock_wait_seconds", {{"name", name}}).value_or(-1);
+    };
+
+    auto holder = start_holder(name, "h");
+    auto r = cli(run(name, sh("touch \"$1/ran\"", dir()), flags()));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    EXPECT_EQ(outcome("busy", 75), 0);
+    r = cli(run(name, sh("touch \"$1/ran\"", dir()), flags({"--wait", "300ms"})));
+    EXPECT_EQ(r.code(), 75) << r.describe();
+    EXPECT_EQ(outcome("timeout", 75), 0);
+    finish_holder(*holder, "h");
+
+    r = cli(run(name, sh("exit 3", dir()), flags()));
+    EXPECT_EQ(r.code(), 3) << r.describe();
+    EXPECT_GE(outcome("failed", 3), 0);
+    r = cli(run(name, sh("true", dir()), flags()));
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_GE(outcome("ok", 0), 0);
+
+    // Lost while COMMAND ran: an operator breaks the lock.
+    auto lost = start(run(name, sh(holder_script("l"), dir()), flags({"--ttl", "1s"})));
+    ASSERT_TRUE(eventually([&] { return present(file("l.started")); }, 30s)) << lost->wait(1s).describe();
+    EXPECT_EQ(cli({"release", "--db", url_, "--name", name, "--force"}).code(), 0);
+    EXPECT_EQ(lost->wait().code(), 76);
+    EXPECT_GE(outcome("lost", 76), 0);
+
+    // Written aside and renamed: nothing else is left in the directory.
+    for (auto const& entry : fs::directory_iterator(dir()))
+        EXPECT_EQ(entry.path().filename().string().find("job.prom.tmp"), std::string::npos) << entry.path();
+
+    // A path node-exporter would not read, or cannot be written: exit 64 before anything runs, no file.
+    fs::remove(prom);
+    for (auto const& bad : {file("job.txt"), file("no/such/dir/job.prom")}) {
+        r = cli(run(name, sh("touch \"$1/ran\"", dir()), {"--metrics-textfile", bad.string()}));
+        EXPECT_EQ(r.code(), 64) << r.describe();
+        EXPECT_NE(r.err.find("--metrics-textfile"), std::string::npos) << r.describe();
+        EXPECT_FALSE(present(bad));
+    }
+    EXPECT_FALSE(present(file("ran")));
+    EXPECT_FALSE(row(name).has_value());
 }
 
 // ------------------------------------------------------------------ run: COMMAND's environment and exit

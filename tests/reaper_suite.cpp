@@ -10,6 +10,7 @@
 // offsets from the database's now, or leased with a short TTL and no renewal.
 // Nothing here asserts how fast something happened.
 #include "fault_proxy.hpp"
+#include "metrics_text.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -1111,6 +1112,68 @@ TEST_P(ReaperCli, SigtermStopsTheDaemonMidPass) {
     EXPECT_NE(lines[0].find("stopped"), std::string::npos) << lines[0];
     EXPECT_NE(daemon.err().find("SIGTERM"), std::string::npos) << daemon.err();
 }
+
+#if SQLOCK_REAPER_METRICS
+TEST_P(ReaperCli, MetricsEndpointShowsThePassesAndTheTable) {
+    insert_expired("old/", 2);
+    auto locks = make_locker({.ttl = 60s});
+    auto live = locks.try_acquire(prefix_ + "live");
+    ASSERT_TRUE(live);
+    child daemon(with_db({"--interval", "1h", "--grace", "0s", "--metrics-listen", "127.0.0.1:0"}), files_.path());
+    std::smatch m;
+    std::regex const serving(R"(serving metrics on (http://127\.0\.0\.1:\d+/metrics))");
+    ASSERT_TRUE(eventually([&] {
+        auto const err = daemon.err();
+        return std::regex_search(err, m, serving);
+    }, 60s)) << daemon.err();
+    std::string const endpoint = m[1];
+    std::string const engine = engine_name(e_);
+    std::vector<text_sample> s;
+    // The first pass runs at start: it purges the two expired rows and keeps the live one.
+    ASSERT_TRUE(eventually([&] {
+        s = parse_exposition(http_get(endpoint));
+        return value_of(s, "sqlock_reaper_passes_total", {{"engine", engine}, {"outcome", "ok"}}) == 1.0;
+    }, 60s)) << daemon.err();
+    EXPECT_EQ(value_of(s, "sqlock_reaper_rows_purged_total", {{"engine", engine}}), 2);
+    EXPECT_EQ(value_of(s, "sqlock_reaper_passes_total", {{"engine", engine}, {"outcome", "failed"}}), 0);
+    EXPECT_EQ(value_of(s, "sqlock_reaper_pass_duration_seconds_count", {{"engine", engine}}), 1);
+    EXPECT_GT(value_of(s, "sqlock_reaper_last_success_timestamp_seconds", {{"engine", engine}}).value_or(0), 1.7e9);
+
+    // The table, counted at each scrape: the live row, then the same row expired an hour ago.
+    std::string const db = sqlock::redact_url(url_);
+    EXPECT_EQ(value_of(s, "sqlock_table_up", {{"database", db}}), 1);
+    EXPECT_EQ(value_of(s, "sqlock_table_rows", {{"database", db}, {"state", "live"}}), 1);
+    EXPECT_EQ(value_of(s, "sqlock_table_rows", {{"database", db}, {"state", "expired"}}), 0);
+    EXPECT_EQ(value_of(s, "sqlock_table_oldest_expired_age_seconds", {{"database", db}}), 0);
+    backdate_row(*raw_, e_, prefix_ + "live", tables_);
+    s = parse_exposition(http_get(endpoint));
+    EXPECT_EQ(value_of(s, "sqlock_table_rows", {{"database", db}, {"state", "live"}}), 0);
+    EXPECT_EQ(value_of(s, "sqlock_table_rows", {{"database", db}, {"state", "expired"}}), 1);
+    EXPECT_GE(value_of(s, "sqlock_table_oldest_expired_age_seconds", {{"database", db}}).value_or(0), 3500);
+    EXPECT_GE(value_of(s, "sqlock_token_counters", {{"database", db}}).value_or(0), 1);
+
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(), 0) << daemon.err();
+}
+
+TEST_P(ReaperCli, MetricsListenIsRefusedWithoutADaemonOrAFreePort) {
+    EXPECT_EQ(run(with_db({"--once", "--metrics-listen", "127.0.0.1:0"})), 64) << diag();
+    EXPECT_NE(last_->err().find("add --interval"), std::string::npos) << diag();
+    // A port already taken: the daemon does not start.
+    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(fd, 1), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    auto const taken = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    EXPECT_EQ(run(with_db({"--interval", "1h", "--metrics-listen", taken})), 64) << diag();
+    EXPECT_NE(last_->err().find("cannot listen there"), std::string::npos) << diag();
+    ::close(fd);
+}
+#endif
 
 TEST_P(ReaperCli, SigintStopsTheDaemonBetweenPasses) {
     child daemon(with_db({"--interval", "1h", "--json"}), files_.path());

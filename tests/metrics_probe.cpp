@@ -1,0 +1,53 @@
+// sqlock tests — a process whose metrics are scraped over HTTP, for
+// Engines/MetricsScrape.*.
+//
+//   sqlock_metrics_probe URL PREFIX TTL_MS
+//       Serves the process's metrics (sqlock::prometheus through prometheus-cpp's
+//       Exposer on 127.0.0.1, a free port) and prints "port <N>". Then, with a
+//       table locker of TTL_MS: three grants (PREFIX a, b, c), one busy attempt
+//       (a again, held), releases a and b and keeps c, renewed by the watchdog;
+//       prints "ready <token of c>" and waits for its stdin to close, then
+//       prints "state <held|in_doubt|lost>" of c and exits 0.
+//
+// Exit 0 on success; on any error, a message on stderr and exit 2.
+#include <sqlock/prometheus.hpp>
+#include <sqlock/sqlock.hpp>
+
+#include <prometheus/exposer.h>
+
+#include <chrono>
+#include <exception>
+#include <iostream>
+#include <string>
+
+int main(int argc, char** argv) {
+    if (argc != 4) {
+        std::cerr << "usage: " << argv[0] << " URL PREFIX TTL_MS\n";
+        return 2;
+    }
+    try {
+        std::string const url = argv[1], prefix = argv[2];
+        prometheus::Exposer exposer("127.0.0.1:0", 1);
+        auto metrics = sqlock::prometheus::make_collectable();
+        exposer.RegisterCollectable(metrics);
+        std::cout << "port " << exposer.GetListeningPorts().at(0) << std::endl;
+
+        sqlock::store db(url, {.create_schema = true});
+        auto locks = sqlock::table_locker(db, {.ttl = std::chrono::milliseconds(std::stoll(argv[3]))});
+        auto a = locks.try_acquire(prefix + "a");
+        auto b = locks.try_acquire(prefix + "b");
+        auto c = locks.try_acquire(prefix + "c");
+        if (!a || !b || !c) throw std::runtime_error("a grant was refused: another holder?");
+        if (locks.try_acquire(prefix + "a")) throw std::runtime_error("a second grant of a held name");
+        a->release();
+        b->release();
+        std::cout << "ready " << c->token() << std::endl;
+        std::string line;
+        while (std::getline(std::cin, line)) {}
+        std::cout << "state " << sqlock::to_string(c->state()) << std::endl;
+        return 0;
+    } catch (std::exception const& e) {
+        std::cerr << "sqlock_metrics_probe: " << e.what() << "\n";
+        return 2;
+    }
+}
