@@ -45,12 +45,14 @@ IMPL_TITLE = {
     "sqlock-semaphore": "sqlock semaphore (4 permits)",
     "sqlock-rw-shared": "sqlock read lock (shared)",
     "sqlock-rw-exclusive": "sqlock write lock (rw exclusive)",
+    "sqlock-table-nometrics": "sqlock table lock, metrics off",
 }
 # The coordination kinds of issue 22, each over a table locker, run by bench/run.sh at these client
 # counts in the same cells as the table lock; their cost target is relative to it.
 COORD_IMPLS = ["sqlock-semaphore", "sqlock-rw-shared", "sqlock-rw-exclusive"]
 COORD_CLIENTS = [1, 4]
 COORD_TARGET = 1.5  # a semaphore or read-lock cycle takes at most 1.5x the time of a table-lock cycle
+METRICS_TARGET = 0.02  # issue 23: the metrics cost at most 2 % of an uncontended table-lock cycle
 # What run.sh runs, for the rows of a suite that did not run at all.
 HANDOFF_GRID = [
     ("postgresql", "", ["notify", "row-queue", "poll", "in-process"]),
@@ -493,6 +495,7 @@ class Page:
         self.img("ratios", "sqlock / floor by clients")
         self.peers()
         self.coordination()
+        self.metrics_overhead()
 
     def peers(self):
         d = self.d
@@ -562,6 +565,31 @@ class Page:
         self.add(table(["engine", "clients", "names", "table lock cycles/s", "semaphore cycles/s (p50)", "cost",
                         "read lock cycles/s (p50)", "cost", "write lock cycles/s (p50)", "cost", "errors"],
                        rows, right=range(3, 11)), "")
+
+    def metrics_overhead(self):
+        d = self.d
+        self.add("### The metrics' cost", "")
+        self.add("The table lock with the process's metrics (the default: `sqlock-table`) and with metrics that "
+                 "record nothing (`sqlock-grid cycle --metrics off`: `sqlock-table-nometrics`), in the same cells. "
+                 "*cost* is the time per cycle with metrics over that without, less one (off cycles/s ÷ on "
+                 f"cycles/s − 1): the target is ≤ {METRICS_TARGET:.0%} uncontended (distinct names). Two runs of "
+                 "one cell differ by more than that, so read the column across the rows, not cell by cell.", "")
+        rows = []
+        for engine, variant, lane_title, _ in LANES:
+            for c in COORD_CLIENTS:
+                key = dict(suite="cycle", engine=engine, variant=variant, clients=c, names="distinct")
+                on, off = d.one(impl="sqlock-table", **key), d.one(impl="sqlock-table-nometrics", **key)
+                if not on and not off:
+                    continue
+                r = ratio(off and off.get("cycles_per_s"), on and on.get("cycles_per_s"))
+                rows.append([lane_title, c, cell(on, "cycles_per_s", fnum, d.why(impl="sqlock-table", **key)),
+                             cell(off, "cycles_per_s", fnum, d.why(impl="sqlock-table-nometrics", **key)),
+                             f"{(r - 1):+.1%}" if r else "—"])
+        if rows:
+            self.add(table(["engine", "clients", "metrics on cycles/s", "metrics off cycles/s", "cost"], rows,
+                           right=range(2, 5)), "")
+        else:
+            self.add("*Not run in this run.*", "")
 
     # -------------------------------------------------- (d) handoff
     def handoff_rows(self):

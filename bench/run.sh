@@ -11,8 +11,9 @@
 #   --only SUITE…  run only these suites (cycle handoff majority renewal reaper; also comma-separated);
 #                  the other suites' results of an earlier run are kept and stay in the report
 #   --impls IMPL…  run only these implementations in the cycle grid (floor sqlock-table floor-rowlock
-#                  sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive; also
-#                  comma-separated), e.g. `--only cycle --impls sqlock-table,sqlock-semaphore`
+#                  sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive
+#                  sqlock-table-nometrics; also comma-separated), e.g.
+#                  `--only cycle --impls sqlock-table,sqlock-semaphore`
 #   --seconds S    seconds per cycle-grid cell (default 5, --quick 1)
 #
 # The coordination kinds (issue 22: a semaphore of 4 permits, the shared and the exclusive side of a
@@ -38,8 +39,10 @@ RESULTS=$ROOT/build/bench-results
 SERVERS=$ROOT/build/bench-servers
 PY=/usr/bin/python3 # Debian's: python3-tooz, psycopg2, pymysql and matplotlib live there
 ALL_SUITES=(cycle handoff majority renewal reaper)
-ALL_IMPLS=(floor sqlock-table floor-rowlock sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive)
+ALL_IMPLS=(floor sqlock-table floor-rowlock sqlock-row tooz redis sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive
+  sqlock-table-nometrics)
 COORD_IMPLS=(sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive) # over a table locker: every engine
+METRICS_IMPLS=(sqlock-table-nometrics) # issue 23: the table lock with metrics off, at COORD_CLIENTS
 COORD_CLIENTS=(1 4)                                                  # the client counts they run at
 TARGETS=(sqlock-floor sqlock-peer-redis sqlock-grid sqlock-majority-bench sqlock-reaper-bench)
 
@@ -490,6 +493,9 @@ cycle_impl() {
     sqlock-table | sqlock-row)
       b=$(bin sqlock-grid) || { skip "$name" "$b" "${f[@]}"; return 0; }
       run "$name" "$limit" "${f[@]}" -- "$b" cycle --url "$surl" --lock "${impl#sqlock-}" "${common[@]}" ;;
+    sqlock-table-nometrics)
+      b=$(bin sqlock-grid) || { skip "$name" "$b" "${f[@]}"; return 0; }
+      run "$name" "$limit" "${f[@]}" -- "$b" cycle --url "$surl" --lock table --metrics off "${common[@]}" ;;
     sqlock-semaphore | sqlock-rw-shared | sqlock-rw-exclusive)
       b=$(bin sqlock-grid) || { skip "$name" "$b" "${f[@]}"; return 0; }
       local -a more=()
@@ -514,7 +520,7 @@ suite_cycle() {
         local -a impls=(floor sqlock-table)
         [[ $engine == sqlite ]] || impls+=(floor-rowlock sqlock-row tooz)
         [[ $engine == postgresql ]] && impls+=(redis) # once per clients x names, next to PostgreSQL
-        [[ " ${COORD_CLIENTS[*]} " == *" $c "* ]] && impls+=("${COORD_IMPLS[@]}")
+        [[ " ${COORD_CLIENTS[*]} " == *" $c "* ]] && impls+=("${COORD_IMPLS[@]}" "${METRICS_IMPLS[@]}")
         local -a chosen=()
         for k in "${impls[@]}"; do want_impl "$k" && chosen+=("$k"); done
         impls=("${chosen[@]}")

@@ -168,6 +168,7 @@ struct cycle_args {
     double seconds = 5;
     std::string ttl = "30s";
     int permits = 4;
+    std::string metrics = "on";  ///< off: a metrics that records nothing (the overhead's baseline)
 };
 
 int run_cycle(cycle_args const& a) {
@@ -177,7 +178,10 @@ int run_cycle(cycle_args const& a) {
     bool const queue = row && shared;  // waiters queue in the engine: acquire(name, 10s)
     auto const clients = static_cast<std::size_t>(a.clients);
 
-    sqlock::store db(a.url, {.pool_size = clients + 2, .create_schema = true});
+    // Metrics on: the process's, as every program gets by default; off: a metrics that records nothing.
+    auto const metrics = a.metrics == "off" ? std::make_shared<sqlock::metrics>(sqlock::metrics_options{.enabled = false})
+                                            : sqlock::metrics::global();
+    sqlock::store db(a.url, {.pool_size = clients + 2, .create_schema = true, .metrics = metrics});
     auto locks = row ? sqlock::row_locker(db, {.ttl = ttl}) : sqlock::table_locker(db, {.ttl = ttl});
     // One try of the kind measured: a lease, or empty when busy.
     std::function<std::optional<sqlock::lease>(std::string const&)> try_once;
@@ -198,6 +202,7 @@ int run_cycle(cycle_args const& a) {
     } else {
         try_once = [&locks](std::string const& name) { return locks.try_acquire(name); };
     }
+    if (a.metrics == "off") impl += "-nometrics";
     if (row && db.engine() == sqlock::engine::sqlite)
         std::cerr << "sqlock-grid: note: on SQLite a row lock locks the whole database file (BEGIN IMMEDIATE)\n";
 
@@ -620,6 +625,10 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     c->add_option("--ttl", cycle.ttl, "lease TTL")->capture_default_str();
+    c->add_option("--metrics", cycle.metrics, "on (the process's metrics, the default) or off (record nothing: "
+                                              "the impl is reported with -nometrics)")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
 
     handoff_args handoff;
     auto* h = app.add_subcommand("handoff", "from a release to the parked waiter holding the lock");

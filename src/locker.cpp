@@ -189,6 +189,7 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
     auto ended = [&](attempt_outcome o) {
         auto const waited = clock::now() - start;
         record_wait(waited);
+        if (s == nullptr) return;
         s->count(o);
         s->wait.observe(waited);
     };
@@ -209,7 +210,7 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
         if (auto got = attempt_once(attempt{deadline, cancel, kind})) {
             auto const waited = clock::now() - start;
             record_wait(waited);
-            s->wait.observe(waited);  // the grant was counted by the attempt
+            if (s != nullptr) s->wait.observe(waited);  // the grant was counted by the attempt
             return std::move(*got);
         }
         auto now = clock::now();
@@ -222,32 +223,36 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
         }
         auto until = std::min<clock::time_point>(now + jitter(ceiling), deadline);
         ceiling = std::min(ceiling * 2, cap);
-        s->waiting.fetch_add(1, std::memory_order_relaxed);
+        if (s != nullptr) s->waiting.fetch_add(1, std::memory_order_relaxed);
         wait_for_release(wake_name, generation, until, cancel);
-        s->waiting.fetch_sub(1, std::memory_order_relaxed);
+        if (s != nullptr) s->waiting.fetch_sub(1, std::memory_order_relaxed);
     }
 }
 
 template <class Grant>
 std::optional<lease> locker_impl::counted_attempt(std::string const& name, std::optional<kind_label> kind,
                                                   Grant&& grant) {
-    auto* const s = series_for(kind, name);
-    auto const start = clock::now();
+    auto* const s = series_for(kind, name);  // null: metrics disabled, and no clock read for them
+    auto const start = s != nullptr ? clock::now() : clock::time_point{};
+    auto const counted = [&](attempt_outcome o) {
+        if (s == nullptr) return;
+        s->attempt.observe(clock::now() - start);
+        s->count(o);
+    };
     std::shared_ptr<lease_row> row;
     try {
         row = grant();
     } catch (...) {
-        s->attempt.observe(clock::now() - start);
-        s->count(attempt_outcome::error);
+        counted(attempt_outcome::error);
         throw;
     }
-    s->attempt.observe(clock::now() - start);
     if (!row) {
-        s->count(attempt_outcome::busy);
+        counted(attempt_outcome::busy);
         counters_.busy.fetch_add(1, std::memory_order_relaxed);
         emit(lease_event::kind::busy, name, 0);
         return std::nullopt;
     }
+    if (s != nullptr) s->attempt.observe(clock::now() - start);
     return adopt(std::move(row), kind);
 }
 
@@ -262,9 +267,10 @@ std::optional<lease> locker_impl::try_acquire_shared(std::string const& gate, st
 }
 
 lease locker_impl::adopt(std::shared_ptr<lease_row> row, std::optional<kind_label> kind) {
-    auto* const s = series_for(kind, row->name());
-    s->count(attempt_outcome::granted);
-    row->count_in(s);
+    if (auto* const s = series_for(kind, row->name())) {
+        s->count(attempt_outcome::granted);
+        row->count_in(s);
+    }
     watch(row);
     counters_.acquired.fetch_add(1, std::memory_order_relaxed);
     emit(lease_event::kind::acquired, row->name(), row->token());

@@ -73,7 +73,8 @@ metric_sample histogram::sample() const {
     return s;
 }
 
-metrics_impl::metrics_impl(metrics_options options) : names_(std::move(options.lock_names)) {
+metrics_impl::metrics_impl(metrics_options options)
+    : enabled_(options.enabled), names_(std::move(options.lock_names)) {
     if (names_.size() > max_lock_names)
         throw usage_error("sqlock: metrics_options::lock_names has " + std::to_string(names_.size()) +
                           " names: at most " + std::to_string(max_lock_names) +
@@ -86,6 +87,7 @@ metrics_impl::metrics_impl(metrics_options options) : names_(std::move(options.l
 }
 
 series* metrics_impl::find(engine_label e, kind_label k, std::string_view name) noexcept {
+    if (!enabled_) return nullptr;
     std::size_t slot = 0;
     if (!index_.empty()) {
         auto const base = name.substr(0, name.find(reserved_separator));
@@ -95,12 +97,14 @@ series* metrics_impl::find(engine_label e, kind_label k, std::string_view name) 
 }
 
 void metrics_impl::fence_checked(engine_label e, bool accepted) noexcept {
+    if (!enabled_) return;
     auto const i = static_cast<std::size_t>(e);
     fences_used_[i].store(true, std::memory_order_relaxed);
     fences_[i][accepted ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::uint64_t metrics_impl::add_store(std::string database, std::function<std::optional<double>()> offset_seconds) {
+    if (!enabled_) return 0;
     std::lock_guard lock(mutex_);
     auto id = next_id_++;
     stores_.emplace(id, store_entry{std::move(database), std::move(offset_seconds)});

@@ -58,24 +58,25 @@ reaper::reaper(store const& db, reaper_options options)
 reap_result reaper::reap_once() { return reap_once(std::stop_token{}); }
 
 reap_result reaper::reap_once(std::stop_token stop) {
-    auto& m = store_->metrics()->impl().reaper(detail::engine_label_of(store_->engine()));
-    m.used.store(true, std::memory_order_relaxed);
+    auto* const m = store_->metrics()->impl().reaper(detail::engine_label_of(store_->engine()));
+    if (m == nullptr) return pass(stop);
+    m->used.store(true, std::memory_order_relaxed);
     auto const started = std::chrono::steady_clock::now();
     try {
         auto r = pass(stop);
-        m.duration.observe(std::chrono::steady_clock::now() - started);
-        m.passes.fetch_add(1, std::memory_order_relaxed);
-        m.rows.fetch_add(r.purged, std::memory_order_relaxed);
-        m.live_rows.fetch_add(r.live_purged, std::memory_order_relaxed);
-        m.tokens.fetch_add(r.tokens_purged, std::memory_order_relaxed);
+        m->duration.observe(std::chrono::steady_clock::now() - started);
+        m->passes.fetch_add(1, std::memory_order_relaxed);
+        m->rows.fetch_add(r.purged, std::memory_order_relaxed);
+        m->live_rows.fetch_add(r.live_purged, std::memory_order_relaxed);
+        m->tokens.fetch_add(r.tokens_purged, std::memory_order_relaxed);
         if (r.complete && !r.dry_run)
-            m.last_success_us.store(
+            m->last_success_us.store(
                 duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                 std::memory_order_relaxed);
         return r;
     } catch (...) {
-        m.duration.observe(std::chrono::steady_clock::now() - started);
-        m.failures.fetch_add(1, std::memory_order_relaxed);
+        m->duration.observe(std::chrono::steady_clock::now() - started);
+        m->failures.fetch_add(1, std::memory_order_relaxed);
         throw;
     }
 }

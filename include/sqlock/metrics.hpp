@@ -56,6 +56,9 @@ struct SQLOCK_EXPORT metrics_options {
     /// without one, so the number of series stays bounded whatever names a
     /// program uses. At most 1000 names, each a valid lock name.
     std::vector<std::string> lock_names;
+    /// False: record nothing (collect() is empty), for a program that exports
+    /// no metrics and wants to pay nothing for them (bench: `sqlock-grid cycle --metrics off`).
+    bool enabled = true;
 };
 
 /// The metrics of the stores, lockers, fences and reapers that record into it.

@@ -85,11 +85,14 @@ public:
     explicit metrics_impl(metrics_options options);
 
     /// The series of `name` (its part before U+001F, for a permit or a shared
-    /// lease) when allow-listed, or of every other name. Never null.
+    /// lease) when allow-listed, or of every other name; null when disabled.
     [[nodiscard]] series* find(engine_label e, kind_label k, std::string_view name) noexcept;
 
     void fence_checked(engine_label e, bool accepted) noexcept;
-    [[nodiscard]] reaper_series& reaper(engine_label e) noexcept { return reapers_[static_cast<std::size_t>(e)]; }
+    /// A reaper's series; null when disabled.
+    [[nodiscard]] reaper_series* reaper(engine_label e) noexcept {
+        return enabled_ ? &reapers_[static_cast<std::size_t>(e)] : nullptr;
+    }
 
     /// A store's clock offset, read at each collect while the store lives.
     std::uint64_t add_store(std::string database, std::function<std::optional<double>()> offset_seconds);
@@ -99,6 +102,7 @@ public:
 
 private:
     static constexpr std::size_t per_name = engine_labels * kind_labels;
+    bool enabled_;
     std::vector<std::string> names_;                                   // allow-list, in the caller's order
     std::unordered_map<std::string_view, std::size_t> index_;          // name -> 1 + position in names_
     std::unique_ptr<series[]> series_;                                 // (1 + names) * per_name
