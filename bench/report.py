@@ -590,6 +590,27 @@ class Page:
                            right=range(2, 5)), "")
         else:
             self.add("*Not run in this run.*", "")
+        # The recording alone (sqlock-metrics-bench), over the fastest uncontended cycle of this run.
+        rec = {(r.get("variant"), r.get("clients")): r for r in d.find(suite="metrics")}
+        if not rec:
+            return
+        def fastest(c):
+            return max((num(r.get("cycles_per_s")) or 0 for r in d.find(
+                suite="cycle", impl="sqlock-table", names="distinct", clients=c)), default=0)
+
+        self.add("The recording alone, without a database (`sqlock-metrics-bench`: what one granted "
+                 "`try_acquire` + `release` records, the series' lookup, four clock reads, two histograms and the "
+                 "counters; the best of five runs; with 4 threads on one series, as 4 clients of one locker), and "
+                 "its share of the time one client spends per cycle in the fastest uncontended table-lock cell of "
+                 "this run at that many clients (clients ÷ cycles/s):", "")
+        rows = []
+        for (variant, c), r in sorted(rec.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+            ns, best = num(r.get("ns_per_cycle")), fastest(c)
+            share = ns * 1e-9 * best / c if ns is not None and best and c else None
+            rows.append([f"`{variant}`", c, f"{ns:.0f} ns" if ns is not None else "—",
+                         fnum(best) if best else "—", f"{share:.2%}" if share is not None else "—"])
+        self.add(table(["allow-list", "threads", "recording per cycle", "fastest cell, cycles/s", "share"], rows,
+                       right=range(1, 5)), "")
 
     # -------------------------------------------------- (d) handoff
     def handoff_rows(self):

@@ -44,7 +44,7 @@ ALL_IMPLS=(floor sqlock-table floor-rowlock sqlock-row tooz redis sqlock-semapho
 COORD_IMPLS=(sqlock-semaphore sqlock-rw-shared sqlock-rw-exclusive) # over a table locker: every engine
 METRICS_IMPLS=(sqlock-table-nometrics) # issue 23: the table lock with metrics off, at COORD_CLIENTS
 COORD_CLIENTS=(1 4)                                                  # the client counts they run at
-TARGETS=(sqlock-floor sqlock-peer-redis sqlock-grid sqlock-majority-bench sqlock-reaper-bench)
+TARGETS=(sqlock-floor sqlock-peer-redis sqlock-grid sqlock-majority-bench sqlock-reaper-bench sqlock-metrics-bench)
 
 say() { printf '%s run.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 warn() { say "warning: $*"; }
@@ -180,7 +180,7 @@ if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSQLOCK_BUILD_BENCH=
   help=$(cmake --build "$BUILD" --target help 2>/dev/null || true)
   for t in "${TARGETS[@]}"; do
     case $t in # only what the chosen suites run
-      sqlock-floor | sqlock-peer-redis) want cycle || continue ;;
+      sqlock-floor | sqlock-peer-redis | sqlock-metrics-bench) want cycle || continue ;;
       sqlock-grid) want cycle || want handoff || want renewal || continue ;;
       sqlock-majority-bench) want majority || continue ;;
       sqlock-reaper-bench) want reaper || continue ;;
@@ -540,6 +540,12 @@ suite_cycle() {
       done
     done
   done
+  # What the metrics add to a cycle, measured alone (no database): the report divides it by the cycles above.
+  if want_impl sqlock-table-nometrics; then
+    local b
+    b=$(bin sqlock-metrics-bench) || { skip cycle-metrics-recording "$b" suite=metrics impl=sqlock-metrics; return 0; }
+    run cycle-metrics-recording 300 suite=metrics impl=sqlock-metrics -- "$b"
+  fi
 }
 
 suite_handoff() {

@@ -137,4 +137,26 @@ mkdir -p "$work/pc"
 PKG_CONFIG_PATH=$libdir/pkgconfig make -s -C "$root/tests/consumer" O="$work/pc" "${pcflags[@]}" ||
   fail "building tests/consumer with its Makefile (pkg-config)"
 check_output "$work/pc/sqlock-consumer-pc" "$work/pc.db"
+
+# ---- the prometheus component (sqlock::prometheus, sqlock-prometheus.pc) ----
+# Installed when sqlock was built with prometheus-cpp; CI installs it (scripts/deps.sh), so there it must be.
+if [[ -f $(dirname "$config")/sqlockPrometheusTargets.cmake ]]; then
+  [[ -f $libdir/pkgconfig/sqlock-prometheus.pc ]] || fail "sqlockPrometheusTargets.cmake is installed but not sqlock-prometheus.pc"
+  say "prometheus component: find_package(sqlock COMPONENTS prometheus)"
+  cmake -S "$root/tests/consumer-prometheus" -B "$work/cmake-prom" "${cmake_args[@]}" >"$work/cmake-prom.log" 2>&1 ||
+    { cat "$work/cmake-prom.log"; fail "configuring tests/consumer-prometheus"; }
+  cmake --build "$work/cmake-prom" -j2 >"$work/cmake-prom-build.log" 2>&1 ||
+    { cat "$work/cmake-prom-build.log"; fail "building tests/consumer-prometheus"; }
+  out=$("$work/cmake-prom/sqlock-prometheus-consumer" "$work/prom.db") || fail "sqlock-prometheus-consumer exited with $?"
+  [[ $out == "metrics ok" ]] || fail "sqlock-prometheus-consumer printed '$out', not 'metrics ok'"
+  say "prometheus component: pkg-config sqlock-prometheus"
+  mkdir -p "$work/pc-prom"
+  PKG_CONFIG_PATH=$libdir/pkgconfig make -s -C "$root/tests/consumer-prometheus" O="$work/pc-prom" "${pcflags[@]}" ||
+    fail "building tests/consumer-prometheus with its Makefile (pkg-config)"
+  out=$("$work/pc-prom/sqlock-prometheus-consumer-pc" "$work/prom-pc.db") ||
+    fail "sqlock-prometheus-consumer-pc exited with $?"
+  [[ $out == "metrics ok" ]] || fail "sqlock-prometheus-consumer-pc printed '$out', not 'metrics ok'"
+elif [[ -n ${CI:-} ]]; then
+  fail "the prometheus component is not installed: sqlock was built without prometheus-cpp (install prometheus-cpp-dev: bash scripts/deps.sh)"
+fi
 say "OK: $kind libsqlock installed, used through find_package and pkg-config"

@@ -147,7 +147,9 @@ void lease_row::release_hold() {
         throw lost_error(why);
     }
     if (last) {
-        count_end(state_.exchange(st_released));
+        // The deadline thread may have marked it lost meanwhile (and counted its end).
+        if (auto const previous = state_.exchange(st_released); previous == st_held || previous == st_in_doubt)
+            count_end(previous);
     } else {
         --holds_;
     }

@@ -1,13 +1,14 @@
 // sqlock tests — a process whose metrics are scraped over HTTP, for
 // Engines/MetricsScrape.*.
 //
-//   sqlock_metrics_probe URL PREFIX TTL_MS
+//   sqlock_metrics_probe URL PREFIX TTL_MS [KEEP]
 //       Serves the process's metrics (sqlock::prometheus through prometheus-cpp's
 //       Exposer on 127.0.0.1, a free port) and prints "port <N>". Then, with a
 //       table locker of TTL_MS: three grants (PREFIX a, b, c), one busy attempt
-//       (a again, held), releases a and b and keeps c, renewed by the watchdog;
-//       prints "ready <token of c>" and waits for its stdin to close, then
-//       prints "state <held|in_doubt|lost>" of c and exits 0.
+//       (a again, held), releases a and b and keeps c, renewed by the watchdog,
+//       and KEEP - 1 more (PREFIX c1, c2, ...; KEEP defaults to 1); prints
+//       "ready <token of c>" and waits for its stdin to close, then prints
+//       "state <held|in_doubt|lost>" of c and exits 0.
 //
 // Exit 0 on success; on any error, a message on stderr and exit 2.
 #include <sqlock/prometheus.hpp>
@@ -19,10 +20,11 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
-    if (argc != 4) {
-        std::cerr << "usage: " << argv[0] << " URL PREFIX TTL_MS\n";
+    if (argc != 4 && argc != 5) {
+        std::cerr << "usage: " << argv[0] << " URL PREFIX TTL_MS [KEEP]\n";
         return 2;
     }
     try {
@@ -41,6 +43,12 @@ int main(int argc, char** argv) {
         if (locks.try_acquire(prefix + "a")) throw std::runtime_error("a second grant of a held name");
         a->release();
         b->release();
+        std::vector<sqlock::lease> more;
+        for (int i = 1; i < (argc == 5 ? std::stoi(argv[4]) : 1); ++i) {
+            auto l = locks.try_acquire(prefix + "c" + std::to_string(i));
+            if (!l) throw std::runtime_error("a grant was refused: another holder?");
+            more.push_back(std::move(*l));
+        }
         std::cout << "ready " << c->token() << std::endl;
         std::string line;
         while (std::getline(std::cin, line)) {}

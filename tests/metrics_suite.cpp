@@ -3,6 +3,7 @@
 //   Engines/Metrics.*          what a store's lockers, fences and reapers record, after known operations
 //   Engines/MetricsScrape.*    a process's metrics scraped over HTTP (sqlock::prometheus), across a
 //                              SIGSTOP past its TTL: three grants, one busy attempt, one loss by expiry
+//   Engines/MetricsAlerts.*    contrib/prometheus's rules on a real Prometheus scraping a probe and a reaper
 #include "metrics_text.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
@@ -10,6 +11,7 @@
 #include <sqlock/sqlock.hpp>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +19,7 @@
 
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -221,7 +224,8 @@ INSTANTIATE_TEST_SUITE_P(Engines, Metrics, ::testing::Values(engine::postgresql,
 /// sqlock_metrics_probe, its stdin a pipe this test closes to let it finish.
 class probe {
 public:
-    probe(std::string const& url, std::string const& prefix, std::chrono::milliseconds ttl, fs::path const& dir)
+    probe(std::string const& url, std::string const& prefix, std::chrono::milliseconds ttl, fs::path const& dir,
+          int keep = 1)
         : out_(dir / "probe.out"), err_(dir / "probe.err") {
         int fds[2];
         if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
@@ -229,8 +233,8 @@ public:
         fa.capture_to_files(out_, err_);
         posix_spawn_file_actions_adddup2(fa.get(), fds[0], 0);
         posix_spawn_file_actions_addclose(fa.get(), fds[1]);
-        pid_ = spawn_process({SQLOCK_METRICS_PROBE, url, prefix, std::to_string(ttl.count())}, std::nullopt,
-                             fa.get());
+        pid_ = spawn_process({SQLOCK_METRICS_PROBE, url, prefix, std::to_string(ttl.count()), std::to_string(keep)},
+                             std::nullopt, fa.get());
         ::close(fds[0]);
         stdin_ = fds[1];
     }
@@ -338,6 +342,126 @@ TEST_P(MetricsScrape, ThreeGrantsOneBusyAndALossBySigstopAreScraped) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, MetricsScrape, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
+
+#ifdef SQLOCK_REAPER_BIN
+/// A Prometheus server (Debian's `prometheus`) on loopback, scraping `targets`
+/// (job name -> ADDR:PORT) every second and evaluating contrib/prometheus's rules.
+class prometheus_server {
+public:
+    prometheus_server(std::vector<std::pair<std::string, std::string>> const& targets, fs::path const& dir)
+        : dir_(dir), port_(closed_port()) {
+        auto const config = dir / "prometheus.yml";
+        std::ofstream out(config);
+        out << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+            << "rule_files: ['" << SQLOCK_SOURCE_DIR << "/contrib/prometheus/sqlock.rules.yml']\n"
+            << "scrape_configs:\n";
+        for (auto const& [job, target] : targets)
+            out << "  - job_name: " << job << "\n    static_configs: [{targets: ['" << target << "']}]\n";
+        out.close();
+        spawn_file_actions fa;
+        fa.capture_to_files(dir / "prometheus.out", dir / "prometheus.err");
+        pid_ = spawn_process({"/usr/bin/prometheus", "--config.file=" + config.string(),
+                              "--storage.tsdb.path=" + (dir / "tsdb").string(),
+                              "--web.listen-address=127.0.0.1:" + std::to_string(port_)},
+                             std::nullopt, fa.get());
+    }
+    ~prometheus_server() {
+        ::kill(pid_, SIGKILL);
+        int st = 0;
+        ::waitpid(pid_, &st, 0);
+    }
+    prometheus_server(prometheus_server const&) = delete;
+    prometheus_server& operator=(prometheus_server const&) = delete;
+
+    std::string get(std::string const& path) const {
+        return http_get("http://127.0.0.1:" + std::to_string(port_) + path);
+    }
+    /// The state ("pending", "firing") of each active alert, by name.
+    std::map<std::string, std::string> alerts() const {
+        std::map<std::string, std::string> out;
+        auto const body = get("/api/v1/alerts");
+        if (body.empty()) return out;
+        for (auto const& a : nlohmann::json::parse(body).at("data").at("alerts"))
+            out[a.at("labels").at("alertname").get<std::string>()] = a.at("state").get<std::string>();
+        return out;
+    }
+    /// How many targets are up.
+    int up() const {
+        auto const body = get("/api/v1/query?query=sum(up)");
+        if (body.empty()) return 0;
+        auto const result = nlohmann::json::parse(body).at("data").at("result");
+        return result.empty() ? 0 : std::stoi(result[0].at("value")[1].get<std::string>());
+    }
+    std::string diag() const {
+        return "\nprometheus stderr (tail):\n" + slurp(dir_ / "prometheus.err").substr(0, 4000);
+    }
+
+private:
+    fs::path dir_;
+    int port_;
+    pid_t pid_ = -1;
+};
+
+class MetricsAlerts : public engine_fixture {};
+
+// The rules of contrib/prometheus/sqlock.rules.yml on a real Prometheus, scraping a
+// real probe and a real reaper: quiet while all is well; then a row expired an
+// hour ago and not reaped, ten leases lost by a SIGSTOP past their TTL, and the
+// reaper killed (-9) each turn their alert on (pending: their `for` is minutes).
+TEST_P(MetricsAlerts, RulesSeeALossAStaleTableAndADeadReaperOnARealScrape) {
+    if (::access("/usr/bin/prometheus", X_OK) != 0) {
+        if (in_ci()) FAIL() << "prometheus is missing: install it (bash scripts/deps.sh --servers)";
+        GTEST_SKIP() << "prometheus is not installed (bash scripts/deps.sh --servers)";
+    }
+    temp_dir dir;
+    probe p(url_, prefix_, 1000ms, dir.path(), 10);
+    auto const probe_port = p.wait_for("port");
+    ASSERT_TRUE(probe_port && p.wait_for("ready")) << p.diag();
+
+    spawn_file_actions fa;
+    fa.capture_to_files(dir.path() / "reaper.out", dir.path() / "reaper.err");
+    pid_t reaper = spawn_process({SQLOCK_REAPER_BIN, "--db", url_, "--interval", "1h", "--metrics-listen", "127.0.0.1:0"},
+                                 std::nullopt, fa.get());
+    std::smatch m;
+    std::regex const serving(R"(serving metrics on http://(127\.0\.0\.1:\d+)/metrics)");
+    std::string err;
+    ASSERT_TRUE(eventually([&] { return std::regex_search(err = slurp(dir.path() / "reaper.err"), m, serving); }, 60s))
+        << err;
+    std::string const reaper_target = m[1];
+
+    prometheus_server prom({{"sqlock-reaper", reaper_target}, {"sqlock", "127.0.0.1:" + *probe_port}}, dir.path());
+    ASSERT_TRUE(eventually([&] { return prom.up() == 2; }, 60s)) << prom.diag();
+    std::set<std::string> const watched{"SqlockReaperDown", "SqlockReaperBehind", "SqlockLeasesLost"};
+    auto const active = [&](std::string const& name) { return prom.alerts().count(name) == 1; };
+    std::this_thread::sleep_for(3s);  // three evaluations of every rule on good data
+    for (auto const& [name, state] : prom.alerts())
+        EXPECT_FALSE(watched.count(name)) << name << " is " << state << " while all is well";
+
+    // A row that expired an hour ago, which the reaper (a pass an hour) leaves.
+    auto locks = sqlock::table_locker(*db_, {.ttl = 60s});
+    auto old = locks.try_acquire(n("old"));
+    ASSERT_TRUE(old);
+    backdate_row(*raw_, e_, n("old"));
+    EXPECT_TRUE(eventually([&] { return active("SqlockReaperBehind"); }, 60s)) << prom.diag();
+
+    // Ten leases lost: the probe paused past their TTL.
+    p.signal(SIGSTOP);
+    std::this_thread::sleep_for(3s);
+    p.signal(SIGCONT);
+    EXPECT_TRUE(eventually([&] { return active("SqlockLeasesLost"); }, 60s)) << prom.diag() << p.diag();
+
+    // The reaper crashes.
+    EXPECT_FALSE(active("SqlockReaperDown"));
+    ::kill(reaper, SIGKILL);
+    int st = 0;
+    ::waitpid(reaper, &st, 0);
+    EXPECT_TRUE(eventually([&] { return active("SqlockReaperDown"); }, 60s)) << prom.diag();
+    EXPECT_EQ(p.finish(), 0) << p.diag();
+}
+
+// The rules are engine-agnostic: one engine (the embedded one) is enough.
+INSTANTIATE_TEST_SUITE_P(Engines, MetricsAlerts, ::testing::Values(engine::sqlite), engine_param_name{});
+#endif
 #endif
 
 }  // namespace
