@@ -30,7 +30,7 @@ void record_cycle(metrics_impl& m, std::string const& name) {
     auto* s = m.find(engine_label::sqlite, kind_label::table, name);  // counted_attempt
     auto const start = clock_type::now();
     s->attempt.observe(clock_type::now() - start);
-    s->count(attempt_outcome::granted);  // adopt
+    s->count(attempt_outcome::granted);   // adopt
     auto const held = clock_type::now();  // count_in
     s->leases.fetch_add(1, std::memory_order_relaxed);
     s->leases.fetch_sub(1, std::memory_order_relaxed);  // count_end
@@ -52,8 +52,8 @@ double measure(metrics_impl& m, int threads, long iterations, std::string const&
                 auto const t0 = clock_type::now();
                 for (long i = 0; i < iterations; ++i) record_cycle(m, name);
                 ns[static_cast<std::size_t>(t)] =
-                    static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0)
-                                            .count()) /
+                    static_cast<double>(
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count()) /
                     static_cast<double>(iterations);
             });
         while (ready.load() < threads) {}
@@ -80,9 +80,10 @@ int main(int argc, char** argv) {
         for (int threads : {1, 4}) {
             metrics_impl m(sqlock::metrics_options{.lock_names = listed ? many : std::vector<std::string>{}});
             double const ns = measure(m, threads, iterations, "job:500");
-            std::printf("{\"suite\":\"metrics\",\"impl\":\"sqlock-metrics\",\"variant\":\"%s\",\"clients\":%d,"
-                        "\"ns_per_cycle\":%.1f,\"iterations\":%ld}\n",
-                        listed ? "allow-list-1000" : "no-allow-list", threads, ns, iterations);
+            std::printf(
+                "{\"suite\":\"metrics\",\"impl\":\"sqlock-metrics\",\"variant\":\"%s\",\"clients\":%d,"
+                "\"ns_per_cycle\":%.1f,\"iterations\":%ld}\n",
+                listed ? "allow-list-1000" : "no-allow-list", threads, ns, iterations);
             std::fflush(stdout);
         }
     }

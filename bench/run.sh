@@ -544,7 +544,9 @@ suite_cycle() {
   if want_impl sqlock-table-nometrics; then
     local b
     b=$(bin sqlock-metrics-bench) || { skip cycle-metrics-recording "$b" suite=metrics impl=sqlock-metrics; return 0; }
-    run cycle-metrics-recording 300 suite=metrics impl=sqlock-metrics -- "$b"
+    local -a iters=()
+    ((quick)) && iters=(--iterations 100000)
+    run cycle-metrics-recording 300 suite=metrics impl=sqlock-metrics -- "$b" "${iters[@]}"
   fi
 }
 

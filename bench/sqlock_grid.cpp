@@ -179,8 +179,9 @@ int run_cycle(cycle_args const& a) {
     auto const clients = static_cast<std::size_t>(a.clients);
 
     // Metrics on: the process's, as every program gets by default; off: a metrics that records nothing.
-    auto const metrics = a.metrics == "off" ? std::make_shared<sqlock::metrics>(sqlock::metrics_options{.enabled = false})
-                                            : sqlock::metrics::global();
+    auto const metrics = a.metrics == "off"
+                             ? std::make_shared<sqlock::metrics>(sqlock::metrics_options{.enabled = false})
+                             : sqlock::metrics::global();
     sqlock::store db(a.url, {.pool_size = clients + 2, .create_schema = true, .metrics = metrics});
     auto locks = row ? sqlock::row_locker(db, {.ttl = ttl}) : sqlock::table_locker(db, {.ttl = ttl});
     // One try of the kind measured: a lease, or empty when busy.
@@ -625,8 +626,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     c->add_option("--ttl", cycle.ttl, "lease TTL")->capture_default_str();
-    c->add_option("--metrics", cycle.metrics, "on (the process's metrics, the default) or off (record nothing: "
-                                              "the impl is reported with -nometrics)")
+    c->add_option("--metrics", cycle.metrics,
+                  "on (the process's metrics, the default) or off (record nothing: "
+                  "the impl is reported with -nometrics)")
         ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
 

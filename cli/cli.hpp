@@ -75,8 +75,8 @@ struct run_args {
     std::string strategy = "table";
     std::string member_timeout;  ///< majority mode; empty: ttl / 10
     int conflict_exit_code = exit_code::conflict;
-    std::string limit;    ///< --limit N: a permit of a semaphore of N (empty: not given)
-    bool shared = false;  ///< --shared: a shared lease of a read-write lock
+    std::string limit;             ///< --limit N: a permit of a semaphore of N (empty: not given)
+    bool shared = false;           ///< --shared: a shared lease of a read-write lock
     std::string metrics_textfile;  ///< --metrics-textfile PATH (empty: none)
     std::vector<std::string> command;
 };

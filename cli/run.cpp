@@ -1140,11 +1140,11 @@ void check_textfile(std::string const& path) {
     auto const dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " +
-                                   printable(dir.string()) + " does not exist: create it, or give another path");
+        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " + printable(dir.string()) +
+                                   " does not exist: create it, or give another path");
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
-        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " +
-                                   printable(dir.string()) + " is not writable (" + errno_text(errno) +
+        fail(exit_code::usage, "--metrics-textfile " + printable(path) + ": its directory " + printable(dir.string()) +
+                                   " is not writable (" + errno_text(errno) +
                                    "): give a directory this user can write");
 }
 
@@ -1159,7 +1159,8 @@ void write_textfile(run_args const& args, run_times const& t, run_record const& 
             return std::chrono::duration<double>(d).count();
         };
         std::string outcome;
-        if (!rec.lock_wait) outcome = code == args.conflict_exit_code ? (t.wait.count() > 0 ? "timeout" : "busy") : "error";
+        if (!rec.lock_wait)
+            outcome = code == args.conflict_exit_code ? (t.wait.count() > 0 ? "timeout" : "busy") : "error";
         else if (rec.lost) outcome = "lost";
         else outcome = code == 0 ? "ok" : "failed";
         std::vector<std::pair<std::string, std::string>> const name{{"name", args.name}};
@@ -1199,7 +1200,8 @@ void write_textfile(run_args const& args, run_times const& t, run_record const& 
             throw std::runtime_error("renaming it into place failed: " + errno_text(err));
         }
     } catch (std::exception const& e) {
-        std::fprintf(stderr, "sqlock: warning: could not write --metrics-textfile %s (%s); the exit code is "
+        std::fprintf(stderr,
+                     "sqlock: warning: could not write --metrics-textfile %s (%s); the exit code is "
                      "COMMAND's as ever: check the path's directory and free space\n",
                      printable(args.metrics_textfile).c_str(), e.what());
     }

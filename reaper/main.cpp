@@ -200,7 +200,7 @@ bool sleep_for(milliseconds d, std::stop_token const& stop) {
 
 struct settings {
     std::vector<std::string> urls;
-    std::string metrics_listen;  // ADDR:PORT, or empty
+    std::string metrics_listen;            // ADDR:PORT, or empty
     std::optional<milliseconds> interval;  // empty: once
     std::string table_prefix = "sqlock";
     bool json = false;
@@ -311,15 +311,22 @@ public:
         using sqlock::metric_type;
         metric_family rows{"sqlock_table_rows",
                            "Rows of the lock table, by state: live, or expired (not yet taken over or reaped).",
-                           metric_type::gauge, {}, {}};
+                           metric_type::gauge,
+                           {},
+                           {}};
         metric_family oldest{"sqlock_table_oldest_expired_age_seconds",
                              "Age of the oldest expired row of the lock table (0 when none): growing while the "
                              "reaper runs means it is behind or failing.",
-                             metric_type::gauge, {}, {}};
-        metric_family tokens{"sqlock_token_counters", "Fencing-token counters (rows of <prefix>_tokens).",
-                             metric_type::gauge, {}, {}};
-        metric_family up{"sqlock_table_up", "1 when the lock tables could be counted at this scrape, else 0.",
-                         metric_type::gauge, {}, {}};
+                             metric_type::gauge,
+                             {},
+                             {}};
+        metric_family tokens{
+            "sqlock_token_counters", "Fencing-token counters (rows of <prefix>_tokens).", metric_type::gauge, {}, {}};
+        metric_family up{"sqlock_table_up",
+                         "1 when the lock tables could be counted at this scrape, else 0.",
+                         metric_type::gauge,
+                         {},
+                         {}};
         std::lock_guard lock(mutex_);
         for (auto& d : databases_) {
             auto gauge = [&](metric_family& f, double v, std::vector<std::pair<std::string, std::string>> extra = {}) {
@@ -446,14 +453,16 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         return code;
     }
     if (!s.metrics_listen.empty() && !s.interval) {
-        out.usage("--metrics-listen serves the metrics of a running daemon: add --interval DUR (a single pass "
-                  "exits before any scrape)");
+        out.usage(
+            "--metrics-listen serves the metrics of a running daemon: add --interval DUR (a single pass "
+            "exits before any scrape)");
         return exit_code::usage;
     }
 #if !SQLOCK_REAPER_METRICS
     if (!s.metrics_listen.empty()) {
-        out.usage("--metrics-listen is not available: this sqlock-reaper was built without prometheus-cpp; install "
-                  "prometheus-cpp-dev (bash scripts/deps.sh) and build sqlock again");
+        out.usage(
+            "--metrics-listen is not available: this sqlock-reaper was built without prometheus-cpp; install "
+            "prometheus-cpp-dev (bash scripts/deps.sh) and build sqlock again");
         return exit_code::usage;
     }
 #endif

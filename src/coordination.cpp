@@ -269,11 +269,12 @@ public:
     leadership campaign(std::string const& name, std::string const& value, std::chrono::milliseconds wait,
                         std::stop_token const& cancel) {
         auto const owner = owner_with(value);
-        return make(locker_->wait_for(name, "the leadership of '" + name + "'", wait, cancel,
-                                      [&](locker_impl::attempt const& bounds) {
-                                          return locker_->try_acquire_as(name, owner, bounds);
-                                      },
-                                      {}, kind_label::election),
+        return make(locker_->wait_for(
+                        name, "the leadership of '" + name + "'", wait, cancel,
+                        [&](locker_impl::attempt const& bounds) {
+                            return locker_->try_acquire_as(name, owner, bounds);
+                        },
+                        {}, kind_label::election),
                     value);
     }
 

@@ -438,7 +438,8 @@ void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::
         lock.unlock();
         if (queued) state->renew_cv.notify_all();
         // mark_lost takes no lock a renewal holds: it is never delayed by I/O.
-        for (auto& row : expired) row->mark_lost("its validity ran out before a renewal succeeded", loss_cause::expired);
+        for (auto& row : expired)
+            row->mark_lost("its validity ran out before a renewal succeeded", loss_cause::expired);
         for (auto& row : held_too_long)
             row->mark_lost("it was held for max_hold, and the watchdog stopped renewing it (locker_options::max_hold)",
                            loss_cause::max_hold);

@@ -18,8 +18,8 @@ namespace {
 constexpr std::size_t max_lock_names = 1000;
 
 constexpr std::array<char const*, engine_labels> engine_names{"postgresql", "mysql", "sqlite", "majority"};
-constexpr std::array<char const*, kind_labels> kind_names{"table",        "row",          "majority", "semaphore",
-                                                          "rw_shared",    "rw_exclusive", "election"};
+constexpr std::array<char const*, kind_labels> kind_names{"table",     "row",          "majority", "semaphore",
+                                                          "rw_shared", "rw_exclusive", "election"};
 constexpr std::array<char const*, attempt_outcomes> outcome_names{"granted", "busy", "timeout", "cancelled", "error"};
 constexpr std::array<char const*, loss_causes> cause_names{"expired", "refused", "max_hold", "session_ended"};
 
@@ -73,8 +73,7 @@ metric_sample histogram::sample() const {
     return s;
 }
 
-metrics_impl::metrics_impl(metrics_options options)
-    : enabled_(options.enabled), names_(std::move(options.lock_names)) {
+metrics_impl::metrics_impl(metrics_options options) : enabled_(options.enabled), names_(std::move(options.lock_names)) {
     if (names_.size() > max_lock_names)
         throw usage_error("sqlock: metrics_options::lock_names has " + std::to_string(names_.size()) +
                           " names: at most " + std::to_string(max_lock_names) +
@@ -126,12 +125,19 @@ std::vector<metric_family> metrics_impl::collect() const {
                            {}};
     metric_family attempt_time{"sqlock_acquire_duration_seconds",
                                "Time of one acquire attempt, granted or busy: the statements' round trips.",
-                               metric_type::histogram, bounds(), {}};
+                               metric_type::histogram,
+                               bounds(),
+                               {}};
     metric_family wait_time{"sqlock_acquire_wait_seconds",
                             "Time a waiting acquire took, from its call to its grant, timeout or cancel.",
-                            metric_type::histogram, bounds(), {}};
-    metric_family hold_time{"sqlock_hold_duration_seconds", "Time a lease was held, from its grant to its release or loss.",
-                            metric_type::histogram, bounds(), {}};
+                            metric_type::histogram,
+                            bounds(),
+                            {}};
+    metric_family hold_time{"sqlock_hold_duration_seconds",
+                            "Time a lease was held, from its grant to its release or loss.",
+                            metric_type::histogram,
+                            bounds(),
+                            {}};
     metric_family renewals{"sqlock_renewals_total",
                            "Lease renewals by outcome: ok, or failed (the database could not be reached: the lease "
                            "is in doubt until a renewal succeeds or its validity runs out). A refused renewal is a "
@@ -146,9 +152,13 @@ std::vector<metric_family> metrics_impl::collect() const {
                          metric_type::counter,
                          {},
                          {}};
-    metric_family leases{"sqlock_leases", "Leases this process holds, by state: held, or in_doubt (a renewal failed).",
-                         metric_type::gauge, {}, {}};
-    metric_family waiters{"sqlock_waiters", "Waiting acquires in progress in this process.", metric_type::gauge, {}, {}};
+    metric_family leases{"sqlock_leases",
+                         "Leases this process holds, by state: held, or in_doubt (a renewal failed).",
+                         metric_type::gauge,
+                         {},
+                         {}};
+    metric_family waiters{
+        "sqlock_waiters", "Waiting acquires in progress in this process.", metric_type::gauge, {}, {}};
     metric_family leader{"sqlock_leader",
                          "1 while this process leads the election (allow-listed names only, "
                          "metrics_options::lock_names), else 0.",
@@ -181,8 +191,8 @@ std::vector<metric_family> metrics_impl::collect() const {
                 leases.samples.push_back(scalar(with(base, "state", "in_doubt"), static_cast<double>(doubt)));
                 waiters.samples.push_back(scalar(base, static_cast<double>(s.waiting.load(std::memory_order_relaxed))));
                 if (slot > 0 && k == static_cast<std::size_t>(kind_label::election))
-                    leader.samples.push_back(scalar({{"engine", engine_names[e]}, {"election", names_[slot - 1]}},
-                                                    live > 0 ? 1.0 : 0.0));
+                    leader.samples.push_back(
+                        scalar({{"engine", engine_names[e]}, {"election", names_[slot - 1]}}, live > 0 ? 1.0 : 0.0));
             }
         }
     }
@@ -193,9 +203,13 @@ std::vector<metric_family> metrics_impl::collect() const {
                          metric_type::counter,
                          {},
                          {}};
-    metric_family passes{"sqlock_reaper_passes_total", "Reaper passes, by outcome: ok, or failed (an error ended it).",
-                         metric_type::counter, {}, {}};
-    metric_family purged{"sqlock_reaper_rows_purged_total", "Lock rows the reaper deleted.", metric_type::counter, {}, {}};
+    metric_family passes{"sqlock_reaper_passes_total",
+                         "Reaper passes, by outcome: ok, or failed (an error ended it).",
+                         metric_type::counter,
+                         {},
+                         {}};
+    metric_family purged{
+        "sqlock_reaper_rows_purged_total", "Lock rows the reaper deleted.", metric_type::counter, {}, {}};
     metric_family live_purged{"sqlock_reaper_live_rows_purged_total",
                               "Of the purged rows, those still live (reaper_options::max_age): their holders lost "
                               "their leases.",
@@ -204,11 +218,16 @@ std::vector<metric_family> metrics_impl::collect() const {
                               {}};
     metric_family tokens{"sqlock_reaper_token_counters_purged_total",
                          "Fencing-token counters the reaper deleted (reaper_options::token_horizon).",
-                         metric_type::counter, {}, {}};
-    metric_family pass_time{"sqlock_reaper_pass_duration_seconds", "Time of one reaper pass.", metric_type::histogram,
-                            bounds(), {}};
+                         metric_type::counter,
+                         {},
+                         {}};
+    metric_family pass_time{
+        "sqlock_reaper_pass_duration_seconds", "Time of one reaper pass.", metric_type::histogram, bounds(), {}};
     metric_family last_ok{"sqlock_reaper_last_success_timestamp_seconds",
-                          "Unix time at which the last reaper pass completed.", metric_type::gauge, {}, {}};
+                          "Unix time at which the last reaper pass completed.",
+                          metric_type::gauge,
+                          {},
+                          {}};
     for (std::size_t e = 0; e < engine_labels; ++e) {
         labels base{{"engine", engine_names[e]}};
         if (fences_used_[e].load(std::memory_order_relaxed)) {
@@ -247,7 +266,7 @@ std::vector<metric_family> metrics_impl::collect() const {
     return all;
 }
 
-std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> m) { return m ? m : metrics::global(); }
+std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> m) { return m ? std::move(m) : metrics::global(); }
 
 namespace {
 
@@ -317,7 +336,9 @@ void write_text(std::ostream& out, std::vector<metric_family> const& families) {
         out << "# HELP " << f.name << ' ';
         detail::write_escaped(out, f.help, false);
         out << "\n# TYPE " << f.name << ' '
-            << (f.type == metric_type::counter ? "counter" : f.type == metric_type::gauge ? "gauge" : "histogram")
+            << (f.type == metric_type::counter ? "counter"
+                : f.type == metric_type::gauge ? "gauge"
+                                               : "histogram")
             << '\n';
         for (auto const& s : f.samples) {
             if (f.type != metric_type::histogram) {

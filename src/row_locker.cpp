@@ -67,7 +67,7 @@ private:
     // On the watch's thread, once: the watch of this session has ended.
     void session_ended(std::string const& why) {
         mark_lost("the database session holding the row lock ended (" + one_line(why) +
-                  "): the server ended its transaction and freed the row at once",
+                      "): the server ended its transaction and freed the row at once",
                   loss_cause::session_ended);
         // The dead connection goes back to the pool now (reopened on its next
         // use), not when the lease is dropped.

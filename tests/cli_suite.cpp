@@ -290,7 +290,8 @@ TEST_P(Cli, MetricsTextfileSaysHowEachRunEnded) {
         auto const s = parse_exposition(text);
         for (char const* o : {"ok", "failed", "busy", "timeout", "lost", "error"})
             EXPECT_EQ(value_of(s, "sqlock_run_outcome", {{"name", name}, {"outcome", o}}), o == expected ? 1 : 0)
-                << o << " in:\n" << text;
+                << o << " in:\n"
+                << text;
         EXPECT_EQ(value_of(s, "sqlock_run_exit_code", {{"name", name}}), code) << text;
         EXPECT_GT(value_of(s, "sqlock_run_duration_seconds", {{"name", name}}).value_or(0), 0) << text;
         EXPECT_GT(value_of(s, "sqlock_run_last_timestamp_seconds", {{"name", name}}).value_or(0), 1.7e9) << text;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,8 +91,7 @@ TEST(Metrics, AllowListIsChecked) {
 class Metrics : public engine_fixture {
 protected:
     void open_store() override {
-        metrics_ = std::make_shared<sqlock::metrics>(
-            sqlock::metrics_options{.lock_names = {n("named"), n("leader")}});
+        metrics_ = std::make_shared<sqlock::metrics>(sqlock::metrics_options{.lock_names = {n("named"), n("leader")}});
         db_.emplace(url_, sqlock::store_options{.create_schema = true, .metrics = metrics_});
     }
     std::vector<text_sample> now() { return parse_exposition(text_of(*metrics_)); }
@@ -122,8 +122,8 @@ TEST_P(Metrics, CountsWhatTheLockersFencesAndReapersOfAStoreDid) {
         double sum = 0;
         for (auto const& x : s)
             if (x.name == "sqlock_acquire_attempts_total" && x.labels.at("outcome") == outcome &&
-                x.labels.at("kind") == "table" && (lock ? x.labels.count("lock") && x.labels.at("lock") == *lock
-                                                        : x.labels.count("lock") == 0))
+                x.labels.at("kind") == "table" &&
+                (lock ? x.labels.count("lock") && x.labels.at("lock") == *lock : x.labels.count("lock") == 0))
                 sum += x.value;
         return sum;
     };
@@ -228,7 +228,8 @@ public:
           int keep = 1)
         : out_(dir / "probe.out"), err_(dir / "probe.err") {
         int fds[2];
-        if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+        // Close-on-exec: no other child (a server, a reaper) may keep its write end open.
+        if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
         spawn_file_actions fa;
         fa.capture_to_files(out_, err_);
         posix_spawn_file_actions_adddup2(fa.get(), fds[0], 0);
@@ -381,7 +382,8 @@ public:
         std::map<std::string, std::string> out;
         auto const body = get("/api/v1/alerts");
         if (body.empty()) return out;
-        for (auto const& a : nlohmann::json::parse(body).at("data").at("alerts"))
+        auto const reply = nlohmann::json::parse(body);  // kept: a range-for over a temporary's member dangles
+        for (auto const& a : reply.at("data").at("alerts"))
             out[a.at("labels").at("alertname").get<std::string>()] = a.at("state").get<std::string>();
         return out;
     }
@@ -393,7 +395,10 @@ public:
         return result.empty() ? 0 : std::stoi(result[0].at("value")[1].get<std::string>());
     }
     std::string diag() const {
-        return "\nprometheus stderr (tail):\n" + slurp(dir_ / "prometheus.err").substr(0, 4000);
+        auto const err = slurp(dir_ / "prometheus.err");
+        return "\nprometheus alerts: " + get("/api/v1/alerts") +
+               "\nprometheus targets: " + get("/api/v1/targets?state=active").substr(0, 3000) +
+               "\nprometheus stderr (tail):\n" + err.substr(err.size() > 3000 ? err.size() - 3000 : 0);
     }
 
 private:
@@ -420,8 +425,9 @@ TEST_P(MetricsAlerts, RulesSeeALossAStaleTableAndADeadReaperOnARealScrape) {
 
     spawn_file_actions fa;
     fa.capture_to_files(dir.path() / "reaper.out", dir.path() / "reaper.err");
-    pid_t reaper = spawn_process({SQLOCK_REAPER_BIN, "--db", url_, "--interval", "1h", "--metrics-listen", "127.0.0.1:0"},
-                                 std::nullopt, fa.get());
+    pid_t reaper =
+        spawn_process({SQLOCK_REAPER_BIN, "--db", url_, "--interval", "1h", "--metrics-listen", "127.0.0.1:0"},
+                      std::nullopt, fa.get());
     std::smatch m;
     std::regex const serving(R"(serving metrics on http://(127\.0\.0\.1:\d+)/metrics)");
     std::string err;

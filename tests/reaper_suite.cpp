@@ -1122,18 +1122,24 @@ TEST_P(ReaperCli, MetricsEndpointShowsThePassesAndTheTable) {
     child daemon(with_db({"--interval", "1h", "--grace", "0s", "--metrics-listen", "127.0.0.1:0"}), files_.path());
     std::smatch m;
     std::regex const serving(R"(serving metrics on (http://127\.0\.0\.1:\d+/metrics))");
-    ASSERT_TRUE(eventually([&] {
-        auto const err = daemon.err();
-        return std::regex_search(err, m, serving);
-    }, 60s)) << daemon.err();
+    ASSERT_TRUE(eventually(
+        [&] {
+            auto const err = daemon.err();
+            return std::regex_search(err, m, serving);
+        },
+        60s))
+        << daemon.err();
     std::string const endpoint = m[1];
     std::string const engine = engine_name(e_);
     std::vector<text_sample> s;
     // The first pass runs at start: it purges the two expired rows and keeps the live one.
-    ASSERT_TRUE(eventually([&] {
-        s = parse_exposition(http_get(endpoint));
-        return value_of(s, "sqlock_reaper_passes_total", {{"engine", engine}, {"outcome", "ok"}}) == 1.0;
-    }, 60s)) << daemon.err();
+    ASSERT_TRUE(eventually(
+        [&] {
+            s = parse_exposition(http_get(endpoint));
+            return value_of(s, "sqlock_reaper_passes_total", {{"engine", engine}, {"outcome", "ok"}}) == 1.0;
+        },
+        60s))
+        << daemon.err();
     EXPECT_EQ(value_of(s, "sqlock_reaper_rows_purged_total", {{"engine", engine}}), 2);
     EXPECT_EQ(value_of(s, "sqlock_reaper_passes_total", {{"engine", engine}, {"outcome", "failed"}}), 0);
     EXPECT_EQ(value_of(s, "sqlock_reaper_pass_duration_seconds_count", {{"engine", engine}}), 1);

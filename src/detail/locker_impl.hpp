@@ -43,8 +43,8 @@ public:
 
     /// The bounds of one acquire attempt.
     struct attempt {
-        clock::time_point deadline;  ///< the strategy may wait in the engine until then
-        std::stop_token cancel;      ///< and must return early once this is requested
+        clock::time_point deadline;        ///< the strategy may wait in the engine until then
+        std::stop_token cancel;            ///< and must return early once this is requested
         std::optional<kind_label> kind{};  ///< what the attempt is for, in the metrics; the locker's own kind if empty
     };
 
@@ -64,8 +64,7 @@ public:
     [[nodiscard]] lease wait_for(std::string const& name, std::string const& what, std::chrono::milliseconds wait,
                                  std::stop_token const& cancel,
                                  std::function<std::optional<lease>(attempt const&)> const& attempt_once,
-                                 std::function<std::string()> const& wake_on = {},
-                                 std::optional<kind_label> kind = {});
+                                 std::function<std::string()> const& wake_on = {}, std::optional<kind_label> kind = {});
 
     /// One attempt as `owner` (an election's owner carries the leader's value).
     [[nodiscard]] std::optional<lease> try_acquire_as(std::string const& name, std::string const& owner,

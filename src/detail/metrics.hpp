@@ -41,7 +41,7 @@ inline constexpr std::size_t loss_causes = 4;
 
 /// Bucket bounds in seconds, shared by every duration histogram: 0.5 ms .. 10 min.
 inline constexpr std::array<double, 16> duration_bounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                        0.25,   0.5,   1,      2.5,   10,    30,    120,   600};
+                                                        0.25,   0.5,   1,      2.5,   10,   30,    120,  600};
 
 struct histogram {
     std::array<std::atomic<std::uint64_t>, duration_bounds.size() + 1> counts{};  // per bucket, not cumulative
@@ -103,9 +103,9 @@ public:
 private:
     static constexpr std::size_t per_name = engine_labels * kind_labels;
     bool enabled_;
-    std::vector<std::string> names_;                                   // allow-list, in the caller's order
-    std::unordered_map<std::string_view, std::size_t> index_;          // name -> 1 + position in names_
-    std::unique_ptr<series[]> series_;                                 // (1 + names) * per_name
+    std::vector<std::string> names_;                           // allow-list, in the caller's order
+    std::unordered_map<std::string_view, std::size_t> index_;  // name -> 1 + position in names_
+    std::unique_ptr<series[]> series_;                         // (1 + names) * per_name
     std::array<std::array<std::atomic<std::uint64_t>, 2>, engine_labels> fences_{};  // accepted, rejected
     std::array<std::atomic<bool>, engine_labels> fences_used_{};
     std::array<reaper_series, engine_labels> reapers_{};
