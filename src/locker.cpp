@@ -186,6 +186,18 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
                             std::function<std::string()> const& wake_on, std::optional<kind_label> kind) {
     auto const start = clock::now();
     auto* const s = series_for(kind, name);
+    // A waiter from its call to its grant, timeout, cancel or error (sqlock_waiters).
+    struct waiting {
+        series* s;
+        explicit waiting(series* to) : s(to) {
+            if (s != nullptr) s->waiting.fetch_add(1, std::memory_order_relaxed);
+        }
+        ~waiting() {
+            if (s != nullptr) s->waiting.fetch_sub(1, std::memory_order_relaxed);
+        }
+        waiting(waiting const&) = delete;
+        waiting& operator=(waiting const&) = delete;
+    } const counted_waiter(s);
     auto ended = [&](attempt_outcome o) {
         auto const waited = clock::now() - start;
         record_wait(waited);
@@ -223,9 +235,7 @@ lease locker_impl::wait_for(std::string const& name, std::string const& what, st
         }
         auto until = std::min<clock::time_point>(now + jitter(ceiling), deadline);
         ceiling = std::min(ceiling * 2, cap);
-        if (s != nullptr) s->waiting.fetch_add(1, std::memory_order_relaxed);
         wait_for_release(wake_name, generation, until, cancel);
-        if (s != nullptr) s->waiting.fetch_sub(1, std::memory_order_relaxed);
     }
 }
 

@@ -139,8 +139,13 @@ TEST_P(Metrics, CountsWhatTheLockersFencesAndReapersOfAStoreDid) {
     EXPECT_EQ(held, 2);
     EXPECT_EQ(value_of(s, "sqlock_leases", table({{"state", "held"}, {"lock", n("named")}})), 1);
     EXPECT_EQ(waits, 1);  // the waiting acquire that timed out
-    ASSERT_TRUE(value_of(s, "sqlock_clock_offset_seconds", {{"database", db_->url()}}).has_value())
-        << "a store that answered acquires shows its clock offset";
+    auto const offset = value_of(s, "sqlock_clock_offset_seconds", {{"database", db_->url()}});
+    ASSERT_TRUE(offset.has_value()) << "a store that answered acquires shows its clock offset";
+    EXPECT_LT(std::abs(*offset), 1.0) << "the database and this host share a clock";
+    double waiting = 0;
+    for (auto const& x : s)
+        if (x.name == "sqlock_waiters") waiting += x.value;
+    EXPECT_EQ(waiting, 0) << "the waiting acquire that timed out is no longer counted";
 
     // Renewal, release, and a loss the database refuses (the row deleted behind the lease's back).
     a->renew();
@@ -224,8 +229,9 @@ INSTANTIATE_TEST_SUITE_P(Engines, Metrics, ::testing::Values(engine::postgresql,
 /// sqlock_metrics_probe, its stdin a pipe this test closes to let it finish.
 class probe {
 public:
+    /// `keep` leases held; `wait`: a waiter on PREFIX w; `env`: its environment (this process's if empty).
     probe(std::string const& url, std::string const& prefix, std::chrono::milliseconds ttl, fs::path const& dir,
-          int keep = 1)
+          int keep = 1, bool wait = false, std::optional<std::vector<std::string>> env = std::nullopt)
         : out_(dir / "probe.out"), err_(dir / "probe.err") {
         int fds[2];
         // Close-on-exec: no other child (a server, a reaper) may keep its write end open.
@@ -234,8 +240,10 @@ public:
         fa.capture_to_files(out_, err_);
         posix_spawn_file_actions_adddup2(fa.get(), fds[0], 0);
         posix_spawn_file_actions_addclose(fa.get(), fds[1]);
-        pid_ = spawn_process({SQLOCK_METRICS_PROBE, url, prefix, std::to_string(ttl.count()), std::to_string(keep)},
-                             std::nullopt, fa.get());
+        std::vector<std::string> args{SQLOCK_METRICS_PROBE, url, prefix, std::to_string(ttl.count()),
+                                      std::to_string(keep)};
+        if (wait) args.emplace_back("wait");
+        pid_ = spawn_process(std::move(args), std::move(env), fa.get());
         ::close(fds[0]);
         stdin_ = fds[1];
     }
@@ -410,18 +418,40 @@ private:
 class MetricsAlerts : public engine_fixture {};
 
 // The rules of contrib/prometheus/sqlock.rules.yml on a real Prometheus, scraping a
-// real probe and a real reaper: quiet while all is well; then a row expired an
-// hour ago and not reaped, ten leases lost by a SIGSTOP past their TTL, and the
-// reaper killed (-9) each turn their alert on (pending: their `for` is minutes).
-TEST_P(MetricsAlerts, RulesSeeALossAStaleTableAndADeadReaperOnARealScrape) {
+// real probe and a real reaper. The probe's wall clock runs 5 s behind (a preload
+// of tests/clock_shift_preload.cpp) and it waits for a lock this test holds: the
+// clock offset and the waiter alerts are on from the start, with the offset and
+// the waiter in the scrape. The others are quiet while all is well; then a row
+// expired an hour ago and not reaped, ten leases lost by a SIGSTOP past their
+// TTL, and the reaper killed (-9) each turn theirs on (pending: their `for` is minutes).
+TEST_P(MetricsAlerts, RulesFireOnARealScrapeOfEachFault) {
     if (::access("/usr/bin/prometheus", X_OK) != 0) {
         if (in_ci()) FAIL() << "prometheus is missing: install it (bash scripts/deps.sh --servers)";
         GTEST_SKIP() << "prometheus is not installed (bash scripts/deps.sh --servers)";
     }
     temp_dir dir;
-    probe p(url_, prefix_, 1000ms, dir.path(), 10);
+    auto locks = sqlock::table_locker(*db_, {.ttl = 60s});
+    auto awaited = locks.try_acquire(n("w"));  // the probe's waiter waits for it
+    ASSERT_TRUE(awaited);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back(std::string("LD_PRELOAD=") + SQLOCK_TEST_CLOCK_SHIFT_LIB);
+    env.emplace_back("SQLOCK_TEST_CLOCK_SHIFT_MS=-5000");
+    probe p(url_, prefix_, 1000ms, dir.path(), 10, true, env);
     auto const probe_port = p.wait_for("port");
     ASSERT_TRUE(probe_port && p.wait_for("ready")) << p.diag();
+    // The scrape says what the rules will see: one waiter, and the database 5 s ahead of the probe's clock.
+    std::vector<text_sample> s;
+    ASSERT_TRUE(eventually(
+        [&] {
+            s = parse_exposition(http_get("http://127.0.0.1:" + *probe_port + "/metrics"));
+            auto const w = value_of(s, "sqlock_waiters", {{"engine", engine_name(e_)}, {"kind", "table"}});
+            auto const offset = value_of(s, "sqlock_clock_offset_seconds");
+            return w == 1.0 && offset && *offset > 4 && *offset < 6;
+        },
+        30s))
+        << "waiters " << value_of(s, "sqlock_waiters").value_or(-1) << ", offset "
+        << value_of(s, "sqlock_clock_offset_seconds").value_or(-1) << p.diag();
 
     spawn_file_actions fa;
     fa.capture_to_files(dir.path() / "reaper.out", dir.path() / "reaper.err");
@@ -442,9 +472,10 @@ TEST_P(MetricsAlerts, RulesSeeALossAStaleTableAndADeadReaperOnARealScrape) {
     std::this_thread::sleep_for(3s);  // three evaluations of every rule on good data
     for (auto const& [name, state] : prom.alerts())
         EXPECT_FALSE(watched.count(name)) << name << " is " << state << " while all is well";
+    EXPECT_TRUE(eventually([&] { return active("SqlockClockOffset"); }, 60s)) << prom.diag();
+    EXPECT_TRUE(eventually([&] { return active("SqlockWaitersKeepWaiting"); }, 60s)) << prom.diag();
 
     // A row that expired an hour ago, which the reaper (a pass an hour) leaves.
-    auto locks = sqlock::table_locker(*db_, {.ttl = 60s});
     auto old = locks.try_acquire(n("old"));
     ASSERT_TRUE(old);
     backdate_row(*raw_, e_, n("old"));

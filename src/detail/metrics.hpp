@@ -61,7 +61,7 @@ struct series {
     std::array<std::atomic<std::uint64_t>, loss_causes> losses{};
     std::atomic<std::int64_t> leases{0};    // granted and not yet released or lost
     std::atomic<std::int64_t> in_doubt{0};  // of those, in doubt
-    std::atomic<std::int64_t> waiting{0};   // waiting acquires parked between attempts
+    std::atomic<std::int64_t> waiting{0};   // waiting acquires in progress
 
     void touch() noexcept {
         if (!used.load(std::memory_order_relaxed)) used.store(true, std::memory_order_relaxed);
