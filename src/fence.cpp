@@ -37,8 +37,9 @@ fence::fence(store const& db)
       metrics_(detail::access::impl(db)->metrics()) {}
 
 fence::fence(sqlock::engine e, std::string_view table_prefix, std::shared_ptr<metrics> m)
-    : engine_(e), prefix_(table_prefix), metrics_(detail::metrics_or_global(std::move(m))) {
+    : engine_(e), prefix_(table_prefix), metrics_(std::move(m)) {
     detail::validate_table_prefix(prefix_);
+    if (!metrics_) metrics_ = metrics::global();
 }
 
 void fence::check_and_set(soci::session& session, std::string_view resource, std::int64_t token) const {

@@ -266,7 +266,7 @@ std::vector<metric_family> metrics_impl::collect() const {
     return all;
 }
 
-std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> m) { return m ? std::move(m) : metrics::global(); }
+std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> const& m) { return m ? m : metrics::global(); }
 
 namespace {
 

@@ -120,6 +120,6 @@ private:
 };
 
 /// The metrics a store's objects record into: its own, or the process's.
-[[nodiscard]] std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> m);
+[[nodiscard]] std::shared_ptr<metrics> metrics_or_global(std::shared_ptr<metrics> const& m);
 
 }  // namespace sqlock::detail
