@@ -1121,14 +1121,9 @@ TEST_P(ReaperCli, MetricsEndpointShowsThePassesAndTheTable) {
     ASSERT_TRUE(live);
     child daemon(with_db({"--interval", "1h", "--grace", "0s", "--metrics-listen", "127.0.0.1:0"}), files_.path());
     std::smatch m;
+    std::string err;  // outlives the match, which points into it
     std::regex const serving(R"(serving metrics on (http://127\.0\.0\.1:\d+/metrics))");
-    ASSERT_TRUE(eventually(
-        [&] {
-            auto const err = daemon.err();
-            return std::regex_search(err, m, serving);
-        },
-        60s))
-        << daemon.err();
+    ASSERT_TRUE(eventually([&] { return std::regex_search(err = daemon.err(), m, serving); }, 60s)) << err;
     std::string const endpoint = m[1];
     std::string const engine = engine_name(e_);
     std::vector<text_sample> s;
