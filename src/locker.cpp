@@ -263,7 +263,7 @@ std::optional<lease> locker_impl::counted_attempt(std::string const& name, std::
         return std::nullopt;
     }
     if (s != nullptr) s->attempt.observe(clock::now() - start);
-    return adopt(std::move(row), kind);
+    return adopt(std::move(row), s);  // the attempt's series: a permit's or reader's row counts under its name
 }
 
 std::optional<lease> locker_impl::try_acquire_as(std::string const& name, std::string const& owner,
@@ -276,8 +276,8 @@ std::optional<lease> locker_impl::try_acquire_shared(std::string const& gate, st
     return counted_attempt(gate, kind_label::rw_shared, [&] { return acquire_shared_row(gate, reader, bounds); });
 }
 
-lease locker_impl::adopt(std::shared_ptr<lease_row> row, std::optional<kind_label> kind) {
-    if (auto* const s = series_for(kind, row->name())) {
+lease locker_impl::adopt(std::shared_ptr<lease_row> row, series* s) {
+    if (s != nullptr) {
         s->count(attempt_outcome::granted);
         row->count_in(s);
     }

@@ -70,9 +70,9 @@ public:
     [[nodiscard]] std::optional<lease> try_acquire_as(std::string const& name, std::string const& owner,
                                                       attempt const& bounds);
 
-    /// Watch `row` (renewals, loss) and count it acquired, as `kind` (the
-    /// locker's own if empty): a lease on it.
-    [[nodiscard]] lease adopt(std::shared_ptr<lease_row> row, std::optional<kind_label> kind = {});
+    /// Watch `row` (renewals, loss) and count it acquired in `s` (its attempt's
+    /// series; null when metrics are disabled): a lease on it.
+    [[nodiscard]] lease adopt(std::shared_ptr<lease_row> row, series* s);
 
     /// One attempt at a shared lease of `gate` as `reader` (acquire_shared_row), counted as kind rw_shared.
     [[nodiscard]] std::optional<lease> try_acquire_shared(std::string const& gate, std::string const& reader,
