@@ -68,7 +68,14 @@ void print_table(std::vector<sqlock::lock_info> const& locks) {
     print_columns(rows);
 }
 
-std::string json_line(sqlock::lock_info const& l, std::optional<std::string> const& member = std::nullopt) {
+/// The server a lock was read from, in each line of `list --json`: the lines are read one by one.
+nlohmann::ordered_json server_json(sqlock::store const& db) {
+    auto const s = db.server();
+    return {{"flavour", std::string(to_string(s.flavour))}, {"version", s.version}};
+}
+
+std::string json_line(sqlock::lock_info const& l, nlohmann::ordered_json const& server,
+                      std::optional<std::string> const& member = std::nullopt) {
     nlohmann::ordered_json j;
     if (member) j["member"] = *member;
     j["name"] = l.name;
@@ -81,12 +88,14 @@ std::string json_line(sqlock::lock_info const& l, std::optional<std::string> con
     j["lock"] = l.lock.empty() ? l.name : l.lock;
     j["slot"] = l.kind == "permit" ? nlohmann::ordered_json(l.slot) : nlohmann::ordered_json(nullptr);
     j["value"] = l.value.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(l.value);
+    j["server"] = server;
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void print_json_lines(std::vector<sqlock::lock_info> const& locks) {
+void print_json_lines(std::vector<sqlock::lock_info> const& locks, sqlock::store const& db) {
     std::string out;
-    for (auto const& l : locks) out += json_line(l);
+    auto const server = server_json(db);
+    for (auto const& l : locks) out += json_line(l, server);
     std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
@@ -137,7 +146,8 @@ int list_members(list_args const& args) {
     }
     if (args.json) {
         std::string out;
-        for (auto const& e : all) out += json_line(*e.lock, redacted_url(members[e.member].url));
+        for (auto const& e : all)
+            out += json_line(*e.lock, server_json(*members[e.member].store), redacted_url(members[e.member].url));
         print(out);
     } else {
         std::vector<std::vector<std::string>> rows{
@@ -210,7 +220,7 @@ int list_command(list_args const& args) {
     auto locks = sqlock::list_locks(store);
     // Expired rows nobody took over or reaped yet are free: not held, not listed.
     std::erase_if(locks, [](sqlock::lock_info const& l) { return l.remaining.count() <= 0; });
-    if (args.json) print_json_lines(locks);
+    if (args.json) print_json_lines(locks, store);
     else print_table(locks);
     std::fflush(stdout);
     return exit_code::ok;

@@ -37,6 +37,7 @@ struct finding {
 struct report {
     std::string url;  ///< redacted
     std::string engine;
+    std::string flavour;  ///< mariadb or mysql behind a mysql:// URL, else the engine
     std::optional<std::string> version;
     std::vector<finding> findings;
     int failure = exit_code::ok;  ///< 69 when it could not be asked, 64 for a bad URL
@@ -360,8 +361,19 @@ report examine(std::string const& url, std::string const& table_prefix) {
         r.engine = to_string(d.engine);
         r.version = fact(d.facts, "version");
         auto& out = r.findings;
+        r.flavour = fact(d.facts, "flavour").value_or(r.engine);
+        auto const comment = fact(d.facts, "version_comment");
         out.push_back({"engine", severity::ok,
-                       std::string(to_string(d.engine)) + " " + r.version.value_or("(version unknown)"), ""});
+                       r.flavour + " " + r.version.value_or("(version unknown)") + (comment ? " (" + *comment + ")" : ""),
+                       ""});
+        if (auto const unsupported = fact(d.facts, "unsupported"); unsupported && !unsupported->empty())
+            out.push_back({"server", severity::error, sqlock::tools::one_line(*unsupported),
+                           "upgrade the server; sqlock's stores refuse to open on it"});
+        else if (r.flavour == "mysql")
+            out.push_back({"server", severity::ok,
+                           "MySQL: sqlock supports it from MySQL's manual (8.0.29 or later) and its CI tests MariaDB "
+                           "10.11 only; docs/table-lock.md says what differs from MariaDB, feature by feature",
+                           ""});
         schema_findings(d, table_prefix, out);
         durability_findings(d, out);
         if (d.engine == engine::postgresql) postgresql_replication(d.facts, out);
@@ -409,6 +421,7 @@ int doctor_command(doctor_args const& args) {
             nlohmann::ordered_json d;
             d["url"] = r.url;
             d["engine"] = r.engine;
+            d["flavour"] = r.flavour.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.flavour);
             d["version"] = r.version ? nlohmann::ordered_json(*r.version) : nlohmann::ordered_json(nullptr);
             d["findings"] = nlohmann::ordered_json::array();
             for (auto const& f : r.findings)
@@ -420,7 +433,7 @@ int doctor_command(doctor_args const& args) {
         out = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     } else {
         for (auto const& r : reports) {
-            out += r.url + (r.version ? " (" + r.engine + " " + printable(*r.version) + ")" : std::string()) + "\n";
+            out += r.url + (r.version ? " (" + r.flavour + " " + printable(*r.version) + ")" : std::string()) + "\n";
             for (auto const& f : r.findings) {
                 std::string level(name_of(f.level));
                 level.resize(8, ' ');

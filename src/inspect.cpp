@@ -1,6 +1,7 @@
 // `inspect_database`: what `sqlock doctor` judges. Read-only diagnostic queries,
 // one engine at a time; the lock paths never run them, so they stay out of the dialect.
 #include "detail/store_impl.hpp"
+#include "dialect/server.hpp"
 #include "detail/url.hpp"
 
 #include <sqlock/admin.hpp>
@@ -213,6 +214,17 @@ database_facts inspect_database(std::string_view url, std::string_view table_pre
         case engine::postgresql: postgresql_facts(*impl, parts, facts); break;
         case engine::mysql: mysql_facts(*impl, parts, facts); break;
         case engine::sqlite: sqlite_facts(*impl, facts); break;
+    }
+    // Learned by the store's first connection (without refusing a server too old: reported here).
+    if (auto const server = impl->dialect().server()) {
+        facts["flavour"] = std::string(to_string(server->flavour));
+        if (!server->comment.empty()) facts["version_comment"] = server->comment;
+        try {
+            detail::require_supported(*server);
+            facts["unsupported"] = "";
+        } catch (usage_error const& e) {
+            facts["unsupported"] = e.what();
+        }
     }
     impl->run("inspecting the database", [&](soci::session& s) {
         try {

@@ -40,6 +40,10 @@ std::string const& store::url() const noexcept { return impl_->url(); }
 std::string store::schema_sql() const { return impl_->dialect().schema_sql(); }
 void store::create_schema() { impl_->create_schema(); }
 store_stats store::stats() const noexcept { return impl_->stats(); }
+server_info store::server() const {
+    // Learned by the store's first connection, which its constructor opened.
+    return impl_->dialect().server().value_or(server_info{});
+}
 
 }  // namespace sqlock
 
@@ -81,6 +85,8 @@ store_impl::store_impl(std::string_view url, store_options const& options, unche
       metrics_(metrics_or_global(options.metrics)) {}
 
 store_impl::store_impl(std::string_view url, store_options const& options) : store_impl(url, options, unchecked_t{}) {
+    // The first connection (the next run) learns which server this is and refuses one too old.
+    dialect_->refuse_unsupported();
     auto const params = parse_url(url).params;
     if (auto const single = params.find("galera_single_writer"); single != params.end())
         options_.galera_single_writer = single->second == "true";

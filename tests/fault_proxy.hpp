@@ -13,6 +13,7 @@
 //     proxy.reset();       // RST every forwarded connection now (mid-stream)
 //     proxy.hang_new_connections();  // new connections are accepted and never answered; open ones relay
 //     proxy.restore();     // end blackhole/swallow/hang_new; connections that lost bytes get an RST
+//     proxy.record_requests();  // keep every byte the clients send from now on; proxy.requests() gives them
 //
 // One thread accepts, one thread per connection relays bytes both ways. Only
 // the relay thread of a connection closes its sockets (under the mutex), so
@@ -191,6 +192,15 @@ public:
     void reset() {
         std::lock_guard lock(mutex_);
         for (auto& l : links_) request_reset(*l);
+    }
+
+    /// From now on, keep every byte the clients send that is forwarded to the server.
+    void record_requests() noexcept { recording_ = true; }
+    /// What record_requests() kept: statement texts are there as sent (the tests look for
+    /// what a client said).
+    [[nodiscard]] std::string requests() {
+        std::lock_guard lock(requests_mutex_);
+        return requests_;
     }
 
     /// End blackhole() and swallow_replies(): relay normally again. A connection
@@ -446,6 +456,10 @@ private:
                     l.reset = true;
                     break;
                 }
+                if (!reply && recording_.load()) {
+                    std::lock_guard lock(requests_mutex_);
+                    requests_.append(buf, static_cast<std::size_t>(r));
+                }
                 if (auto ms = delay_ms_.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
                 open = wait_while_stalled(l, ends);
                 open = open && ends[1 - i] >= 0 && send_all(ends[1 - i], buf, static_cast<std::size_t>(r));
@@ -475,6 +489,9 @@ private:
     std::atomic<std::size_t> dropped_replies_{0};
     std::atomic<std::size_t> resets_{0};
     std::atomic<std::size_t> client_hangups_{0};
+    std::atomic<bool> recording_{false};
+    std::mutex requests_mutex_;
+    std::string requests_;  // guarded by requests_mutex_
     std::mutex mutex_;
     bool blocked_ = false;                    // guarded by mutex_
     mode mode_ = mode::relay;                 // guarded by mutex_

@@ -22,6 +22,23 @@ enum class engine { postgresql, mysql, sqlite };
 /// "postgresql", "mysql" or "sqlite".
 [[nodiscard]] SQLOCK_EXPORT std::string_view to_string(engine e) noexcept;
 
+/// Which server is behind a store: `engine::mysql` is MariaDB or Oracle MySQL
+/// (and its builds: Percona Server, Amazon RDS), which differ in places
+/// (docs/table-lock.md, "MariaDB and MySQL").
+enum class server_flavour { postgresql, mariadb, mysql, sqlite };
+
+/// "postgresql", "mariadb", "mysql" or "sqlite".
+[[nodiscard]] SQLOCK_EXPORT std::string_view to_string(server_flavour f) noexcept;
+
+/// What the server said it is when the store opened: `SELECT VERSION(), @@version_comment`
+/// (MariaDB, MySQL), `server_version` (PostgreSQL), `sqlite_version()` (SQLite).
+struct server_info {
+    server_flavour flavour = server_flavour::sqlite;
+    std::string version;                  ///< as the server wrote it: "10.11.6-MariaDB-0+deb12u1", "8.4.3", "15.8 (Debian 15.8-0+deb12u1)"
+    int major = 0, minor = 0, patch = 0;  ///< read from `version` (10, 11, 6)
+    std::string comment;                  ///< `@@version_comment` (MariaDB, MySQL), else empty
+};
+
 /// `url` with its password replaced by "***", for logs and messages (the form
 /// `store::url()` returns). Parses nothing else: safe on malformed URLs.
 [[nodiscard]] SQLOCK_EXPORT std::string redact_url(std::string_view url);
@@ -58,7 +75,8 @@ enum class engine { postgresql, mysql, sqlite };
 /// Thread safety: a store may be used from any number of threads.
 class SQLOCK_EXPORT store {
 public:
-    /// @throws usage_error          bad URL or options (before any I/O)
+    /// @throws usage_error          bad URL or options (before any I/O); a server older than sqlock
+    ///                              needs (see server()); `create_schema` on MySQL before 8.0.29
     /// @throws backend_unavailable  cannot connect within `connect_timeout`
     /// @throws schema_missing       tables absent and `create_schema` is false
     /// @throws backend_error        a pooler per transaction or statement in between (PostgreSQL), or
@@ -80,10 +98,17 @@ public:
     /// This store's DDL (engine and table prefix applied).
     [[nodiscard]] std::string schema_sql() const;
 
+    /// The server's flavour and version, read when the store opened. A server
+    /// older than sqlock needs was refused then (`usage_error`): PostgreSQL 12,
+    /// MariaDB 10.6, MySQL 8.0.11, SQLite 3.35 (docs/table-lock.md).
+    [[nodiscard]] server_info server() const;
+
     /// What the store has learned: clock skew against the database, notifications.
     [[nodiscard]] store_stats stats() const noexcept;
 
     /// Apply the DDL (idempotent).
+    /// @throws usage_error on MySQL before 8.0.29 (no CREATE PROCEDURE IF NOT EXISTS: apply
+    ///         schema/mysql.sql by hand, see docs/table-lock.md)
     /// @throws backend_unavailable, backend_error
     void create_schema();
 

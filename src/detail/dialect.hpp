@@ -24,10 +24,12 @@
 #include <sqlock/options.hpp>
 #include <sqlock/store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +53,12 @@ public:
     ~dialect() override = default;
     dialect(dialect const&) = delete;
     dialect& operator=(dialect const&) = delete;
+
+    /// The server, as its first connection learned it (learn_server); empty before.
+    [[nodiscard]] std::optional<server_info> server() const;
+    /// From now on learn_server refuses a server older than sqlock runs on (a
+    /// store's open does this; the doctor, which reports such a server, does not).
+    void refuse_unsupported() noexcept { refuse_unsupported_.store(true, std::memory_order_relaxed); }
 
     /// The statements prepared on `s`'s connection, made (empty) on first use.
     [[nodiscard]] statement_cache& cache(pooled_session s) const {
@@ -194,12 +202,23 @@ protected:
     };
     [[nodiscard]] reap_conditions reap_sql(bool max_age) const;
 
+    /// Called by open() on each new session before its settings: the first
+    /// time, the server's answer (read_server_answer, then the test hook), kept
+    /// for every later call and for server(); a server older than sqlock runs on
+    /// is refused once refuse_unsupported() was called.
+    /// @throws usage_error naming the server and the minimum (server.hpp)
+    server_info learn_server(soci::session& s) const;
+
     store_options options_;
     std::string prefix_;
     std::string locks_;
     std::string tokens_;
 
 private:
+    mutable std::mutex server_mutex_;
+    mutable std::optional<server_info> server_;  // guarded by server_mutex_
+    std::atomic<bool> refuse_unsupported_{false};
+
     std::vector<lock_listing> read_locks(soci::session& s, std::string const* name) const;
 
 protected:

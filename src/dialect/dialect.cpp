@@ -1,6 +1,8 @@
 // The baseline dialect: the table names, the table prefix and the embedded schema.
 #include "detail/dialect.hpp"
 
+#include "dialect/server.hpp"
+
 #include <sqlock/errors.hpp>
 
 #include <soci/soci.h>
@@ -113,6 +115,23 @@ std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table
         case engine::sqlite: return make_sqlite_dialect(table_prefix, options);
     }
     throw usage_error("sqlock: unknown engine");
+}
+
+std::optional<server_info> dialect::server() const {
+    std::lock_guard lock(server_mutex_);
+    return server_;
+}
+
+server_info dialect::learn_server(soci::session& s) const {
+    if (auto known = server()) return *known;
+    std::string version, comment;
+    read_server_answer(s, version, comment);
+    fake_server_answer(engine(), version, comment);
+    auto const found = parse_server_answer(engine(), version, comment);
+    if (refuse_unsupported_.load(std::memory_order_relaxed)) require_supported(found);
+    std::lock_guard lock(server_mutex_);
+    if (!server_) server_ = found;  // two first connections at once: one answer is kept
+    return *server_;
 }
 
 bool dialect::write_transaction(soci::session& s, std::function<bool()> const& body) const {

@@ -70,8 +70,14 @@ public:
     [[nodiscard]] virtual std::string connect_string(url_parts const& url) const = 0;
 
     /// Open a session and apply per-connection settings (isolation, time zone,
-    /// lock-wait bound, WAL...).
+    /// lock-wait bound, WAL...). The first one also learns which server it is
+    /// (dialect::learn_server), before the settings, which may depend on it.
     virtual void open(soci::session& s, std::string const& connect_string) const = 0;
+
+    /// What the server says it is, in one query: `version` (`VERSION()`,
+    /// `server_version`, `sqlite_version()`) and `comment` (`@@version_comment`
+    /// on MariaDB and MySQL, else left empty).
+    virtual void read_server_answer(soci::session& s, std::string& version, std::string& comment) const = 0;
 
     /// Refuses a connection pooler that hands one client connection's statements to different server
     /// sessions (PgBouncer's transaction or statement pooling), where sqlock's per-connection state cannot

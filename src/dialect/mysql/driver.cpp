@@ -139,16 +139,22 @@ void mysql_dialect::open(soci::session& s, std::string const& connect_string) co
         int const flags = ::fcntl(fd, F_GETFD);
         if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
     }
+    // MariaDB or MySQL: the first session asks; the statements that differ (flavour.cpp) follow the answer.
+    on_mysql_.store(learn_server(s).flavour == server_flavour::mysql, std::memory_order_relaxed);
+    auto const& flavour = flavoured();
     auto wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
     s << "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-    // idle_transaction_timeout: a client that stops inside a transaction of
-    // several round trips (the reaper's, the row lock's between its
-    // statements, a pause, a crash the server has not noticed) may hold row
-    // locks other clients wait for; the server ends such a session instead of
-    // letting it block them for wait_timeout (hours). The row lock raises it
-    // to its TTL while it holds its transaction.
+    // The idle bound (MariaDB's idle_transaction_timeout; MySQL has none, see
+    // flavour.cpp): a client that stops inside a transaction of several round
+    // trips (the reaper's, the row lock's between its statements, a pause, a
+    // crash the server has not noticed) may hold row locks other clients wait
+    // for; the server ends such a session instead of letting it block them for
+    // wait_timeout (hours). The row lock raises it to its TTL while it holds its
+    // transaction.
+    std::string const idle_bound =
+        flavour.session_idle_bound.empty() ? "" : flavour.session_idle_bound + std::to_string(wait_seconds);
     s << "SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = " + std::to_string(wait_seconds) +
-             ", SESSION idle_transaction_timeout = " + std::to_string(wait_seconds) +
+             idle_bound +
              ", SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
              "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
     // On Galera a node applies other nodes' commits asynchronously: without a
@@ -159,6 +165,10 @@ void mysql_dialect::open(soci::session& s, std::string const& connect_string) co
     // reads, inserts, updates and deletes see every commit the cluster made
     // before they started: fewer certification conflicts, no stale "busy".
     if (galera(s)) s << "SET SESSION wsrep_sync_wait = 7";
+}
+
+void mysql_dialect::read_server_answer(soci::session& s, std::string& version, std::string& comment) const {
+    s << "SELECT VERSION(), @@version_comment", soci::into(version), soci::into(comment);
 }
 
 int mysql_dialect::socket_of(soci::session& s) const {

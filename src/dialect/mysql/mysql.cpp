@@ -23,11 +23,8 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
     mark_seen_sql_ = "SELECT waiters FROM " + locks_ + " WHERE name = ? AND expires_at >= NOW(6)";
     // Shorter than the connection's read timeout (at least 32 s, connect_string).
     bell_sql_ = "SELECT SLEEP(20) AS " + prefix_ + "_bell";
-    listeners_sql_ =
-        "SELECT QUERY_ID FROM information_schema.PROCESSLIST"
-        " WHERE INFO = :bell AND DB = DATABASE() AND ID <> CONNECTION_ID()";
-    // By connection id and statement: an id from before a server restart may name another connection.
-    listener_sql_ = "SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID = :id AND INFO = :bell";
+    mariadb_ = flavour_statements::of(server_flavour::mariadb);
+    mysql_ = flavour_statements::of(server_flavour::mysql);
     // Autocommit. LAST_INSERT_ID(expr), on the insert and on the update path,
     // comes back in the statement's OK packet (mysql_stmt_insert_id): the
     // token without a second statement. INSERT ... SELECT: MySQL refuses a
@@ -44,20 +41,6 @@ mysql_dialect::mysql_dialect(std::string const& prefix, store_options const& opt
 
     auto const rows = prefix_ + "_rows";
     ensure_row_sql_ = "INSERT IGNORE INTO " + rows + " (name, created_at) VALUES (:name, NOW(6))";
-    // The holding transaction's bounds: the server ends a holder idle in it
-    // for a TTL, and a waiting lock gives up after innodb_lock_wait_timeout
-    // (FOR UPDATE WAIT n takes no parameter: it could not be prepared once).
-    // autocommit = 0 opens the transaction at the lock statement: no START
-    // TRANSACTION round trip. The release's autocommit = 1 commits it (an
-    // implicit commit) and puts the bounds back to the session's defaults in
-    // the same round trip, so that no other statement on the pooled connection
-    // (a table lock's CALL waiting for a row, the reaper's transaction) runs
-    // under the row lock's bounds.
-    row_bounds_sql_ =
-        "SET SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?, SESSION autocommit = 0";
-    row_end_sql_ =
-        "SET SESSION autocommit = 1, SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?";
-    row_idle_sql_ = "SET SESSION idle_transaction_timeout = ?";
     // SYSDATE(6), unlike NOW(6), is read when the row is returned, so after
     // it was locked: when the lock was granted, recorded by the UPDATE below
     // without reading it back.

@@ -150,6 +150,30 @@ inline MYSQL_BIND integer_param(long long& value) {
     return b;
 }
 
+/// The statements that differ between MariaDB and MySQL (flavour.cpp, the one
+/// place to review for MySQL); the rest of this dialect is the same SQL on both.
+struct flavour_statements {
+    /// Appended to every session's SET SESSION at open, before the idle bound's seconds (or empty: none).
+    std::string session_idle_bound;
+    /// The row lock's holding transaction: binds the idle bound's seconds, then innodb_lock_wait_timeout's.
+    std::string row_bounds;
+    /// Its release: autocommit = 1 (a commit) and the session's bounds put back; binds the idle bound
+    /// the session had at open (when row_end_binds_idle), then innodb_lock_wait_timeout's.
+    std::string row_end;
+    bool row_end_binds_idle = true;
+    /// A new idle bound during the hold (a TTL changed): binds its seconds.
+    std::string row_idle;
+    /// The parked listeners to ring: binds :bell (the statement they park in); answers one id each.
+    std::string listeners;
+    /// One parked listener by its connection: binds :id and :bell; answers its id, or nothing.
+    std::string listener;
+    /// Followed by an id of the above: interrupts that listener's SLEEP.
+    std::string ring;
+
+    /// The statements of `flavour` (mariadb or mysql).
+    static flavour_statements of(server_flavour flavour);
+};
+
 /// The statements prepared on one connection.
 struct mysql_cache final : statement_cache {
     std::optional<server_statement> call_acquire, call_acquire_shared, call_renew, delete_row, read_marked,
@@ -157,7 +181,7 @@ struct mysql_cache final : statement_cache {
     // The row lock's.
     std::optional<server_statement> row_bounds, row_end, row_idle, row_try, row_wait, row_exists, row_record, row_keep,
         row_rollback;
-    long long idle_seconds = 0;  // idle_transaction_timeout as the row lock last set it (0: unknown)
+    long long idle_seconds = 0;  // the idle bound as the row lock last set it (0: unknown)
     int keepalive_seconds = 0;   // the TCP keepalive the row lock last set on the socket (0: none)
 };
 
@@ -199,6 +223,7 @@ public:
     sqlock::engine engine() const noexcept override { return engine::mysql; }
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void read_server_answer(soci::session& s, std::string& version, std::string& comment) const override;
     void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override {
         engine_wait_of_call = {&s, wait};
     }
@@ -213,6 +238,8 @@ public:
     void set_listener_id(long long id) const noexcept { listener_id_.store(id, std::memory_order_relaxed); }
 
     // ---- the schema (schema.cpp) ----
+    // Refused on MySQL before 8.0.29 (no CREATE PROCEDURE IF NOT EXISTS): usage_error saying what to do.
+    void create_schema(soci::session& s) const override;
     std::vector<std::pair<std::string, std::string>> added_columns() const override {
         auto columns = dialect::added_columns();
         columns.emplace_back("waiters", "BIGINT NOT NULL DEFAULT 0");
@@ -337,9 +364,14 @@ private:
     // was no live row to mark (acquire, acquire_shared; defined in table_lock.cpp, which uses it).
     template <class Call>
     bool granting(pooled_session ps, std::string const& name, bool waiting, Call const& call) const;
-    std::string bell_sql_;       // the listeners' parked statement; releasers find it in the process list
-    std::string listeners_sql_;  // the query ids of the parked listeners
-    std::string listener_sql_;   // the query id of one parked listener, by its connection id
+    std::string bell_sql_;  // the listeners' parked statement; releasers find it in the process list
+    flavour_statements mariadb_;
+    flavour_statements mysql_;
+    // MySQL's statements rather than MariaDB's: set by open() from the server's answer.
+    mutable std::atomic<bool> on_mysql_{false};
+    [[nodiscard]] flavour_statements const& flavoured() const noexcept {
+        return on_mysql_.load(std::memory_order_relaxed) ? mysql_ : mariadb_;
+    }
     mutable std::atomic<long long> listener_id_{0};
     // KILL QUERY ID to the parked SLEEP of listener `connection`, or of every listener (0).
     void ring(soci::session& s, long long connection) const;
@@ -351,11 +383,8 @@ private:
     std::string wait_lock_sql_;
     std::string record_sql_;
     std::string exists_sql_;
-    std::string row_bounds_sql_;
-    std::string row_end_sql_;
-    std::string row_idle_sql_;
     std::string keep_sql_;
-    // idle_transaction_timeout and innodb_lock_wait_timeout of the session, and autocommit off.
+    // The idle bound and innodb_lock_wait_timeout of the session, and autocommit off.
     void set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const;
     // A statement without parameters or results, prepared on first use.
     static void run(std::optional<server_statement>& slot, pooled_session ps, char const* sql) {

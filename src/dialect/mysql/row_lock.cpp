@@ -69,7 +69,7 @@ std::int64_t mysql_dialect::keep_row_lock(pooled_session ps, std::string const& 
     auto& c = cache(ps);
     // Any statement resets the idle limit: it is set again only when the TTL changed.
     if (long long idle = idle_seconds(ttl); idle != c.idle_seconds) {
-        prepared(c.row_idle, ps, row_idle_sql_);
+        prepared(c.row_idle, ps, flavoured().row_idle);
         std::array<MYSQL_BIND, 1> params{integer_param(idle)};
         std::array<long long, 0> none{};
         (void)on(c.row_idle, [&](server_statement& st) { return st.execute(params.data(), none); });
@@ -91,17 +91,21 @@ void mysql_dialect::end_row_lock(pooled_session ps, bool commit) const {
     auto& c = cache(ps);
     if (!commit) run(c.row_rollback, ps, "ROLLBACK");
     // autocommit = 1 commits what is open; the bounds go back to the session's defaults (see open).
+    auto const& flavour = flavoured();
     long long wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
-    prepared(c.row_end, ps, row_end_sql_);
+    prepared(c.row_end, ps, flavour.row_end);
     std::array<MYSQL_BIND, 2> params{integer_param(wait_seconds), integer_param(wait_seconds)};
     std::array<long long, 0> none{};
     c.idle_seconds = 0;
-    (void)on(c.row_end, [&](server_statement& st) { return st.execute(params.data(), none); });
-    c.idle_seconds = wait_seconds;
+    (void)on(c.row_end, [&](server_statement& st) {
+        return st.execute(flavour.row_end_binds_idle ? params.data() : params.data() + 1, none);
+    });
+    // MySQL: the server's wait_timeout, not a bound of sqlock's (0: set again at the next hold).
+    if (flavour.row_end_binds_idle) c.idle_seconds = wait_seconds;
 }
 
 void mysql_dialect::set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const {
-    prepared(c.row_bounds, ps, row_bounds_sql_);
+    prepared(c.row_bounds, ps, flavoured().row_bounds);
     std::array<MYSQL_BIND, 2> params{integer_param(idle), integer_param(lock_wait)};
     std::array<long long, 0> none{};
     c.idle_seconds = 0;  // unknown until the SET succeeded

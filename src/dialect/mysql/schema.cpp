@@ -1,5 +1,6 @@
 // MariaDB / MySQL: the schema.
 #include "dialect/mysql/mysql.hpp"
+#include "dialect/server.hpp"
 
 namespace sqlock::detail::mysql_engine {
 
@@ -8,6 +9,11 @@ std::optional<std::string> mysql_dialect::relaxed_durability(soci::session& s) c
     s << "SELECT @@global.innodb_flush_log_at_trx_commit", soci::into(flush);
     if (flush != 1) return "innodb_flush_log_at_trx_commit = " + std::to_string(flush) + ", not 1";
     return std::nullopt;
+}
+
+void mysql_dialect::create_schema(soci::session& s) const {
+    require_feature(learn_server(s), server_feature::create_schema);
+    dialect::create_schema(s);
 }
 
 bool mysql_dialect::multi_writer_cluster(soci::session& s) const { return galera(s); }

@@ -110,19 +110,21 @@ bool mysql_dialect::release(pooled_session ps, std::string const& name, std::str
 
 void mysql_dialect::ring(soci::session& s, long long connection) const {
     try {
+        auto const& flavour = flavoured();
         std::vector<long long> ids(64);
         if (connection == 0) {
-            s << listeners_sql_, soci::use(bell_sql_, "bell"), soci::into(ids);
+            s << flavour.listeners, soci::use(bell_sql_, "bell"), soci::into(ids);
         } else {
             ids.resize(1);
-            s << listener_sql_, soci::use(connection, "id"), soci::use(bell_sql_, "bell"), soci::into(ids);
+            s << flavour.listener, soci::use(connection, "id"), soci::use(bell_sql_, "bell"), soci::into(ids);
         }
         for (auto id : ids) {
             try {
-                s << "KILL QUERY ID " + std::to_string(id);
+                s << flavour.ring + std::to_string(id);
             } catch (soci::mysql_soci_error const& e) {
                 if (e.err_num_ >= CR_MIN_ERROR) throw;  // the connection, not the listener
-                // 1957: that SLEEP has ended meanwhile (its listener woke anyway or parks again).
+                // MariaDB 1957: that SLEEP has ended meanwhile (its listener woke anyway or parks again);
+                // 1094: no such connection (the listener has gone).
             }
         }
     } catch (soci::soci_error const&) {

@@ -142,6 +142,7 @@ std::string postgresql_dialect::connect_string(url_parts const& url) const {
 
 void postgresql_dialect::open(soci::session& s, std::string const& connect_string) const {
     s.open(*soci::factory_postgresql(), connect_string);
+    (void)learn_server(s);
     s << "SET lock_timeout = " + std::to_string(options_.lock_wait_timeout.count());
     // A grant or renewal acknowledged before it is on disk can be lost by a
     // crash and its token handed out again: never let a role's or URL's
@@ -155,6 +156,10 @@ void postgresql_dialect::open(soci::session& s, std::string const& connect_strin
     s << "SET default_transaction_isolation = 'read committed'";
     s << "SET TIME ZONE 'UTC'";
     s << "SET client_min_messages = warning";  // no NOTICEs from idempotent DDL on stderr
+}
+
+void postgresql_dialect::read_server_answer(soci::session& s, std::string& version, std::string&) const {
+    s << "SELECT current_setting('server_version')", soci::into(version);
 }
 
 void postgresql_dialect::check_pooling(soci::session& s, std::string const& connect_string, std::string_view declared,

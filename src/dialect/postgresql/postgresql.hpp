@@ -42,6 +42,7 @@ public:
     sqlock::engine engine() const noexcept override { return engine::postgresql; }
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void read_server_answer(soci::session& s, std::string& version, std::string& comment) const override;
     void check_pooling(soci::session& s, std::string const& connect_string, std::string_view declared,
                        std::string const& url) const override;
     int socket_of(soci::session& s) const override;

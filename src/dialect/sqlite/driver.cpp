@@ -114,8 +114,13 @@ std::string sqlite_dialect::connect_string(url_parts const& url) const {
     return "db=\"" + url.path + "\"";
 }
 
+void sqlite_dialect::read_server_answer(soci::session& s, std::string& version, std::string&) const {
+    s << "SELECT sqlite_version()", soci::into(version);
+}
+
 void sqlite_dialect::open(soci::session& s, std::string const& connect_string) const {
     s.open(*soci::factory_sqlite3(), connect_string);
+    (void)learn_server(s);
     s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());
     // Switching to WAL needs the file to itself for a moment; busy_timeout
     // does not always cover it, so retry SQLITE_BUSY within the same bound.

@@ -122,6 +122,7 @@ public:
     // busy timeout is set, and fail at once while another process checkpoints.
     std::string connect_string(url_parts const& url) const override;
     void open(soci::session& s, std::string const& connect_string) const override;
+    void read_server_answer(soci::session& s, std::string& version, std::string& comment) const override;
     void set_engine_wait(soci::session& s, std::chrono::milliseconds wait) const override;
     // BUSY after the whole busy_timeout: another connection holds the write lock
     // (a row lock's BEGIN IMMEDIATE, or a long writer) — the lock is busy.
