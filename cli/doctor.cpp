@@ -363,9 +363,9 @@ report examine(std::string const& url, std::string const& table_prefix) {
         auto& out = r.findings;
         r.flavour = fact(d.facts, "flavour").value_or(r.engine);
         auto const comment = fact(d.facts, "version_comment");
-        out.push_back({"engine", severity::ok,
-                       r.flavour + " " + r.version.value_or("(version unknown)") + (comment ? " (" + *comment + ")" : ""),
-                       ""});
+        out.push_back(
+            {"engine", severity::ok,
+             r.flavour + " " + r.version.value_or("(version unknown)") + (comment ? " (" + *comment + ")" : ""), ""});
         if (auto const unsupported = fact(d.facts, "unsupported"); unsupported && !unsupported->empty())
             out.push_back({"server", severity::error, sqlock::tools::one_line(*unsupported),
                            "upgrade the server; sqlock's stores refuse to open on it"});

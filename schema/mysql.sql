@@ -1,4 +1,6 @@
--- sqlock schema for MariaDB (10.6+) and MySQL (8.0+). Apply with the mariadb
+-- sqlock schema for MariaDB (10.6+; 10.11 tested) and MySQL (8.0.29+, from its
+-- manual; 8.0.11-8.0.28 without IF NOT EXISTS on the procedures, see
+-- docs/table-lock.md "MariaDB and MySQL"). Apply with the mariadb or mysql
 -- client, `sqlock schema --apply`, or open a store with create_schema = true.
 -- Idempotent. Times are DATETIME(6) in UTC (sqlock sets time_zone='+00:00').
 -- Names are VARBINARY: byte-exact, no case folding, no trailing-space padding.

@@ -1,8 +1,8 @@
 // `inspect_database`: what `sqlock doctor` judges. Read-only diagnostic queries,
 // one engine at a time; the lock paths never run them, so they stay out of the dialect.
 #include "detail/store_impl.hpp"
-#include "dialect/server.hpp"
 #include "detail/url.hpp"
+#include "dialect/server.hpp"
 
 #include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>

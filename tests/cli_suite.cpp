@@ -624,11 +624,15 @@ TEST_P(Cli, ListShowsHeldLeasesAsATableAndAsJsonLines) {
         std::vector<std::string> keys;
         for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
         EXPECT_EQ(keys, (std::vector<std::string>{"name", "owner", "token", "created_at", "expires_at", "remaining_ms",
-                                                  "kind", "lock", "slot", "value"}));
+                                                  "kind", "lock", "slot", "value", "server"}));
         EXPECT_EQ(j.at("kind"), "lock");
         EXPECT_EQ(j.at("lock"), name);
         EXPECT_TRUE(j.at("slot").is_null());
         EXPECT_TRUE(j.at("value").is_null());
+        // The server the line was read from: MariaDB behind the mysql:// URL here.
+        EXPECT_EQ(j.at("server").at("flavour"), e_ == engine::mysql ? "mariadb" : std::string(sqlock::to_string(e_)))
+            << line;
+        EXPECT_FALSE(j.at("server").at("version").get<std::string>().empty()) << line;
     }
     EXPECT_TRUE(found) << json.out;
 

@@ -76,8 +76,8 @@ TEST_P(ServerInfo, ReportsTheServer) {
     EXPECT_EQ(s.version, version) << "the server's own words";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, ServerInfo,
-                         ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite), engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, ServerInfo, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
 
 // ============================================================ faked answers
 
@@ -194,8 +194,8 @@ TEST_F(Flavour, MysqlStatementsWorkAndNameNothingOfMariadb) {
     ASSERT_TRUE(eventually(
         [&] {
             int marked = 0, parked = 0;
-            *raw_ << "SELECT COUNT(*) FROM " + tables_ + "_locks WHERE name = :n AND waiters <> 0", soci::use(name, "n"),
-                soci::into(marked);
+            *raw_ << "SELECT COUNT(*) FROM " + tables_ + "_locks WHERE name = :n AND waiters <> 0",
+                soci::use(name, "n"), soci::into(marked);
             *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
                 soci::into(parked);
             return marked == 1 && parked >= 1;

@@ -40,7 +40,8 @@ constexpr answer answers[] = {
     {engine::mysql, "10.6.16", "MariaDB Server", server_flavour::mariadb, 10, 6, 16},
     {engine::mysql, "8.0.36", "MySQL Community Server - GPL", server_flavour::mysql, 8, 0, 36},
     {engine::mysql, "8.4.3", "MySQL Community Server - GPL", server_flavour::mysql, 8, 4, 3},
-    {engine::mysql, "8.0.36-28", "Percona Server (GPL), Release 28, Revision 47601f19", server_flavour::mysql, 8, 0, 36},
+    {engine::mysql, "8.0.36-28", "Percona Server (GPL), Release 28, Revision 47601f19", server_flavour::mysql, 8, 0,
+     36},
     {engine::mysql, "8.0.35", "Source distribution", server_flavour::mysql, 8, 0, 35},
     {engine::mysql, "5.7.44-log", "MySQL Community Server (GPL)", server_flavour::mysql, 5, 7, 44},
     {engine::postgresql, "15.8 (Debian 15.8-0+deb12u1)", "", server_flavour::postgresql, 15, 8, 0},
@@ -129,8 +130,8 @@ TEST(ServerAnswer, SchemaCreationOnMysqlNeeds8029) {
         EXPECT_NO_THROW(require_feature(parse_server_answer(engine::mysql, v, "MySQL Community Server - GPL"),
                                         server_feature::create_schema))
             << v;
-    EXPECT_NO_THROW(require_feature(parse_server_answer(engine::mysql, "10.6.0-MariaDB", ""),
-                                    server_feature::create_schema));
+    EXPECT_NO_THROW(
+        require_feature(parse_server_answer(engine::mysql, "10.6.0-MariaDB", ""), server_feature::create_schema));
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ enum class server_flavour { postgresql, mariadb, mysql, sqlite };
 /// (MariaDB, MySQL), `server_version` (PostgreSQL), `sqlite_version()` (SQLite).
 struct server_info {
     server_flavour flavour = server_flavour::sqlite;
-    std::string version;                  ///< as the server wrote it: "10.11.6-MariaDB-0+deb12u1", "8.4.3", "15.8 (Debian 15.8-0+deb12u1)"
+    std::string
+        version;  ///< as the server wrote it: "10.11.6-MariaDB-0+deb12u1", "8.4.3", "15.8 (Debian 15.8-0+deb12u1)"
     int major = 0, minor = 0, patch = 0;  ///< read from `version` (10, 11, 6)
     std::string comment;                  ///< `@@version_comment` (MariaDB, MySQL), else empty
 };

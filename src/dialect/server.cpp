@@ -62,7 +62,8 @@ minimum minimum_of(server_flavour f) {
         case server_flavour::mariadb:
             return {10, 6, 0, "SELECT ... FOR UPDATE SKIP LOCKED, the row lock's try_acquire"};
         case server_flavour::mysql:
-            return {8, 0, 11, "SELECT ... FOR UPDATE SKIP LOCKED, the row lock's try_acquire (8.0.11 is 8.0's first GA)"};
+            return {8, 0, 11,
+                    "SELECT ... FOR UPDATE SKIP LOCKED, the row lock's try_acquire (8.0.11 is 8.0's first GA)"};
         case server_flavour::sqlite: return {3, 35, 0, "RETURNING, which the reaper and the operator's calls use"};
     }
     return {0, 0, 0, ""};
@@ -147,7 +148,7 @@ void require_feature(server_info const& s, server_feature f) {
                     "sqlock: creating the schema needs CREATE PROCEDURE IF NOT EXISTS, which MySQL has from 8.0.29 on, "
                     "and the server is " +
                     describe(s) +
-                    ": apply schema/mysql.sql (sqlock schema --print) with the mysql client after removing "
+                    ": apply schema/mysql.sql (sqlock schema --engine mysql prints it) with the mysql client after removing "
                     "'IF NOT EXISTS' from its three CREATE PROCEDURE statements, then open the store without "
                     "create_schema; or upgrade the server to MySQL 8.0.29 or later");
             return;

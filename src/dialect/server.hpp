@@ -23,8 +23,7 @@ namespace sqlock::detail {
 /// `server_version` or `sqlite_version()` wrote it, `comment` MariaDB's and
 /// MySQL's `@@version_comment` (else empty). MariaDB says "MariaDB" in one of
 /// them; anything else behind a mysql:// URL is MySQL (Percona Server, RDS).
-[[nodiscard]] server_info parse_server_answer(sqlock::engine e, std::string const& version,
-                                              std::string const& comment);
+[[nodiscard]] server_info parse_server_answer(sqlock::engine e, std::string const& version, std::string const& comment);
 
 /// The test-only hook: in sqlock_failpoints builds, the environment variable
 /// SQLOCK_TEST_SERVER_ANSWER = "<engine>=<version>|<comment>[;...]" (read at
