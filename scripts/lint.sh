@@ -6,7 +6,8 @@
 #   bash scripts/lint.sh --fix    rewrites the files clang-format would change (clang-tidy is not applied)
 #   bash scripts/lint.sh --format-only | --tidy-only
 # Needs clang-format-14 and clang-tidy-14 (scripts/deps.sh --clang). clang-tidy reads a compilation database
-# of the library configured with Clang in build/lint (configured, not built).
+# of the library configured with Clang in build/lint (configured, not built), one source per translation unit
+# (SQLOCK_UNITY_BUILD=OFF), so that each source is checked, and must compile, on its own.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 fix=0 format=1 tidy=1
@@ -39,7 +40,7 @@ if ((tidy)); then
   dir=build/lint
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_C_COMPILER=clang -DBUILD_TESTING=OFF -DSQLOCK_BUILD_CLI=OFF -DSQLOCK_BUILD_REAPER=OFF \
-    -DSQLOCK_BUILD_EXAMPLES=OFF -DSQLOCK_BUILD_BENCH=OFF >/dev/null
+    -DSQLOCK_BUILD_EXAMPLES=OFF -DSQLOCK_BUILD_BENCH=OFF -DSQLOCK_UNITY_BUILD=OFF >/dev/null
   # Only the library's own translation units (target sqlock), each once.
   python3 - "$dir" <<'PY'
 import json, sys

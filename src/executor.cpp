@@ -15,8 +15,6 @@ namespace {
 
 constexpr int max_tries = 100;
 
-std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_string(e)) + ".sql"; }
-
 }  // namespace
 
 void raise_engine_error(dialect const& d, std::string_view where, soci::soci_error const& e, failure f,

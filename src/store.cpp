@@ -70,8 +70,6 @@ void validate(store_options const& o) {
 // by row-lock holders or busy with acquires must not delay them.
 constexpr std::size_t reserved_pool_size = 2;
 
-std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_string(e)) + ".sql"; }
-
 }  // namespace
 
 store_impl::store_impl(std::string_view url, store_options const& options, unchecked_t)

@@ -237,6 +237,9 @@ void validate_table_prefix(std::string_view prefix);
 /// @throws usage_error naming the parameter.
 void validate_param_name(std::string const& key);
 
+/// "schema/<engine>.sql": the file of the source tree and of share/sqlock/ to apply, for messages.
+[[nodiscard]] std::string schema_file(sqlock::engine e);
+
 /// The embedded schema/<engine>.sql, tables named with the default prefix "sqlock".
 [[nodiscard]] std::string_view embedded_schema(sqlock::engine e) noexcept;
 

@@ -117,6 +117,8 @@ std::unique_ptr<dialect> make_dialect(sqlock::engine e, std::string const& table
     throw usage_error("sqlock: unknown engine");
 }
 
+std::string schema_file(sqlock::engine e) { return "schema/" + std::string(to_string(e)) + ".sql"; }
+
 std::optional<server_info> dialect::server() const {
     std::lock_guard lock(server_mutex_);
     return server_;
