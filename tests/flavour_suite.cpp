@@ -144,7 +144,8 @@ protected:
 };
 
 // The statements a store sends on MySQL: none of MariaDB's own (idle_transaction_timeout, the process list's
-// QUERY_ID, KILL QUERY ID), each of MySQL's (flavour.cpp) where its feature ran, and they work: a table lock
+// QUERY_ID, KILL QUERY ID, a prepared ROLLBACK), each of MySQL's (flavour.cpp) where its feature ran, and
+// they work: a table lock
 // and a row lock are taken, renewed and released, a release wakes a parked waiter of another store through
 // KILL QUERY <connection> within poll / 1000, and the reaper runs its pass.
 TEST_F(Flavour, MysqlStatementsWorkAndNameNothingOfMariadb) {
@@ -234,6 +235,9 @@ TEST_F(Flavour, MysqlStatementsWorkAndNameNothingOfMariadb) {
                                   "SELECT ID FROM information_schema.PROCESSLIST"})
         EXPECT_NE(sent.find(mysql_own), std::string::npos) << "MySQL's statement '" << mysql_own << "' was not sent";
     EXPECT_TRUE(std::regex_search(sent, std::regex("KILL QUERY [0-9]+"))) << "no ring: KILL QUERY <connection>";
+    // The busy try's ROLLBACK: a plain query (COM_QUERY, 0x03), never prepared (COM_STMT_PREPARE, 0x16).
+    EXPECT_NE(sent.find("\x03ROLLBACK"), std::string::npos) << "the busy try's ROLLBACK was not sent as a query";
+    EXPECT_EQ(sent.find("\x16ROLLBACK"), std::string::npos) << "ROLLBACK was prepared, which MySQL does not list";
 }
 
 // MySQL has no idle_transaction_timeout: the row lock bounds its holding session with wait_timeout, set to

@@ -19,6 +19,10 @@
 // (the reaper's two statements), so only a client stopped between those holds
 // what they locked, for wait_timeout.
 //
+// MySQL prepares COMMIT and SET, but its manual does not list ROLLBACK: the
+// row lock's ROLLBACK (after a busy try) is libmariadb's mysql_rollback(), a
+// plain query, where MariaDB's is prepared like the rest.
+//
 // MySQL's process list has no QUERY_ID and MySQL has no KILL QUERY ID: a ring
 // interrupts the listener's connection with KILL QUERY <connection id>. That
 // connection runs nothing but its SLEEP, so a ring that lands between two
@@ -52,6 +56,8 @@ flavour_statements flavour_statements::of(server_flavour flavour) {
             " WHERE INFO = :bell AND DB = DATABASE() AND ID <> CONNECTION_ID()";
         f.listener = "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = :id AND INFO = :bell";
         f.ring = "KILL QUERY ";
+        // MySQL's manual lists COMMIT and SET among the statements it prepares, not ROLLBACK.
+        f.prepares_rollback = false;
         return f;
     }
     f.session_idle_bound = ", SESSION idle_transaction_timeout = ";

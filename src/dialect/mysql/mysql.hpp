@@ -169,6 +169,9 @@ struct flavour_statements {
     std::string listener;
     /// Followed by an id of the above: interrupts that listener's SLEEP.
     std::string ring;
+    /// The row lock's ROLLBACK (a busy try) as a prepared statement; else the client library's
+    /// mysql_rollback(), a plain query.
+    bool prepares_rollback = true;
 
     /// The statements of `flavour` (mariadb or mysql).
     static flavour_statements of(server_flavour flavour);
@@ -386,12 +389,6 @@ private:
     std::string keep_sql_;
     // The idle bound and innodb_lock_wait_timeout of the session, and autocommit off.
     void set_bounds(mysql_cache& c, pooled_session ps, long long idle, long long lock_wait) const;
-    // A statement without parameters or results, prepared on first use.
-    static void run(std::optional<server_statement>& slot, pooled_session ps, char const* sql) {
-        prepared(slot, ps, sql);
-        std::array<long long, 0> none{};
-        (void)on(slot, [&](server_statement& st) { return st.execute(nullptr, none); });
-    }
     static constexpr long long max_wait_seconds = 30;  // read_timeout is at least 31 s
     static long long idle_seconds(std::chrono::milliseconds ttl) {
         return std::max<long long>(1, (ttl.count() + 999) / 1000);

@@ -89,7 +89,15 @@ std::int64_t mysql_dialect::keep_row_lock(pooled_session ps, std::string const& 
 
 void mysql_dialect::end_row_lock(pooled_session ps, bool commit) const {
     auto& c = cache(ps);
-    if (!commit) run(c.row_rollback, ps, "ROLLBACK");
+    if (!commit && flavoured().prepares_rollback) {
+        prepared(c.row_rollback, ps, "ROLLBACK");
+        std::array<long long, 0> none{};
+        (void)on(c.row_rollback, [&](server_statement& st) { return st.execute(nullptr, none); });
+    } else if (!commit) {
+        auto* conn = static_cast<soci::mysql_session_backend*>(ps.session.get_backend())->conn_;
+        if (mysql_rollback(conn) != 0)
+            throw_client_error(engine::mysql, mysql_error(conn), static_cast<int>(mysql_errno(conn)));
+    }
     // autocommit = 1 commits what is open; the bounds go back to the session's defaults (see open).
     auto const& flavour = flavoured();
     long long wait_seconds = std::max<long long>(1, (options_.lock_wait_timeout.count() + 999) / 1000);
