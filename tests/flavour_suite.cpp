@@ -17,8 +17,8 @@
 //     usage_error naming the server and what to do, and creates nothing.
 // Same server variables and CI rule as sqlock_engine_tests.
 #include "fault_proxy.hpp"
+#include "parked_waiter.hpp"
 #include "test_env.hpp"
-#include "worker_common.hpp"
 
 #include <sqlock/sqlock.hpp>
 
@@ -26,12 +26,9 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdlib>
-#include <future>
 #include <optional>
 #include <regex>
-#include <stop_token>
 #include <string>
 
 namespace {
@@ -42,7 +39,6 @@ using sqlock::engine;
 using sqlock::lease;
 using sqlock::locker;
 using sqlock::server_flavour;
-using std::chrono::milliseconds;
 
 // ============================================================ the real servers
 
@@ -91,16 +87,6 @@ public:
 };
 
 constexpr char const* mysql_84 = "mysql=8.4.3|MySQL Community Server - GPL";
-
-// A waiter's poll interval and how soon after a release a wake-up explains its answer (see
-// tests/lifecycle_suite.cpp, "6. wake-up": a poll lands within poll / 1000 with a chance below 1/1000).
-constexpr milliseconds parked_poll = std::chrono::hours(8);
-constexpr milliseconds prompt = parked_poll / 1000;
-
-struct stop_on_exit {
-    std::stop_source& source;
-    ~stop_on_exit() { source.request_stop(); }
-};
 
 class Flavour : public ::testing::Test {
 protected:
@@ -180,46 +166,26 @@ TEST_F(Flavour, MysqlStatementsWorkAndNameNothingOfMariadb) {
         sqlock::table_locker(waiter_store, {.ttl = 60s, .backoff_min = parked_poll, .backoff_max = parked_poll});
     lease h = *holder.try_acquire(name);
     h.renew(30s);
-    std::stop_source give_up;
-    std::atomic<std::int64_t> returned_ns{0};
-    auto got = std::async(std::launch::async, [&] {
-        struct stamp {
-            std::atomic<std::int64_t>& at;
-            ~stamp() { at = steady_ns(); }
-        } const s{returned_ns};
-        return waiter.acquire(name, parked_poll, give_up.get_token());
-    });
-    stop_on_exit const cancel_at_exit{give_up};
+    parked_waiter parked(waiter, name);
     ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
     std::string const bell = "SELECT SLEEP(20) AS " + tables_ + "_bell";
     ASSERT_TRUE(eventually(
         [&] {
-            int marked = 0, parked = 0;
+            int marked = 0, sleeping = 0;
             *raw_ << "SELECT COUNT(*) FROM " + tables_ + "_locks WHERE name = :n AND waiters <> 0",
                 soci::use(name, "n"), soci::into(marked);
             *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
-                soci::into(parked);
-            return marked == 1 && parked >= 1;
+                soci::into(sleeping);
+            return marked == 1 && sleeping >= 1;
         },
         30s))
         << "the waiter did not mark the row, or its store did not park its listener";
-    ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
+    ASSERT_FALSE(parked.finished()) << "the waiter finished before the release";
 
     std::int64_t const released_ns = steady_ns();
     h.release();
-    if (got.wait_for(prompt) != std::future_status::ready) {
-        give_up.request_stop();
-        got.wait_for(60s);
-        FAIL() << "the waiter of another store was still parked " << prompt.count()
-               << " ms after the release: KILL QUERY <connection> did not reach its listener";
-    }
-    std::optional<lease> w;
-    try {
-        w.emplace(got.get());
-    } catch (std::exception const& e) {
-        FAIL() << "the woken waiter did not get the lock: " << describe(e);
-    }
-    EXPECT_LT(returned_ns.load() - released_ns, std::chrono::nanoseconds(prompt).count());
+    std::optional<lease> w = parked.woken_after(released_ns, "the release (KILL QUERY <connection> of the listener)");
+    ASSERT_TRUE(w.has_value());
     EXPECT_GT(w->token(), h.token());
     w->release();
 

@@ -12,6 +12,7 @@
 // Lock names carry a random per-test prefix. Nothing here asserts how fast
 // something happened: waits for an event are bounded polls with generous limits.
 #include "fault_proxy.hpp"
+#include "parked_waiter.hpp"
 #include "skewed_process.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
@@ -561,15 +562,9 @@ TEST_P(Lifecycle, AMovedLeaseDoesNotOpenTheDoor) {
 
 // ============================================================ 6. wake-up
 
-// A waiter's poll interval in the wake-up and cancellation tests: its backoff
-// (backoff_min = backoff_max) and its deadline. Each sleep between polls is
-// drawn from [0, poll) (full jitter), so a poll lands in any window of length
-// w with probability w / poll: with `prompt` = poll / 1000, a waiter that
-// answers within `prompt` of the event was woken by it, not by a poll, with a
-// chance of error below 1/1000. The bound is relative to the poll interval,
-// not a budget for how fast the machine is (28.8 s).
-constexpr milliseconds parked_poll = std::chrono::hours(8);
-constexpr milliseconds prompt = parked_poll / 1000;
+// A waiter's poll interval in the wake-up and cancellation tests, parked_poll
+// (its backoff and its deadline), and `prompt`, how soon after an event its
+// answer proves a wake-up: tests/parked_waiter.hpp.
 
 /// steady_ns() stored when it goes out of scope: when a call returned, or threw.
 struct return_stamp {
@@ -695,13 +690,7 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
 
     // try_acquire: the holder's store starts no listener of its own (it would park a SLEEP too).
     lease h = *holder.try_acquire(name);
-    std::stop_source give_up;
-    std::atomic<std::int64_t> returned_ns{0};
-    auto got = std::async(std::launch::async, [&] {
-        return_stamp stamp{returned_ns};
-        return waiter.acquire(name, parked_poll, give_up.get_token());
-    });
-    stop_on_exit const cancel_at_exit{give_up};
+    parked_waiter parked(waiter, name);
     ASSERT_TRUE(eventually([&] { return waiter.stats().busy >= 1; }, 30s)) << "the waiter never tried";
     ASSERT_TRUE(eventually(
         [&] {
@@ -721,34 +710,22 @@ TEST_P(Lifecycle, ReleaseWakesAParkedWaiterOfAnotherStore) {
         std::string const bell = "SELECT SLEEP(20) AS " + tables + "_bell";
         ASSERT_TRUE(eventually(
             [&] {
-                int parked = 0;
+                int sleeping = 0;
                 *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :b", soci::use(bell, "b"),
-                    soci::into(parked);
-                return parked >= 1;
+                    soci::into(sleeping);
+                return sleeping >= 1;
             },
             30s))
             << "the waiter's store never parked its listener";
     }
-    ASSERT_EQ(got.wait_for(0s), std::future_status::timeout) << "the waiter finished before the release";
+    ASSERT_FALSE(parked.finished()) << "the waiter finished before the release";
     std::uint64_t const notifications_before = waiter_store.stats().notifications;
 
     std::int64_t const released_ns = steady_ns();
     h.release();
-    if (got.wait_for(prompt) != std::future_status::ready) {
-        give_up.request_stop();
-        got.wait_for(60s);
-        FAIL() << "the waiter of another store was still parked " << prompt.count()
-               << " ms after the release: no announcement reached it";
-    }
-    std::optional<lease> w;
-    try {
-        w.emplace(got.get());
-    } catch (std::exception const& e) {
-        FAIL() << "the woken waiter did not get the lock: " << describe(e);
-    }
-    std::int64_t const handoff_ns = returned_ns.load() - released_ns;
-    EXPECT_LT(handoff_ns, std::chrono::nanoseconds(prompt).count()) << "the hand-off took " << ms_text(handoff_ns);
-    RecordProperty("handoff_us", static_cast<int>(handoff_ns / 1000));
+    std::optional<lease> w = parked.woken_after(released_ns, "the release, by another store");
+    ASSERT_TRUE(w.has_value());
+    RecordProperty("handoff_us", static_cast<int>(parked.handoff_ns() / 1000));
     EXPECT_TRUE(w->held());
     EXPECT_GT(w->token(), h.token());
     EXPECT_GT(waiter_store.stats().notifications, notifications_before)
