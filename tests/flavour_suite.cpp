@@ -181,12 +181,17 @@ TEST_F(Flavour, MysqlStatementsWorkAndNameNothingOfMariadb) {
         30s))
         << "the waiter did not mark the row, or its store did not park its listener";
     ASSERT_FALSE(parked.finished()) << "the waiter finished before the release";
+    std::uint64_t const notifications_before = waiter_store.stats().notifications;
 
     std::int64_t const released_ns = steady_ns();
     h.release();
     std::optional<lease> w = parked.woken_after(released_ns, "the release (KILL QUERY <connection> of the listener)");
     ASSERT_TRUE(w.has_value());
     EXPECT_GT(w->token(), h.token());
+    // The interrupted SLEEP is what counts: the wake-up the listener gives when it connects could also have
+    // reached the waiter late (tests/lifecycle_suite.cpp, ReleaseWakesAParkedWaiterOfAnotherStore).
+    EXPECT_TRUE(eventually([&] { return waiter_store.stats().notifications > notifications_before; }, 10s))
+        << "the waiter's store never heard the ring: KILL QUERY <connection> did not interrupt its SLEEP";
     w->release();
 
     auto const reaped = sqlock::reaper(holder_store).reap_once();
