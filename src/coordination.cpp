@@ -211,7 +211,10 @@ public:
 
 private:
     // The live shared leases of `name`; usage_error (after letting `held` go)
-    // when one is this owner's: an upgrade.
+    // when this locker holds one of them for this owner: an upgrade. A live row
+    // of this owner that this locker does not hold (its grant committed as the
+    // server died, and the answer never came) is waited for like any reader:
+    // it ends at its TTL.
     std::int64_t readers(std::string const& name, lease& held) {
         auto& db = *locker_->database();
         live_rows live;
@@ -225,7 +228,7 @@ private:
             } catch (error const&) {}
             throw;
         }
-        if (live.mine > 0) {
+        if (live.mine > 0 && locker_->holds_with_prefix(reader_prefix(name), held.owner())) {
             held.release();
             throw usage_error("sqlock: owner '" + held.owner() + "' holds a shared lease of '" + name +
                               "' and asked for the exclusive one: a read-write lock has no upgrade (two upgraders "

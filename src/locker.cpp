@@ -410,6 +410,16 @@ void locker_impl::watch(std::shared_ptr<lease_row> const& row) {
         watchdog_ = std::jthread([state = watch_](std::stop_token stop) { run_deadlines(state, stop); });
 }
 
+bool locker_impl::holds_with_prefix(std::string_view prefix, std::string const& owner) const {
+    auto const now = clock::now();
+    std::lock_guard lock(watch_->mutex);
+    return std::any_of(watch_->rows.begin(), watch_->rows.end(), [&](watched const& w) {
+        auto row = w.row.lock();
+        return row && row->owner() == owner && row->name().starts_with(prefix) &&
+               row->state_at(now) == lease_state::held;
+    });
+}
+
 void locker_impl::run_deadlines(std::shared_ptr<watch_state> const& state, std::stop_token const& stop) {
     std::unique_lock lock(state->mutex);
     while (!stop.stop_requested()) {

@@ -412,6 +412,29 @@ TEST_P(Coordination, NoUpgradeFromSharedToExclusive) {
     EXPECT_TRUE(rw.try_acquire(name));
 }
 
+// A live reader row of this owner that this locker does not hold: its grant
+// committed as the server died, and the answer never came (seen in
+// CoordServerCrash, seed 2212), or another locker of the same owner took it.
+// It is no upgrade: the writer waits for it like for any reader, and gets the
+// lock when it expires.
+TEST_P(Coordination, AReaderRowOfTheSameOwnerNotHeldHereIsWaitedFor) {
+    auto const name = n("rw-orphan");
+    std::string const owner = "rw-orphan-owner";
+    auto opts = short_lived();
+    opts.owner = owner;
+    sqlock::rw_locker gone(table(opts));
+    auto reader = gone.try_acquire_shared(name);
+    ASSERT_TRUE(reader);
+    auto const rt = reader->token();
+    abandon(std::move(*reader));
+    sqlock::rw_locker rw(table({.owner = owner, .backoff_max = 100ms}));
+    std::optional<lease> early;
+    EXPECT_NO_THROW(early = rw.try_acquire(name)) << "a reader row this locker does not hold was taken for an upgrade";
+    EXPECT_FALSE(early) << "the exclusive lease was granted beside a live reader";
+    auto writer = rw.acquire(name, 30s);
+    EXPECT_GT(writer.token(), rt);
+}
+
 TEST_P(Coordination, AnAbandonedReaderExpiresAndTheWriterGoesOn) {
     auto const name = n("rw-gone");
     sqlock::rw_locker gone(table(short_lived()));

@@ -91,8 +91,11 @@ private:
 ///     at most the read's token (`sqlock::fence::check`, docs/coordination.md);
 ///   - each shared lease expires, renews and is reaped like any lease.
 /// No upgrade: asking for the exclusive lease while this owner holds a shared
-/// one of the name throws `usage_error` (two upgraders would wait for each
-/// other for ever). Release the shared lease first.
+/// one of the name through the same locker throws `usage_error` (two upgraders
+/// would wait for each other for ever). Release the shared lease first. Any
+/// other live reader row, even one carrying this owner id (another locker or
+/// process with the same explicit owner, a grant whose answer was lost), is
+/// waited for like any reader.
 ///
 /// Thread safety: one rw_locker may be used from any number of threads.
 class SQLOCK_EXPORT rw_locker {
@@ -109,11 +112,11 @@ public:
                                        std::stop_token cancel = {});
 
     /// The exclusive lease if the name is free of writers and readers, else empty at once.
-    /// @throws usage_error this owner holds a shared lease of the name (no upgrade)
+    /// @throws usage_error this owner holds a shared lease of the name through this locker (no upgrade)
     [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
     /// The exclusive lease, waiting up to `wait` for the writer before it and
     /// then for the readers to leave (new readers wait meanwhile).
-    /// @throws usage_error this owner holds a shared lease of the name (no upgrade)
+    /// @throws usage_error this owner holds a shared lease of the name through this locker (no upgrade)
     /// @throws timeout, cancelled, and as `locker::acquire`
     [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel = {});
 

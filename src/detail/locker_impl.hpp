@@ -102,6 +102,12 @@ public:
                                                                         std::string const& reader,
                                                                         attempt const& bounds);
 
+    /// True when this locker holds, in this process, a live lease of `owner`
+    /// whose name starts with `prefix`: the rows a database count calls "mine"
+    /// may include one whose grant committed but never reached this process
+    /// (the server died before answering), which nobody here holds.
+    [[nodiscard]] bool holds_with_prefix(std::string_view prefix, std::string const& owner) const;
+
     [[nodiscard]] locker_options const& options() const noexcept { return options_; }
     [[nodiscard]] locker_stats stats() const noexcept;
 

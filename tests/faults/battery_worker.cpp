@@ -524,8 +524,13 @@ private:
                               dynamic_cast<sqlock::cancelled const*>(&e);
         out.type = definite ? "fail" : "info";
         out.error = error_text(e);
+        auto const lock = out.lock;
         h_->write(std::move(out));
-        if (!definite && !dynamic_cast<sqlock::error const*>(&e)) failed_ = true;
+        if (!definite && !dynamic_cast<sqlock::error const*>(&e)) {
+            failed_ = true;  // not a lock error: a usage error or a bug; the run fails, and says why
+            std::cerr << c_.name << "[" << ::getpid() << "]: acquire of '" << lock << "' failed: " << error_text(e)
+                      << "\n";
+        }
         std::this_thread::sleep_for(10ms);
     }
 

@@ -39,7 +39,8 @@ constexpr long long forced_attempt = 4242;
 /// takes its allocator's lock at exit, which a thread of the parent may have
 /// held at the fork, so a forked child of a threaded process can hang there (a
 /// limit of the sanitizer runtime, not of sqlock; the other suites check the
-/// library for leaks).
+/// library for leaks). The child's own malloc and free can hang on that lock as
+/// well: the worker forks once its threads sleep (sanitized_fork.hpp).
 command_result run_worker(std::vector<std::string> args, std::vector<std::string> env) {
     auto const asan = getenv_nonempty("ASAN_OPTIONS").value_or("");
     env.push_back("ASAN_OPTIONS=" + asan + (asan.empty() ? "" : ":") + "detect_leaks=0");

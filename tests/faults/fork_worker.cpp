@@ -17,6 +17,8 @@
 //       for it, prints "child <how it ended>", then checks that both leases are
 //       held, renew, and that another store can take neither; prints "parent ok"
 //       and exits 0, or says what failed and exits 1.
+#include "sanitized_fork.hpp"
+
 #include <sqlock/sqlock.hpp>
 
 #include <signal.h>
@@ -143,6 +145,11 @@ int survive(std::string const& url, std::string const& row_url, std::string cons
     h.emplace(url, row_url, table_name, row_name);
     if (!h->table || !h->row) {
         say("parent could not take its locks");
+        return 1;
+    }
+    // Under ASan, the threads the holdings started must be out of the allocator (sanitized_fork.hpp).
+    if (!sqlock_test::settle_before_fork(std::chrono::seconds(10))) {
+        say("parent: its threads did not settle within 10 s (sanitized build)");
         return 1;
     }
     std::fflush(nullptr);

@@ -60,7 +60,7 @@ sqlock_discover_tests(sqlock_hang_tests LABELS engine safety fault-smoke)
 # and the parent's table and row locks stay held and renewable; the acquire statement takes no live row because
 # it carries the caller's attempt id (a retry takes its own late-committed row). sqlock_fork_worker forks. Same server
 # variables and CI rule as sqlock_engine_tests.
-add_executable(sqlock_fork_worker fork_worker.cpp)
+add_executable(sqlock_fork_worker fork_worker.cpp sanitized_fork.cpp)
 target_include_directories(sqlock_fork_worker PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 target_link_libraries(sqlock_fork_worker PRIVATE sqlock_failpoints) # acquire.attempt_id forces a collision
 sqlock_test_target(sqlock_fork_worker)
