@@ -2,7 +2,7 @@
 # Runs sqlock's tests under AddressSanitizer + UndefinedBehaviorSanitizer, against private
 # PostgreSQL and MariaDB servers (scripts/test-servers.sh), as CI does.
 #   bash scripts/sanitize.sh [CTEST-ARGS...]
-# Builds the `asan` preset (CMakePresets.json: Clang, RelWithDebInfo, -fsanitize=address,undefined
+# Builds the `asan` preset (CMakePresets.json: Clang, RelWithDebInfo at -O1 as ASan advises, -fsanitize=address,undefined
 # with -fno-sanitize-recover, warnings as errors) in build/asan. Every process the tests start
 # (workers, the sqlock and sqlock-reaper commands) is instrumented as well; any ASan or UBSan
 # report aborts that process, which fails its test; leaks are reported at exit (LeakSanitizer).
