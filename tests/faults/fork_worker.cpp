@@ -75,6 +75,11 @@ int grant(std::string const& url, std::string const& name, bool wait, bool share
 
     int to_parent[2], to_child[2];
     if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 2;
+    // Under ASan, the threads the startup lease started must be out of the allocator (sanitized_fork.hpp).
+    if (!sqlock_test::settle_before_fork(std::chrono::seconds(10))) {
+        say("parent: its threads did not settle within 10 s (sanitized build)");
+        return 2;
+    }
     std::fflush(nullptr);
     pid_t const pid = ::fork();
     if (pid < 0) return 2;
