@@ -5,6 +5,7 @@
 #                                 of src/ and include/sqlock/); any finding fails
 #   bash scripts/lint.sh --fix    rewrites the files clang-format would change (clang-tidy is not applied)
 #   bash scripts/lint.sh --format-only | --tidy-only
+# Before either: scripts/check-deps.sh (every program the tests and scripts call is installed by deps.sh).
 # Needs clang-format-14 and clang-tidy-14 (scripts/deps.sh --clang). clang-tidy reads a compilation database
 # of the library configured with Clang in build/lint (configured, not built), one source per translation unit
 # (SQLOCK_UNITY_BUILD=OFF), so that each source is checked, and must compile, on its own.
@@ -22,6 +23,8 @@ done
 for tool in clang-format-14 clang-tidy-14 run-clang-tidy-14; do
   command -v "$tool" >/dev/null || { echo "lint.sh: $tool is missing: run scripts/deps.sh --clang" >&2; exit 69; }
 done
+
+((fix)) || bash scripts/check-deps.sh
 
 if ((format)); then
   mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.c' '*.h')

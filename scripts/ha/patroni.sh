@@ -190,6 +190,12 @@ cmd_stop() {
 }
 
 cmd_start() {
+  local tool pkg
+  for tool in patroni:patroni etcd:etcd-server curl:curl haproxy:haproxy pgrep:procps; do
+    pkg=${tool#*:} tool=${tool%%:*}
+    command -v "$tool" >/dev/null ||
+      die "$tool not found: install Debian package $pkg (run: bash scripts/deps.sh --servers)"
+  done
   MODE=sync
   [[ ${1:-} == --async ]] && MODE=async
   if [[ -f $DIR/state ]]; then
