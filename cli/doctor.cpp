@@ -193,6 +193,30 @@ void durability_findings(database_facts const& d, std::vector<finding>& out) {
     }
 }
 
+// SQLite's bell beside the database (docs/lease-lifecycle.md): stores refuse anything but a regular
+// file of the expected owner there (a FIFO, a link, a directory, a file another user planted), and
+// their waiters then poll instead of being woken.
+void bell_findings(facts_t const& f, std::vector<finding>& out) {
+    auto const bell = fact(f, "bell").value_or("");
+    if (bell.empty()) return;  // a URL without a file of its own: no bell, waiters poll
+    auto const problem = fact(f, "bell_problem").value_or("");
+    if (problem.empty()) {
+        out.push_back({"bell", severity::ok, "the bell " + bell + " is usable (or absent: a store makes it)", ""});
+        return;
+    }
+    auto dir = bell.substr(0, bell.find_last_of('/') == std::string::npos ? 0 : bell.find_last_of('/'));
+    if (dir.empty()) dir = bell.starts_with("/") ? "/" : ".";
+    out.push_back({"bell", severity::warning,
+                   "the bell " + bell + " is refused: " + problem +
+                       ". Stores never wait on it nor touch it, so releases wake no waiter of another process: "
+                       "they poll at their backoff. Whoever may write the directory can plant files beside the "
+                       "database",
+                   "remove it (rm -- '" + bell +
+                       "'; the next store makes a proper one) and let only the users "
+                       "that share the database write " +
+                       dir + " (chmod o-w, or a group of their own)"});
+}
+
 void postgresql_replication(facts_t const& f, std::vector<finding>& out) {
     if (is_on(fact(f, "in_recovery"))) {
         out.push_back({"replication", severity::error,
@@ -376,6 +400,7 @@ report examine(std::string const& url, std::string const& table_prefix) {
                            ""});
         schema_findings(d, table_prefix, out);
         durability_findings(d, out);
+        if (d.engine == engine::sqlite) bell_findings(d.facts, out);
         if (d.engine == engine::postgresql) postgresql_replication(d.facts, out);
         if (d.engine == engine::mysql) mysql_replication(d.facts, url, out);
         if (d.engine != engine::sqlite) {

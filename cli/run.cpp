@@ -38,6 +38,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <sstream>
 #include <stop_token>
 #include <thread>
 #include <utility>
@@ -1086,6 +1088,7 @@ sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to
     bool const once = t.wait.count() == 0;
 
     std::optional<sqlock::lease> lease;
+    std::optional<std::string> lost;
     int const sig = sup.while_taking([&](std::stop_token cancel) {
         try {
             switch (kind) {
@@ -1105,7 +1108,10 @@ sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to
                                  : std::optional(to.locker->acquire(args.name, t.wait, cancel));
                     break;
             }
-        } catch (sqlock::timeout const&) {}
+        } catch (sqlock::timeout const&) {
+        } catch (sqlock::lease_lost const& e) {  // the name's lock, lost while the writer waited for readers
+            lost = sqlock::tools::one_line(e.message());
+        }
         return lease.has_value();
     });
     if (sig != 0) {
@@ -1114,6 +1120,7 @@ sqlock::lease take_lock(run_args const& args, run_times const& t, lock_setup& to
                             (kind == lease_kind::permit ? "a permit of " : "") + "lock '" + printable(args.name) + "'" +
                             (kind == lease_kind::shared ? " (shared)" : "") + "; COMMAND not started");
     }
+    if (lost) fail(exit_code::lost, *lost + "; COMMAND not started");
     if (!lease) {
         explain_conflict(to.stores, args.name, kind, t.wait);
         fail(args.conflict_exit_code, "");
@@ -1187,16 +1194,39 @@ void write_textfile(run_args const& args, run_times const& t, run_record const& 
             labels.emplace_back("outcome", o);
             families.back().samples.push_back({labels, outcome == o ? 1.0 : 0.0, {}, 0, 0});
         }
-        auto const aside = args.metrics_textfile + ".tmp." + std::to_string(::getpid());
-        {
-            std::ofstream out(aside, std::ios::trunc);
-            sqlock::write_text(out, families);
-            out.flush();
-            if (!out) throw std::runtime_error("writing " + aside + " failed: " + errno_text(errno));
+        std::ostringstream text;
+        sqlock::write_text(text, families);
+        auto const body = std::move(text).str();
+        // A new file of a name nobody could plant (mkstemp: O_CREAT|O_EXCL, which never follows a
+        // symlink), in PATH's directory so that the rename stays on one file system; 0644, for
+        // node-exporter's textfile collector runs as another user.
+        std::string aside = args.metrics_textfile + ".tmp.XXXXXX";
+        int const fd = ::mkstemp(aside.data());
+        if (fd < 0) throw std::runtime_error("creating a file beside it failed: " + errno_text(errno));
+        auto const discard = [&](std::string const& what) {
+            auto const err = errno;
+            ::close(fd);
+            ::unlink(aside.c_str());
+            throw std::runtime_error(what + " " + printable(aside) + " failed: " + errno_text(err));
+        };
+        if (::fchmod(fd, 0644) != 0) discard("making readable");
+        for (std::size_t done = 0; done < body.size();) {
+            auto const n = ::write(fd, body.data() + done, body.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) discard("writing");
+            done += static_cast<std::size_t>(n);
         }
+        if (::fsync(fd) != 0) discard("flushing");
+        if (::close(fd) != 0) {
+            auto const err = errno;
+            ::unlink(aside.c_str());
+            throw std::runtime_error("writing " + printable(aside) + " failed: " + errno_text(err));
+        }
+        // rename replaces PATH itself (a symlink planted there, not what it points to); over a
+        // directory it fails, and the run's exit code stays COMMAND's.
         if (std::rename(aside.c_str(), args.metrics_textfile.c_str()) != 0) {
             auto const err = errno;
-            std::remove(aside.c_str());
+            ::unlink(aside.c_str());
             throw std::runtime_error("renaming it into place failed: " + errno_text(err));
         }
     } catch (std::exception const& e) {
@@ -1216,6 +1246,18 @@ int run_locked(run_args const& args, run_times const& t, run_record& rec) {
     auto const asked = std::chrono::steady_clock::now();
     auto lease = take_lock(args, t, locks, sup);
     rec.lock_wait = std::chrono::steady_clock::now() - asked;
+    // Right before COMMAND starts, the database says whether the lease is still
+    // ours (a renewal): one lost meanwhile (force-released, expired) starts
+    // nothing. A renewal that cannot reach the database leaves the lease in
+    // doubt: COMMAND starts, and is stopped before the safe deadline as ever.
+    try {
+        lease.renew();
+    } catch (sqlock::lease_lost const& e) {
+        rec.lost = true;
+        fail(exit_code::lost, "lost lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) +
+                                  ") before COMMAND started: " + sqlock::tools::one_line(e.message()) +
+                                  "; COMMAND not started");
+    } catch (sqlock::error const&) {}
 
     command_variables extra;
     std::string what = "lock '" + printable(args.name) + "' (token " + std::to_string(lease.token()) + ")";

@@ -419,7 +419,8 @@ int parse(int argc, char** argv, settings& s, logger& out) {
     app.add_option("--table-prefix", s.table_prefix, "Prefix of the lock tables (default sqlock)")->type_name("NAME");
     app.add_option("--metrics-listen", s.metrics_listen,
                    "With --interval: serve Prometheus metrics on http://ADDR:PORT/metrics (the passes, and each "
-                   "table's rows counted at each scrape; port 0 picks a free one, logged at start)")
+                   "table's rows counted at each scrape; port 0 picks a free one, logged at start). A bare PORT "
+                   "listens on 127.0.0.1 only: write 0.0.0.0:PORT to serve every interface")
         ->type_name("ADDR:PORT");
     try {
         app.parse(argc, argv);
@@ -452,6 +453,10 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         out.usage(message);
         return code;
     }
+    // A bare port is loopback: the endpoint names users, hosts and databases and opens connections to
+    // every --db on each scrape, so serving the network is asked for by name (0.0.0.0:PORT).
+    if (!s.metrics_listen.empty() && s.metrics_listen.find_first_not_of("0123456789") == std::string::npos)
+        s.metrics_listen = "127.0.0.1:" + s.metrics_listen;
     if (!s.metrics_listen.empty() && !s.interval) {
         out.usage(
             "--metrics-listen serves the metrics of a running daemon: add --interval DUR (a single pass "
@@ -522,10 +527,14 @@ int main(int argc, char** argv) {
         }
         exposer->RegisterCollectable(passes);
         exposer->RegisterCollectable(tables);
+        // The address as bound: the given host, and the port the listener really has (port 0 picks one).
         auto const ports = exposer->GetListeningPorts();
-        auto const host = s.metrics_listen.substr(0, s.metrics_listen.rfind(':'));
-        out.note("metrics", "serving metrics on http://" + host + ":" +
-                                (ports.empty() ? std::string("?") : std::to_string(ports.front())) + "/metrics");
+        auto const colon = s.metrics_listen.rfind(':');
+        auto const host = colon == std::string::npos ? s.metrics_listen : s.metrics_listen.substr(0, colon);
+        out.note("metrics",
+                 "serving metrics on http://" + host + ":" +
+                     (ports.empty() ? std::string("?") : std::to_string(ports.front())) + "/metrics" +
+                     (host == "127.0.0.1" || host == "[::1]" || host == "localhost" ? " (this machine only)" : ""));
     }
 #endif
 

@@ -99,9 +99,9 @@ public:
     }
 
 private:
-    // The stored N is read at a name's first acquire, then again at most once per TTL: a
-    // definition forgotten and stored anew with another N is seen within a TTL, and a
-    // cycle costs no round trip of its own for it.
+    // The stored N is read at a name's first acquire, then again at most once per TTL, so
+    // that a caller asking for another N is refused before it takes anything. What keeps
+    // the count is confirm(), after every grant.
     void check_definition(std::string const& name) {
         auto const now = clock::now();
         {
@@ -112,27 +112,79 @@ private:
         auto& db = *locker_->database();
         int const stored = db.run("reading the permits of semaphore '" + name + "'",
                                   [&](soci::session& s) { return db.dialect().define_semaphore(s, name, permits_); });
-        if (stored != permits_)
-            throw usage_error("sqlock: semaphore '" + name + "' has " + std::to_string(stored) +
-                              " permits, stored by its first user, and this caller asks for " +
-                              std::to_string(permits_) +
-                              ": give every user the same number, or, to change it, forget the stored one while "
-                              "no permit is held (`sqlock semaphore --name NAME --forget`)");
+        if (stored != permits_) throw mismatch(name, stored);
         std::lock_guard lock(checked_mutex_);
         if (checked_.size() >= 4096) checked_.clear();  // many names: forget them all, read again
         checked_[name] = now;
     }
 
+    usage_error mismatch(std::string const& name, int stored) {
+        {
+            std::lock_guard lock(checked_mutex_);
+            checked_.erase(name);
+        }
+        return usage_error("sqlock: semaphore '" + name + "' has " + std::to_string(stored) +
+                           " permits, stored by its first user, and this caller asks for " + std::to_string(permits_) +
+                           ": give every user the same number, or, to change it, forget the stored one while "
+                           "no permit is held (`sqlock semaphore --name NAME --forget`)");
+    }
+
     // Each slot once, from `start`. Only the last one may mark its row for a
-    // wake-up (a table lock's waiting attempt); none waits in the engine.
+    // wake-up (a table lock's waiting attempt); none waits in the engine. A
+    // waiting caller's tries wait for a pooled connection (a row locker's permit
+    // pins one) no longer than its deadline, and not once it is cancelled.
     std::optional<lease> try_slots(std::string const& name, int start, locker_impl::attempt const& bounds) {
-        auto const once = locker_impl::attempt{clock::now(), bounds.cancel, bounds.kind};
+        auto const now = clock::now();
+        auto const once = locker_impl::attempt{now, bounds.cancel, bounds.kind,
+                                               bounds.deadline > now ? std::optional<clock::time_point>(bounds.deadline)
+                                                                     : std::nullopt};
         for (int i = 0; i < permits_; ++i) {
             bool const last = i == permits_ - 1;
             auto const& how = last && locker_->keeps_lock_rows() ? bounds : once;
-            if (auto got = locker_->try_acquire(permit_name(name, (start + i) % permits_), how)) return got;
+            if (auto got = locker_->try_acquire(permit_name(name, (start + i) % permits_), how))
+                return confirm(name, std::move(*got));
         }
         return std::nullopt;
+    }
+
+    // A granted permit is handed out only once the stored definition, read after
+    // the grant (under a share lock: a forget in progress is waited for, and
+    // counts this permit if it commits first), is this semaphore's N, and no
+    // permit of the name is live through the other strategy (table rows for a row
+    // locker, row locks for a table locker: the two exclude each other). So a
+    // forget cannot succeed under a handed-out permit, and a permit is never
+    // handed out under another N than the one stored.
+    std::optional<lease> confirm(std::string const& name, lease got) {
+        auto give_back = [&] {
+            try {
+                got.release();
+            } catch (error const&) {  // lost or unreachable: it expires by its TTL, never handed out
+            }
+        };
+        auto& db = *locker_->database();
+        auto const lo = name + reserved_separator + 'p' + reserved_separator;
+        auto const hi = name + reserved_separator + 'p' + static_cast<char>(reserved_separator + 1);
+        permit_check check;
+        try {
+            check =
+                db.run("confirming a permit of semaphore '" + name + "'",
+                       [&](soci::session& s) {
+                           return db.dialect().confirm_permit(s, name, permits_, lo, hi, !locker_->keeps_lock_rows());
+                       },
+                       {.pool = connections::main_or_reserved});
+        } catch (...) {
+            give_back();
+            throw;
+        }
+        if (check.permits != permits_) {
+            give_back();
+            throw mismatch(name, check.permits);
+        }
+        if (check.other > 0) {
+            give_back();
+            return std::nullopt;
+        }
+        return got;
     }
 
     std::shared_ptr<locker_impl> locker_;
@@ -211,30 +263,43 @@ public:
 
 private:
     // The live shared leases of `name`; usage_error (after letting `held` go)
-    // when this locker holds one of them for this owner: an upgrade. A live row
-    // of this owner that this locker does not hold (its grant committed as the
-    // server died, and the answer never came) is waited for like any reader:
-    // it ends at its TTL.
+    // when this locker holds one of them for this owner, held or in doubt: an
+    // upgrade. A live row of this owner that this locker does not hold (its
+    // grant committed as the server died, and the answer never came) is waited
+    // for like any reader: it ends at its TTL. lease_lost when the name's row
+    // is no longer `held`'s (force-released, expired): counted in the same
+    // statement, so a count of zero is never taken from after another writer
+    // came in.
     std::int64_t readers(std::string const& name, lease& held) {
         auto& db = *locker_->database();
-        live_rows live;
-        try {
-            live = db.run("counting the shared leases of '" + name + "'", [&](soci::session& s) {
-                return db.dialect().count_live(s, reader_prefix(name), reader_range_end(name), held.owner());
-            });
-        } catch (...) {
+        reader_count live;
+        auto let_go = [&] {
             try {
                 held.release();
             } catch (error const&) {}
+        };
+        try {
+            live = db.run("counting the shared leases of '" + name + "'", [&](soci::session& s) {
+                return db.dialect().count_readers(s, reader_prefix(name), reader_range_end(name), name, held.owner(),
+                                                  held.token());
+            });
+        } catch (...) {
+            let_go();
             throw;
         }
-        if (live.mine > 0 && locker_->holds_with_prefix(reader_prefix(name), held.owner())) {
-            held.release();
+        if (live.readers.mine > 0 && locker_->holds_with_prefix(reader_prefix(name), held.owner())) {
+            let_go();
             throw usage_error("sqlock: owner '" + held.owner() + "' holds a shared lease of '" + name +
-                              "' and asked for the exclusive one: a read-write lock has no upgrade (two upgraders "
-                              "would wait for each other for ever); release the shared lease first");
+                              "' (held or in doubt) and asked for the exclusive one: a read-write lock has no upgrade "
+                              "(two upgraders would wait for each other for ever); release the shared lease first");
         }
-        return live.count;
+        if (!live.writer_held) {
+            let_go();  // finds the row gone: the lease is marked lost
+            throw lease_lost("sqlock: the lock of '" + name +
+                             "' was lost (force-released, or expired) while the exclusive lease waited for its shared "
+                             "leases to end: try again");
+        }
+        return live.readers.count;
     }
 
     std::shared_ptr<locker_impl> locker_;
@@ -387,16 +452,16 @@ bool forget_semaphore(store const& db, std::string_view name) {
     std::string const n(name);
     auto const lo = n + detail::reserved_separator + 'p' + detail::reserved_separator;
     auto const hi = n + detail::reserved_separator + 'p' + static_cast<char>(detail::reserved_separator + 1);
-    return impl->run("forgetting semaphore '" + n + "'", [&](soci::session& s) {
-        // A permit taken between the count and the delete would keep the old
-        // number only until released: a caller defining a new number waits
-        // for nothing, so forget only when nothing is held.
-        auto live = impl->dialect().count_live(s, lo, hi, "");
-        if (live.count > 0)
-            throw usage_error("sqlock: semaphore '" + n + "' has " + std::to_string(live.count) +
-                              " permit(s) held: forget its number of permits only once they are released or expired");
-        return impl->dialect().forget_semaphore(s, n);
-    });
+    // One transaction: the definition's row is locked by the DELETE before the
+    // permits (table rows and held row locks) are counted, and the DELETE is rolled
+    // back if one is live; a grant confirms its permit against the definition under
+    // a share lock of that row (semaphore_impl::confirm).
+    auto const result = impl->run("forgetting semaphore '" + n + "'",
+                                  [&](soci::session& s) { return impl->dialect().forget_semaphore(s, n, lo, hi); });
+    if (result.live > 0)
+        throw usage_error("sqlock: semaphore '" + n + "' has " + std::to_string(result.live) +
+                          " permit(s) held: forget its number of permits only once they are released or expired");
+    return result.removed;
 }
 
 rw_locker::rw_locker(locker const& l) : impl_(std::make_shared<detail::rw_locker_impl>(detail::checked(l))) {}

@@ -3,6 +3,7 @@
 #include "detail/store_impl.hpp"
 #include "detail/url.hpp"
 #include "dialect/server.hpp"
+#include "dialect/sqlite/bell.hpp"
 
 #include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>
@@ -214,6 +215,10 @@ database_facts inspect_database(std::string_view url, std::string_view table_pre
         case engine::postgresql: postgresql_facts(*impl, parts, facts); break;
         case engine::mysql: mysql_facts(*impl, parts, facts); break;
         case engine::sqlite: sqlite_facts(*impl, facts); break;
+    }
+    if (impl->engine() == engine::sqlite) {  // the bell beside the file: what a planted one would do (bell.hpp)
+        facts["bell"] = detail::sqlite_engine::bell_path_of(parts.path, std::string(table_prefix));
+        facts["bell_problem"] = detail::sqlite_engine::bell_problem(facts["bell"], parts.path);
     }
     // Learned by the store's first connection (without refusing a server too old: reported here).
     if (auto const server = impl->dialect().server()) {

@@ -415,8 +415,9 @@ bool locker_impl::holds_with_prefix(std::string_view prefix, std::string const& 
     std::lock_guard lock(watch_->mutex);
     return std::any_of(watch_->rows.begin(), watch_->rows.end(), [&](watched const& w) {
         auto row = w.row.lock();
-        return row && row->owner() == owner && row->name().starts_with(prefix) &&
-               row->state_at(now) == lease_state::held;
+        if (!row || row->owner() != owner || !row->name().starts_with(prefix)) return false;
+        auto const state = row->state_at(now);
+        return state == lease_state::held || state == lease_state::in_doubt;
     });
 }
 

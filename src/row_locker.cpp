@@ -186,8 +186,9 @@ protected:
         auto const& opts = store_->options();
         // The pool is the limit: waiting for a connection shares the caller's
         // deadline, save that a try waits for one lent out for a moment.
-        std::optional<connection> c;
-        c.emplace(store_->borrow_to_pin(what, std::min(left(), opts.pool_wait)));
+        std::optional<connection> c =
+            store_->borrow_to_pin(what, std::min(left(), opts.pool_wait), bounds.cancel, bounds.connection_deadline);
+        if (!c) return nullptr;  // cancelled
         auto const& d = store_->dialect();
         // Once the row is locked, the token is drawn and committed on another
         // connection: durable before the lease exists, and ordered by the row lock.

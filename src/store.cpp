@@ -165,12 +165,15 @@ connection store_impl::borrow(std::string_view what, std::chrono::milliseconds w
     auto& pool = reserved ? reserved_ : main_;
     std::size_t pos = 0;
     auto wait_ms = static_cast<int>(std::clamp<long long>(wait.count(), 0, INT32_MAX));
-    if (!pool.pool.try_lease(pos, wait_ms))
-        throw timeout("sqlock: all " + std::to_string(reserved ? reserved_pool_size : options_.pool_size) +
-                      (reserved ? " reserved" : "") + " pooled connections to " + url_ + " stayed busy for " +
-                      std::to_string(wait_ms) + " ms during " + std::string(what) +
-                      ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
+    if (!pool.pool.try_lease(pos, wait_ms)) pool_exhausted(what, wait_ms, reserved);
     return leased(pool, pos, what);
+}
+
+void store_impl::pool_exhausted(std::string_view what, long long waited_ms, bool reserved) const {
+    throw timeout("sqlock: all " + std::to_string(reserved ? reserved_pool_size : options_.pool_size) +
+                  (reserved ? " reserved" : "") + " pooled connections to " + url_ + " stayed busy for " +
+                  std::to_string(waited_ms) + " ms during " + std::string(what) +
+                  ": every held row lock pins one; raise store_options::pool_size or hold fewer leases at once");
 }
 
 connection store_impl::leased(slots& pool, std::size_t pos, std::string_view what) {
@@ -179,16 +182,31 @@ connection store_impl::leased(slots& pool, std::size_t pos, std::string_view wha
     return c;
 }
 
-connection store_impl::borrow_to_pin(std::string_view what, std::chrono::milliseconds wait) {
-    if (wait > std::chrono::milliseconds(0)) return borrow(what, wait);
+std::optional<connection> store_impl::borrow_to_pin(std::string_view what, std::chrono::milliseconds wait,
+                                                    std::stop_token const& cancel,
+                                                    std::optional<clock::time_point> try_until) {
+    bool const trying = wait <= std::chrono::milliseconds(0);
+    if (!trying && !cancel.stop_possible()) return borrow(what, wait);
     // A try must not fail because another acquire's token draw holds a
     // connection for a moment (pool_size + 2 connections serve pool_size holders).
-    constexpr int slice_ms = 20;  // a lent connection may become pinned meanwhile: look again
-    auto const until = clock::now() + options_.pool_wait;
+    // Waited for in slices: a lent connection may become pinned meanwhile (look
+    // again), and a cancel is seen.
+    constexpr auto slice = std::chrono::milliseconds(20);
+    auto const start = clock::now();
+    auto const until =
+        trying ? std::min(start + options_.pool_wait, try_until.value_or(clock::time_point::max())) : start + wait;
     std::size_t pos = 0;
-    while (main_.pinned.load(std::memory_order_relaxed) < options_.pool_size && clock::now() < until)
-        if (main_.pool.try_lease(pos, slice_ms)) return leased(main_, pos, what);
-    return borrow(what, wait);
+    for (;;) {
+        if (cancel.stop_requested()) return std::nullopt;
+        auto const now = clock::now();
+        if (now >= until) break;
+        if (trying && !try_until && main_.pinned.load(std::memory_order_relaxed) >= options_.pool_size) break;
+        auto const step = std::min<clock::duration>(slice, until - now);
+        auto const ms = std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(step).count());
+        if (main_.pool.try_lease(pos, static_cast<int>(ms))) return leased(main_, pos, what);
+    }
+    if (main_.pool.try_lease(pos, 0)) return leased(main_, pos, what);
+    pool_exhausted(what, std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count(), false);
 }
 
 connection store_impl::borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait) {

@@ -10,6 +10,8 @@
 #include <sqlock/locker.hpp>
 #include <sqlock/store.hpp>
 
+#include <algorithm>
+
 namespace sqlock {
 namespace detail {
 namespace {
@@ -128,7 +130,7 @@ private:
                                  },
                              .deadline = waiting ? bounds.deadline : clock::time_point::max(),
                              .engine_wait = waiting ? std::min(left, opts.lock_wait_timeout) : opts.lock_wait_timeout,
-                             .pool_wait = waiting ? std::min(left, opts.pool_wait) : opts.pool_wait});
+                             .pool_wait = waiting ? std::min(left, opts.pool_wait) : try_pool_wait(bounds, sent)});
         } catch (row_busy const&) {
             return nullptr;
         }
@@ -150,6 +152,15 @@ private:
                 " ms: the lease was given back; raise the ttl well above the database's round trip");
         }
         return row;
+    }
+
+    // A try waits for a pooled connection up to the store's pool_wait; a try on behalf of a
+    // waiting caller (a semaphore's slot) no longer than that caller's deadline.
+    std::chrono::milliseconds try_pool_wait(attempt const& bounds, clock::time_point now) const {
+        auto const pool_wait = store_->options().pool_wait;
+        if (!bounds.connection_deadline) return pool_wait;
+        auto const left = std::chrono::ceil<std::chrono::milliseconds>(*bounds.connection_deadline - now);
+        return std::clamp(left, std::chrono::milliseconds(1), pool_wait);
     }
 
 protected:

@@ -64,11 +64,12 @@ bool is_scheme(std::string_view s) {
     });
 }
 
-// Splits as parse_url does: the authority ends at the first '/' or '?', the
-// password runs from the first ':' of the userinfo to the authority's last '@'.
-// A password with an unencoded '/' or '?' ends the authority early; then, unless
-// the authority ends in a port, everything after its ':' up to the URL's last
-// '@' is masked: a typo must not show the password.
+// The userinfo is everything between the scheme's "//" and the URL's LAST '@',
+// and its password everything after its first ':'. parse_url ends the authority
+// at the first '/' or '?', but a password may hold an unencoded '/', '?', '@' or
+// ':' (postgresql://app:2024/Secret@db/app), and a message must show none of it:
+// an '@' further on (in the query) masks more, never less. With no '@' at all,
+// what follows the authority's ':' is masked unless it is a port.
 void mask_userinfo_password(std::string& url) {
     auto const colon = url.find(':');
     if (colon == std::string::npos) return;
@@ -79,18 +80,15 @@ void mask_userinfo_password(std::string& url) {
     std::size_t start = 0;
     if (has_scheme && colon + 1 < url.size() && url[colon + 1] == '/') start = url.find_first_not_of('/', colon + 1);
     if (start == std::string::npos) return;
-    auto const end = std::min(url.find_first_of("/?", start), url.size());
-    auto authority = std::string_view(url).substr(start, end - start);
-    auto at = authority.rfind('@');
-    if (at != std::string_view::npos) {
-        at += start;
-    } else {
+    auto at = url.rfind('@');
+    if (at == std::string::npos || at < start) {
+        auto const end = std::min(url.find_first_of("/?", start), url.size());
+        auto const authority = std::string_view(url).substr(start, end - start);
         auto const port = authority.rfind(':');
         if (port == std::string_view::npos || authority.ends_with(']')) return;
         auto const digits = authority.substr(port + 1);
         if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos) return;
-        at = url.rfind('@');
-        if (at == std::string::npos || at < end) at = end;
+        at = end;
     }
     auto const separator = url.find(':', start);
     if (separator >= at) return;
@@ -161,9 +159,11 @@ std::string mask_password_params(std::string_view s) {
 }  // namespace
 
 std::string redact_url(std::string_view url) {
-    std::string out(url);
+    // The query's passwords first: one holding an '@' would otherwise be cut at it by the userinfo's
+    // mask, and its tail shown.
+    auto out = mask_password_params(url);
     mask_userinfo_password(out);
-    return mask_password_params(out);
+    return out;
 }
 
 url_parts parse_url(std::string_view url) {
@@ -202,6 +202,13 @@ url_parts parse_url(std::string_view url) {
 
     if (!rest.starts_with("//")) bad(url, "expected '//' after the scheme");
     rest.remove_prefix(2);
+    // The userinfo ends at the host's '/' or '?': an '@' after one is a password holding an unencoded
+    // '/' or '?' (postgresql://app:2024/Secret@db/app), whose pieces would otherwise reach the server
+    // as a database name or a parameter, and its error messages.
+    if (auto const end = rest.find_first_of("/?"); end != std::string_view::npos && rest.find('@', end) != rest.npos)
+        bad(url,
+            "an '@' follows the host's '/' or '?': percent-encode '/', '?' and '@' in a password (%2F, %3F, %40), "
+            "and '@' anywhere after the host");
 
     auto q = rest.find('?');
     if (q != std::string_view::npos) {

@@ -3,6 +3,8 @@
 // and the value of one series by its name and some of its labels.
 #pragma once
 
+#include "run_command.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -87,7 +89,9 @@ inline std::optional<double> value_of(std::vector<text_sample> const& samples, s
 }
 
 /// GET `url` with curl (empty when it could not be fetched).
+/// @throws std::runtime_error naming the package to install when curl is not on PATH.
 inline std::string http_get(std::string const& url) {
+    require_program("curl", "curl");
     std::string out;
     std::string const cmd = "curl -sf --max-time 20 '" + url + "'";
     if (FILE* p = ::popen(cmd.c_str(), "r")) {

@@ -6,6 +6,8 @@
 //   run_command(args, extra_env, limit)       the same with this process's environment plus `extra_env`
 //   environment_with(add, drop)               this process's environment without the variables that
 //                                             start with one of `drop`, plus `add`
+//   require_program(program, package)         throws "<program> not found: install Debian package <package>
+//                                             (scripts/deps.sh installs it)" unless `program` is on PATH
 #pragma once
 
 #include "test_env.hpp"
@@ -14,8 +16,12 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +69,28 @@ inline std::vector<std::string> environment_with(std::vector<std::string> const&
     }
     env.insert(env.end(), add.begin(), add.end());
     return env;
+}
+
+/// The path of `program` on PATH, or empty.
+inline std::string find_program(std::string_view program) {
+    char const* path = std::getenv("PATH");
+    std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
+    while (true) {
+        auto const colon = dirs.find(':');
+        std::string dir(dirs.substr(0, colon));
+        auto const candidate = (dir.empty() ? std::string(".") : dir) + "/" + std::string(program);
+        if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+        if (colon == std::string_view::npos) return {};
+        dirs.remove_prefix(colon + 1);
+    }
+}
+
+/// A test that needs a tool says which package is missing, not "nothing answered": throws (a failure
+/// of the test that calls it) unless `program` is on PATH.
+inline void require_program(std::string_view program, std::string_view package) {
+    if (find_program(program).empty())
+        throw std::runtime_error(std::string(program) + " not found: install Debian package " + std::string(package) +
+                                 " (scripts/deps.sh installs it)");
 }
 
 inline command_result run_command(std::vector<std::string> args, std::vector<std::string> const& extra_env = {},

@@ -196,7 +196,7 @@ TEST(ParseUrl, SplitsTheUserinfoAtTheLastAtSign) {
     }
     // redact_url masks exactly what parse_url takes for the password.
     for (std::string const url : {"postgresql://a:b@c@d@host/db", "mysql://a:x:y@host/db", "postgresql://:pw@host/db",
-                                  "postgresql://u:1#2@host/db?application_name=me@there"}) {
+                                  "postgresql://u:1#2@host/db?application_name=me"}) {
         SCOPED_TRACE(url);
         auto parts = sqlock::detail::parse_url(url);
         ASSERT_FALSE(parts.password.empty());
@@ -204,6 +204,34 @@ TEST(ParseUrl, SplitsTheUserinfoAtTheLastAtSign) {
         EXPECT_FALSE(contains(redacted, parts.password)) << redacted;
         EXPECT_TRUE(contains(redacted, parts.user + ":***@" + parts.host + "/db")) << redacted;
     }
+}
+
+TEST(RedactUrl, MasksUpToTheLastAtSign) {
+    // A password of digits then '/' looked like a port (issue 38): everything between the scheme and the
+    // last '@' is the userinfo; an '@' in the query masks more, never less.
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:2024/Secret@db/app"), "postgresql://app:***@db/app");
+    EXPECT_EQ(sqlock::redact_url("mysql://app:8/kQz+a/b==@db:3306/app"), "mysql://app:***@db:3306/app");
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:1?x@db/app"), "postgresql://app:***@db/app");
+    EXPECT_EQ(sqlock::redact_url("postgresql://u:1#2@host/db?application_name=me@there"), "postgresql://u:***@there");
+    EXPECT_EQ(sqlock::redact_url("postgresql://app:2024/app"), "postgresql://app:2024/app");  // host:port/db
+}
+
+TEST(ParseUrl, RefusesAnAtSignAfterTheHost) {
+    // Else the password's tail reached the server as a database name or a parameter (and its errors).
+    for (std::string const url : {"postgresql://app:2024/Secret@db/app", "postgresql://app:2024/Secret@127.0.0.1",
+                                  "mysql://app:1?Secret=x@db/app", "postgresql://h/db?application_name=a@b"}) {
+        SCOPED_TRACE(url);
+        try {
+            (void)sqlock::detail::parse_url(url);
+            ADD_FAILURE() << "accepted";
+        } catch (sqlock::usage_error const& e) {
+            EXPECT_TRUE(contains(e.what(), "percent-encode")) << e.what();
+            EXPECT_FALSE(contains(e.what(), "Secret")) << e.what();
+        }
+    }
+    EXPECT_EQ(sqlock::detail::parse_url("postgresql://app:2024%2FSecret@db/app").password, "2024/Secret");
+    EXPECT_EQ(sqlock::detail::parse_url("postgresql://h/db?application_name=a%40b").params.at("application_name"),
+              "a@b");
 }
 
 TEST(RedactUrl, MasksPasswordQueryParameters) {

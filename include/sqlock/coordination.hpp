@@ -31,11 +31,14 @@ class election_impl;
 ///
 /// The number of permits is stored with the name (`<prefix>_semaphores`) by the
 /// first caller; a caller that asks for another number gets `usage_error`
-/// naming both, so processes cannot disagree on N. A semaphore reads the stored
-/// N at a name's first acquire and again at most once per TTL (the locker's):
-/// a definition changed meanwhile is noticed within a TTL. `sqlock semaphore
-/// --forget` (or `forget_semaphore`) removes the definition once no permit is
-/// held.
+/// naming both, so processes cannot disagree on N. Every permit is confirmed
+/// against the stored N right after its grant (one more round trip), under a
+/// share lock of the definition that a forget contends on: a permit is never
+/// handed out under another N than the one stored, also just after a forget and
+/// a redefinition. `sqlock semaphore --forget` (or `forget_semaphore`) removes
+/// the definition while no permit is live. The permits of one name taken through
+/// a table locker and through a row locker exclude each other (one strategy
+/// holds permits at a time).
 ///
 /// Lockers: a table locker on every engine; a row locker on PostgreSQL and
 /// MariaDB (each permit pins a pooled connection). Refused with `usage_error`:
@@ -57,7 +60,8 @@ public:
 
     /// A permit, waiting up to `wait` for one (`wait == 0` tries once).
     /// Waiters poll the slots with the locker's backoff and wake on the release
-    /// of the slot they last tried.
+    /// of the slot they last tried. On a row locker, a pooled connection is
+    /// waited for no longer than `wait` and not once `cancel` is requested.
     /// @throws timeout, cancelled, and as `try_acquire`
     [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel = {});
 
@@ -69,7 +73,10 @@ private:
 };
 
 /// Removes the stored number of permits of semaphore `name`, so a caller may
-/// define it again with another number. Refused while a permit is held.
+/// define it again with another number. Refused while a permit is live (a
+/// table locker's unexpired permit row, a row locker's held row lock), in one
+/// transaction with the deletion: a permit granted meanwhile is either counted
+/// or confirmed against what the forget left.
 /// @return true when a definition was removed
 /// @throws usage_error a permit of `name` is still held (its message names how many)
 /// @throws backend_unavailable, backend_error, schema_missing
@@ -91,7 +98,7 @@ private:
 ///     at most the read's token (`sqlock::fence::check`, docs/coordination.md);
 ///   - each shared lease expires, renews and is reaped like any lease.
 /// No upgrade: asking for the exclusive lease while this owner holds a shared
-/// one of the name through the same locker throws `usage_error` (two upgraders
+/// one of the name through the same locker (held or in doubt) throws `usage_error` (two upgraders
 /// would wait for each other for ever). Release the shared lease first. Any
 /// other live reader row, even one carrying this owner id (another locker or
 /// process with the same explicit owner, a grant whose answer was lost), is
@@ -112,11 +119,18 @@ public:
                                        std::stop_token cancel = {});
 
     /// The exclusive lease if the name is free of writers and readers, else empty at once.
-    /// @throws usage_error this owner holds a shared lease of the name through this locker (no upgrade)
+    /// @throws usage_error this owner holds a shared lease of the name through this locker, held or in
+    ///                     doubt (no upgrade)
+    /// @throws lease_lost  the name's row was no longer this lease's when the readers were counted
+    ///                     (force-released right after the grant)
     [[nodiscard]] std::optional<lease> try_acquire(std::string_view name);
     /// The exclusive lease, waiting up to `wait` for the writer before it and
-    /// then for the readers to leave (new readers wait meanwhile).
-    /// @throws usage_error this owner holds a shared lease of the name through this locker (no upgrade)
+    /// then for the readers to leave (new readers wait meanwhile). Each count of
+    /// the readers also checks that the name's row is still this lease's.
+    /// @throws usage_error this owner holds a shared lease of the name through this locker, held or in
+    ///                     doubt (no upgrade)
+    /// @throws lease_lost  the name's lock was lost while waiting for the readers (force-released,
+    ///                     or expired): never a lease the database no longer holds
     /// @throws timeout, cancelled, and as `locker::acquire`
     [[nodiscard]] lease acquire(std::string_view name, std::chrono::milliseconds wait, std::stop_token cancel = {});
 

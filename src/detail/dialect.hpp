@@ -109,9 +109,15 @@ public:
                                                             std::chrono::milliseconds threshold) const override;
 
     [[nodiscard]] int define_semaphore(soci::session& s, std::string const& name, int permits) const final;
-    [[nodiscard]] bool forget_semaphore(soci::session& s, std::string const& name) const final;
+    [[nodiscard]] forgotten forget_semaphore(soci::session& s, std::string const& name, std::string const& lo,
+                                             std::string const& hi) const final;
+    [[nodiscard]] permit_check confirm_permit(soci::session& s, std::string const& name, int permits,
+                                              std::string const& lo, std::string const& hi, bool row) const final;
     [[nodiscard]] live_rows count_live(soci::session& s, std::string const& lo, std::string const& hi,
                                        std::string const& owner) const final;
+    [[nodiscard]] reader_count count_readers(soci::session& s, std::string const& lo, std::string const& hi,
+                                             std::string const& name, std::string const& owner,
+                                             std::int64_t token) const final;
     [[nodiscard]] std::optional<renewal> rename_lock(pooled_session s, std::string const& name,
                                                      std::string const& owner, std::int64_t token,
                                                      std::string const& to, std::int64_t ttl_us) const final;
@@ -150,6 +156,12 @@ protected:
     [[nodiscard]] virtual std::string majority_raise_sql() const;
     /// Insert (:name, :permits, now) into `<prefix>_semaphores` unless the name is there.
     [[nodiscard]] virtual std::string define_semaphore_sql() const;
+    /// Appended to a SELECT of one row so that it waits for, and keeps out while it runs, a
+    /// transaction deleting the row (FOR SHARE); empty where writers are serial (SQLite).
+    [[nodiscard]] virtual std::string share_lock_sql() const { return ""; }
+    /// Appended to a SELECT of `<prefix>_rows` so that it locks the rows no transaction holds and
+    /// skips the held ones (FOR UPDATE SKIP LOCKED); empty where the engine has no row locks (SQLite).
+    [[nodiscard]] virtual std::string skip_held_rows_sql() const { return ""; }
     /// 1 when a waiter marked the lock row (its `waiters` column), else 0.
     [[nodiscard]] virtual std::string waiters_marked_sql() const { return "CASE WHEN waiters <> 0 THEN 1 ELSE 0 END"; }
     /// The value of `waiters` of an unmarked row.

@@ -46,6 +46,10 @@ public:
         clock::time_point deadline;        ///< the strategy may wait in the engine until then
         std::stop_token cancel;            ///< and must return early once this is requested
         std::optional<kind_label> kind{};  ///< what the attempt is for, in the metrics; the locker's own kind if empty
+        /// A try (no wait in the engine) on behalf of a waiting caller (a semaphore's slot): a
+        /// pooled connection is waited for until then at most, and not once `cancel` is
+        /// requested. Empty: a try waits for one only lent out up to the store's pool_wait.
+        std::optional<clock::time_point> connection_deadline{};
     };
 
     /// One attempt of the strategy's acquire. `name` is already validated.
@@ -102,8 +106,8 @@ public:
                                                                         std::string const& reader,
                                                                         attempt const& bounds);
 
-    /// True when this locker holds, in this process, a live lease of `owner`
-    /// whose name starts with `prefix`: the rows a database count calls "mine"
+    /// True when this locker holds, in this process, a live lease (held or in
+    /// doubt) of `owner` whose name starts with `prefix`: the rows a database count calls "mine"
     /// may include one whose grant committed but never reached this process
     /// (the server died before answering), which nobody here holds.
     [[nodiscard]] bool holds_with_prefix(std::string_view prefix, std::string const& owner) const;

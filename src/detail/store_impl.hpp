@@ -175,10 +175,16 @@ public:
     /// A main connection for a lease to pin, waiting up to `wait`. With no time
     /// left (a try) it still waits, up to `pool_wait`, while some connection is
     /// only lent out (a token draw, a statement), and gives up at once when every
-    /// one is pinned by a held lease.
-    [[nodiscard]] connection borrow_to_pin(std::string_view what, std::chrono::milliseconds wait);
+    /// one is pinned by a held lease; a try for a waiting caller (`try_until`, a
+    /// semaphore's slot) waits for one until then, pinned or not. Empty once
+    /// `cancel` is requested.
+    [[nodiscard]] std::optional<connection> borrow_to_pin(std::string_view what, std::chrono::milliseconds wait,
+                                                          std::stop_token const& cancel = {},
+                                                          std::optional<clock::time_point> try_until = {});
     /// A free main connection at once, else a reserved one (waiting up to `wait`).
     [[nodiscard]] connection borrow_main_or_reserved(std::string_view what, std::chrono::milliseconds wait);
+    /// @throws timeout naming the pool that stayed busy for `waited_ms` during `what`.
+    [[noreturn]] void pool_exhausted(std::string_view what, long long waited_ms, bool reserved) const;
 
     using run_options = detail::run_options;
 

@@ -30,8 +30,10 @@ struct url_parts {
 /// @throws usage_error naming what is wrong with the URL and the accepted forms.
 [[nodiscard]] url_parts parse_url(std::string_view url);
 
-/// The URL with the userinfo password and the password=/sslpassword= values
-/// replaced by "***". Never throws; on malformed input it masks more, never less.
+/// The URL with the userinfo password (after the first ':' up to the URL's last
+/// '@', whatever '/', '?' or '@' it holds) and the password=/sslpassword=
+/// values replaced by "***". Never throws; on malformed input it masks more,
+/// never less.
 [[nodiscard]] std::string redact_url(std::string_view url);
 
 }  // namespace sqlock::detail

@@ -57,6 +57,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace sqlock_battery {
@@ -395,6 +396,125 @@ inline void drop_row_audit(soci::session& s, sqlock::engine e, std::string const
         return;
     }
     for (auto const* t : {"_rgrant", "_rins"}) s << "DROP TRIGGER IF EXISTS " + audit + t;
+}
+
+// ------------------------------------------------------------------------- semaphore definitions
+
+// install_definitions_audit() adds a table `<prefix>_defs_audit(seq, name, permits, kind, db_time)` and triggers
+// on `<prefix>_semaphores` (a semaphore's stored N) that write one row per change, in the same transaction:
+//   AFTER INSERT, AFTER UPDATE -> define (the row's name and permits after the change)
+//   AFTER DELETE               -> forget (the deleted row's)
+// db_time as the lock audit's (clock_timestamp(), SYSDATE(6), julianday('now')). The checker of a run that forgets
+// and redefines N (K1-permits-defs, coord_checkers.hpp) reads which N was in force at each permit's grant from it.
+// dump_definitions() reads it back as audit rows: lock = the semaphore's name, token = its permits, kind define or
+// forget, expires_at_us = db_time_us, owner empty. Kept apart from `<prefix>_audit`, whose kinds K1 checks.
+
+/// The statements that install the audit of `<prefix>_semaphores` (run each on its own).
+inline std::vector<std::string> definitions_audit_ddl(sqlock::engine e, std::string const& prefix) {
+    std::string const sems = prefix + "_semaphores";
+    std::string const audit = prefix + "_defs_audit";
+    std::vector<std::string> out;
+    switch (e) {
+        case sqlock::engine::postgresql: {
+            out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
+                          " (seq bigserial PRIMARY KEY, name text COLLATE \"C\" NOT NULL, permits bigint NOT NULL,"
+                          " kind text NOT NULL, db_time timestamptz NOT NULL)");
+            std::string const ins = "INSERT INTO " + audit + " (name, permits, kind, db_time) VALUES ";
+            out.push_back("CREATE OR REPLACE FUNCTION " + audit +
+                          "_fn() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+                          "BEGIN\n"
+                          "  IF TG_OP = 'DELETE' THEN\n"
+                          "    " +
+                          ins +
+                          "(OLD.name, OLD.permits, 'forget', clock_timestamp());\n"
+                          "  ELSE\n"
+                          "    " +
+                          ins +
+                          "(NEW.name, NEW.permits, 'define', clock_timestamp());\n"
+                          "  END IF;\n"
+                          "  RETURN NULL;\n"
+                          "END\n$f$");
+            out.push_back("DROP TRIGGER IF EXISTS " + audit + "_trg ON " + sems);
+            out.push_back("CREATE TRIGGER " + audit + "_trg AFTER INSERT OR UPDATE OR DELETE ON " + sems +
+                          " FOR EACH ROW EXECUTE FUNCTION " + audit + "_fn()");
+            break;
+        }
+        case sqlock::engine::mysql: {
+            out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
+                          " (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, name VARBINARY(255) NOT NULL,"
+                          " permits BIGINT NOT NULL, kind VARCHAR(16) NOT NULL, db_time DATETIME(6) NOT NULL)"
+                          " ENGINE = InnoDB");
+            std::string const ins = "INSERT INTO " + audit + " (name, permits, kind, db_time) VALUES ";
+            for (auto const& [suffix, when, row, kind] : {std::tuple{"_ins", "AFTER INSERT", "NEW", "define"},
+                                                          std::tuple{"_upd", "AFTER UPDATE", "NEW", "define"},
+                                                          std::tuple{"_del", "AFTER DELETE", "OLD", "forget"}}) {
+                out.push_back("DROP TRIGGER IF EXISTS " + audit + suffix);
+                out.push_back("CREATE TRIGGER " + audit + suffix + " " + when + " ON " + sems + " FOR EACH ROW " + ins +
+                              "(" + row + ".name, " + row + ".permits, '" + kind + "', SYSDATE(6))");
+            }
+            break;
+        }
+        case sqlock::engine::sqlite: {
+            std::string const now = audit_now_us_sql(e);
+            out.push_back("CREATE TABLE IF NOT EXISTS " + audit +
+                          " (seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, permits BIGINT NOT NULL,"
+                          " kind TEXT NOT NULL, db_time BIGINT NOT NULL)");
+            std::string const ins = "INSERT INTO " + audit + " (name, permits, kind, db_time) VALUES ";
+            for (auto const& [suffix, when, row, kind] : {std::tuple{"_ins", "AFTER INSERT", "NEW", "define"},
+                                                          std::tuple{"_upd", "AFTER UPDATE", "NEW", "define"},
+                                                          std::tuple{"_del", "AFTER DELETE", "OLD", "forget"}}) {
+                out.push_back("DROP TRIGGER IF EXISTS " + audit + suffix);
+                out.push_back("CREATE TRIGGER " + audit + suffix + " " + when + " ON " + sems + " BEGIN " + ins + "(" +
+                              row + ".name, " + row + ".permits, '" + kind + "', " + now + "); END");
+            }
+            break;
+        }
+    }
+    return out;
+}
+
+/// Installs the audit of `<prefix>_semaphores` (the table must exist: open a store with create_schema first).
+inline void install_definitions_audit(soci::session& s, sqlock::engine e, std::string const& prefix) {
+    for (auto const& sql : definitions_audit_ddl(e, prefix)) s << sql;
+}
+
+/// Removes the definitions' audit (its triggers, PostgreSQL's function, its table); harmless when absent.
+inline void drop_definitions_audit(soci::session& s, sqlock::engine e, std::string const& prefix) {
+    std::string const audit = prefix + "_defs_audit";
+    if (e == sqlock::engine::postgresql) s << "DROP FUNCTION IF EXISTS " + audit + "_fn() CASCADE";  // and its trigger
+    else
+        for (auto const* t : {"_ins", "_upd", "_del"}) s << "DROP TRIGGER IF EXISTS " + audit + t;
+    s << "DROP TABLE IF EXISTS " + audit;
+}
+
+/// The definitions' audit in seq order, as audit rows (see above).
+inline std::vector<audit_row> dump_definitions(soci::session& s, sqlock::engine e, std::string const& prefix,
+                                               std::string const& db = {}) {
+    soci::rowset<soci::row> rows = (s.prepare << "SELECT seq, name, permits, kind, " + audit_us_sql(e, "db_time") +
+                                                     " FROM " + prefix + "_defs_audit ORDER BY seq");
+    std::vector<audit_row> out;
+    for (auto const& r : rows) {
+        auto num = [&](std::size_t i) -> std::int64_t {
+            switch (r.get_properties(i).get_data_type()) {
+                case soci::dt_integer: return r.get<int>(i);
+                case soci::dt_long_long: return r.get<long long>(i);
+                case soci::dt_unsigned_long_long: return static_cast<std::int64_t>(r.get<unsigned long long>(i));
+                case soci::dt_double: return static_cast<std::int64_t>(r.get<double>(i));
+                case soci::dt_string: return std::stoll(r.get<std::string>(i));
+                default: throw std::runtime_error("audit: unexpected column type in " + prefix + "_defs_audit");
+            }
+        };
+        audit_row a;
+        a.seq = num(0);
+        a.lock = r.get<std::string>(1);
+        a.token = num(2);
+        a.kind = r.get<std::string>(3);
+        a.db_time_us = num(4);
+        a.expires_at_us = a.db_time_us;
+        a.db = db;
+        out.push_back(std::move(a));
+    }
+    return out;
 }
 
 }  // namespace sqlock_battery

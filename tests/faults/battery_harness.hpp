@@ -465,6 +465,7 @@ private:
             if (d.e == engine::postgresql) *d.raw << "SET client_min_messages = warning";  // IF EXISTS notices
             install_audit(*d.raw, d.e, tables_);
             if (s_.row && s_.row_audit) install_row_audit(*d.raw, d.e, tables_);
+            if (s_.coordination && s_.coordination->definitions) install_definitions_audit(*d.raw, d.e, tables_);
         }
         if (!s_.worker_urls.empty() && e_ == engine::mysql) await_triggers_on_every_node();
         if (!s_.mysql_globals.empty()) set_mysql_globals();
@@ -645,6 +646,7 @@ private:
         if (e == engine::sqlite) return;                                        // the file goes with the run dir
         if (e == engine::postgresql) s << "SET client_min_messages = warning";  // no NOTICE per missing object
         if (audited) drop_audit(s, e, prefix);
+        if (audited && s_.coordination && s_.coordination->definitions) drop_definitions_audit(s, e, prefix);
         for (auto const* t : {"_locks", "_tokens", "_fences", "_rows", "_majority_tokens", "_identity",
                               "_majority_members", "_semaphores", "_values"})
             s << "DROP TABLE IF EXISTS " + prefix + t;
@@ -1160,6 +1162,7 @@ private:
         // The audit of every lock database, the rows left, the counters.
         std::vector<audit_row> audit;
         std::vector<audit_row> remaining;
+        std::vector<audit_row> definitions;  // a semaphore's N as stored, forgotten and stored anew
         for (auto& d : dbs_) {
             auto a = dump_audit(*d.raw, d.e, tables_, d.label);
             write_audit((dir_ / ("audit" + (d.label.empty() ? "" : "-" + d.label) + ".jsonl")).string(), a);
@@ -1167,6 +1170,11 @@ private:
             auto r = lock_table_rows(*d.raw, d.e, tables_, d.label);
             write_audit((dir_ / "remaining.jsonl").string(), r);
             remaining.insert(remaining.end(), r.begin(), r.end());
+            if (s_.coordination && s_.coordination->definitions) {
+                auto defs = dump_definitions(*d.raw, d.e, tables_, d.label);
+                write_audit((dir_ / "definitions.jsonl").string(), defs);
+                definitions.insert(definitions.end(), defs.begin(), defs.end());
+            }
         }
         std::vector<event> history;
         for (auto const& entry : fs::directory_iterator(dir_)) {
@@ -1340,8 +1348,8 @@ private:
             std::vector<report> own;
             for (auto const& f : s_.extra_checks) own.push_back(f(rec));
             if (s_.coordination)
-                for (auto& r :
-                     coordination_reports(*s_.coordination, audit, history, rec.nemesis, realtime_minus_mono_ns_))
+                for (auto& r : coordination_reports(*s_.coordination, audit, history, rec.nemesis,
+                                                    realtime_minus_mono_ns_, definitions))
                     own.push_back(std::move(r));
             for (auto& r : own) {
                 // Bounds in hundreds of milliseconds on a shared 2-core machine: a miss is rerun once.

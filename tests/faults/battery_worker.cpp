@@ -132,6 +132,7 @@ struct config {
     int writer_pct = 30;         // rw: percent of acquires that are writes
     bool observer = false;       // election: this process observes (thread k follows election L<k>) instead
     long long observe_ms = 100;  // election: observe_interval
+    int admin_pct = 0;           // --fuzz, semaphore | rw: percent of idle steps that are an operator's action
     // reaper mode
     long long reaper_interval_ms = 100;
     long long reaper_grace_ms = 0;
@@ -519,9 +520,14 @@ private:
         out.op = "acquire";
         // Definitely nothing held: timeout, unreachable (majority: too few members),
         // usage. An unknown outcome (in_doubt, anything else) is info.
+        // With --admin-pct a semaphore's N changes during the run: a semaphore of another N is refused
+        // (usage_error, before any grant) and draws its N again (thread_loop_fuzz).
+        bool const refused_n =
+            c_.admin_pct > 0 && c_.kind == "semaphore" && dynamic_cast<sqlock::usage_error const*>(&e) != nullptr;
+        if (refused_n) definition_refused_ = true;
         bool const definite = dynamic_cast<sqlock::timeout const*>(&e) ||
                               dynamic_cast<sqlock::backend_unavailable const*>(&e) ||
-                              dynamic_cast<sqlock::cancelled const*>(&e);
+                              dynamic_cast<sqlock::cancelled const*>(&e) || refused_n;
         out.type = definite ? "fail" : "info";
         out.error = error_text(e);
         auto const lock = out.lock;
@@ -801,6 +807,15 @@ private:
         else if (c_.kind == "election")
             elect.emplace(locker, sqlock::election_options{.observe_interval = milliseconds(c_.observe_ms)});
         auto const wait = milliseconds(c_.acquire_wait_ms);
+        // --admin-pct: each name's N as this worker believes it (forget and define anew change it), and a
+        // semaphore per N. Without it, every name is `sem`'s.
+        std::map<std::string, int> n_of;
+        std::map<int, sqlock::semaphore> by_n;
+        auto semaphore_for = [&](std::string const& name) -> sqlock::semaphore& {
+            if (c_.admin_pct == 0) return *sem;
+            int const n = n_of.try_emplace(name, c_.permits).first->second;
+            return by_n.try_emplace(n, locker, n).first->second;
+        };
         bool shared = false;
         std::optional<sqlock::lease> lease;
         event base;
@@ -813,6 +828,11 @@ private:
                     fork_here(fork_point::idle, lease, event{.thread = k, .owner = owner}, rng);
                     continue;
                 }
+                if ((sem || rw) && c_.admin_pct > 0 && percent() < c_.admin_pct) {
+                    std::string const name = c_.lock_prefix + "L" + std::to_string(pick(rng));
+                    admin_action(k, owner, name, sem ? &semaphore_for(name) : nullptr, n_of, rng);
+                    continue;
+                }
                 lock_index = pick(rng);
                 std::string const name = c_.lock_prefix + "L" + std::to_string(lock_index);
                 base = event{.thread = k, .lock = name, .owner = row_owner(owner)};
@@ -820,9 +840,14 @@ private:
                 char const* const try_what = try_only ? "try_acquire" : nullptr;
                 bool got = false;
                 if (sem) {
-                    got =
-                        acquire_logged([&] { return sem->try_acquire(name); }, [&] { return sem->acquire(name, wait); },
-                                       base, try_what, 30, lease, *slot, rng);
+                    auto& s = semaphore_for(name);
+                    if (c_.admin_pct > 0) base.value = s.permits();  // K1-permits-defs: the N it was granted under
+                    got = acquire_logged([&] { return s.try_acquire(name); }, [&] { return s.acquire(name, wait); },
+                                         base, try_what, 30, lease, *slot, rng);
+                    if (definition_refused_) {  // another N is stored: draw this name's again
+                        definition_refused_ = false;
+                        n_of[name] = std::uniform_int_distribution<int>(1, 3)(rng);
+                    }
                 } else if (rw) {
                     shared = percent() >= c_.writer_pct;
                     if (shared) base.value = 1;
@@ -898,6 +923,52 @@ private:
             }
             release_logged(base, *lease);
         }
+    }
+
+    /// --admin-pct: an operator's action on `name`, logged. A force_release (sqlock::force_release, as `sqlock
+    /// release --force`) of the name's row (rw: X, the writers' lock; semaphore: a permit slot X U+001F p U+001F k,
+    /// k < N): op force_release, lock = the row's exact name, ok with the released row's token (value 1) or none
+    /// (value 0). Or, for a semaphore, forget_semaphore: op forget, ok value 1 (forgotten) or 0 (nothing stored),
+    /// fail when refused (a permit is held); once forgotten this worker defines the name anew with N drawn from
+    /// 1 .. 3 (op define ok, value N): stored at its next acquire, unless another process stores its own first.
+    void admin_action(int k, std::string const& owner, std::string const& name, sqlock::semaphore const* sem,
+                      std::map<std::string, int>& n_of, std::mt19937_64& rng) {
+        auto const& db = stores_.front();
+        if (sem == nullptr || std::uniform_int_distribution<int>(0, 1)(rng) == 0) {
+            std::string row = name;
+            if (sem != nullptr)
+                row += std::string("\x1fp\x1f") +
+                       std::to_string(std::uniform_int_distribution<int>(0, sem->permits() - 1)(rng));
+            std::optional<sqlock::lock_info> gone;
+            logged(
+                event{.thread = k, .lock = row, .owner = owner}, "force_release",
+                [&] { gone = sqlock::force_release(db, row); },
+                [&](event& ok) {
+                    ok.value = gone ? 1 : 0;
+                    if (gone) ok.token = gone->token;
+                });
+            return;
+        }
+        event ev{.thread = k, .lock = name, .owner = owner};
+        write_invoke(ev, "forget");
+        ev.op = "forget";
+        bool forgotten = false;
+        try {
+            forgotten = sqlock::forget_semaphore(db, name);
+            ev.type = "ok";
+            ev.value = forgotten ? 1 : 0;
+        } catch (sqlock::usage_error const& e) {
+            ev.type = "fail";  // refused: a permit is held
+            ev.error = error_text(e);
+        } catch (std::exception const& e) {
+            ev.type = "info";
+            ev.error = error_text(e);
+        }
+        h_->write(ev);
+        if (!forgotten) return;
+        int const n = std::uniform_int_distribution<int>(1, 3)(rng);
+        n_of[name] = n;
+        h_->write(event{.thread = k, .op = "define", .type = "ok", .lock = name, .owner = owner, .value = n});
     }
 
     /// Forks at `point`: for renewal and release, while a helper thread of this process is inside
@@ -1079,6 +1150,7 @@ private:
     };
     std::vector<child_proc> children_;
     int forks_ = 0;
+    bool definition_refused_ = false;     // --admin-pct: the last acquire found another N stored (acquire_failed)
     std::unique_ptr<soci::session> res_;  // --fuzz: the fenced resource (a child leaves it to its parent)
     std::optional<sqlock::fence> fence_;
 };
@@ -1182,6 +1254,11 @@ int main(int argc, char** argv) {
     app.add_option("--observe-ms", c.observe_ms, "election: observe_interval")
         ->check(CLI::Range(10LL, 60000LL))
         ->envname("SQLOCK_BATTERY_OBSERVE_MS");
+    app.add_option("--admin-pct", c.admin_pct,
+                   "--fuzz with --kind semaphore | rw: percent of idle steps that are an operator's action: "
+                   "force_release of a name's row, forget_semaphore and a definition of another N (admin_action)")
+        ->check(CLI::Range(0, 100))
+        ->envname("SQLOCK_BATTERY_ADMIN_PCT");
     app.add_option("--reaper-interval-ms", c.reaper_interval_ms);
     app.add_option("--reaper-grace-ms", c.reaper_grace_ms);
     app.add_option("--reaper-batch", c.reaper_batch)->check(CLI::Range(1, 100000));

@@ -916,4 +916,147 @@ TEST(K1ReapCoord, DeletesInsideTheOwnersCallsPassOthersAreReported) {
     EXPECT_TRUE(mentions(sb::k1_reap_coord(audit, h.events, 0), "neither acquiring nor releasing"));
 }
 
+TEST(K1ReapCoord, ADeleteByAnOperatorsForceReleaseIsNoOwnersAndPasses) {
+    // The writer's row of X deleted at 40, before its expiry, by an operator's force_release of X (issue 38).
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 21, 3);
+    std::vector<sb::audit_row> audit{row(1, "grant", "w", 3, 20, 120, "X"), row(2, "delete", "w", 3, 40, 120, "X")};
+    EXPECT_TRUE(mentions(sb::k1_reap_coord(audit, h.events, 0), "neither acquiring nor releasing"));
+    h.call("op", "force_release", "ok", "X", 39, 41, 3).value = 1;
+    auto r = sb::k1_reap_coord(audit, h.events, 0);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["force_released"], 1);
+    // Another row's force-release excuses nothing.
+    h.events.back().lock = h.events[h.events.size() - 2].lock = "Y";
+    EXPECT_FALSE(sb::k1_reap_coord(audit, h.events, 0).ok());
+}
+
+// ---- K1-permits-defs (issue 38: forget and redefinition of N) --------------------------------------------------
+
+sb::audit_row define(std::int64_t seq, std::int64_t permits, std::int64_t db_ms, std::string kind = "define") {
+    return row(seq, std::move(kind), "", permits, db_ms, db_ms, "S");
+}
+
+// The clients' acquires that returned the permits of `grants` (owner, token, the semaphore's N): the checker judges
+// only permits handed out (a row written, then given back by its grant's confirmation, is none).
+history handed_out(std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> const& grants) {
+    history h;
+    for (auto const& [owner, token, n] : grants) {
+        h.call(owner, "acquire", "ok", "S", 0, 1, token).value = n;
+        h.events.back().owner = h.events[h.events.size() - 2].owner = owner;
+    }
+    return h;
+}
+
+TEST(K1PermitsDefs, GrantsUnderTheNInForcePass) {
+    // N = 2 from 0, forgotten at 20 once both permits were released, N = 1 from 21; a force-released permit ends
+    // at its force-release (slot 0 of c, deleted at 25, before its expiry), so d's grant at 26 is the only one live.
+    std::vector<sb::audit_row> defs{define(1, 2, 0), define(2, 2, 20, "forget"), define(3, 1, 21)};
+    std::vector<sb::audit_row> audit{row(1, "grant", "a", 1, 1, 100, slot0),   row(2, "grant", "b", 1, 2, 100, slot1),
+                                     row(3, "delete", "a", 1, 10, 100, slot0), row(4, "delete", "b", 1, 12, 100, slot1),
+                                     row(5, "grant", "c", 2, 22, 100, slot0),  row(6, "delete", "c", 2, 25, 100, slot0),
+                                     row(7, "grant", "d", 3, 26, 100, slot0)};
+    auto const h = handed_out({{"a", 1, 2}, {"b", 1, 2}, {"c", 2, 1}, {"d", 3, 1}});
+    auto r = sb::k1_permits_defined(audit, defs, h.events);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["permits_granted"], 4);
+    EXPECT_EQ(r.counts["forgets"], 1);
+    EXPECT_EQ(r.counts["defines"], 2);
+    EXPECT_EQ(r.counts["clients_matched"], 4);
+    EXPECT_EQ(r.counts["max_holders"], 2);
+}
+
+TEST(K1PermitsDefs, AForgetWhilePermitsAreLiveAndTheGrantsAfterItAreReported) {
+    // N = 3 with three permits live, forgotten at 5 (forget should have refused), N = 1 stored at 6, and a grant at
+    // 7 by a semaphore that still believed N = 3: slot 1 of 1, four permits live under N = 1, a superseded N.
+    std::vector<sb::audit_row> defs{define(1, 3, 0), define(2, 3, 5, "forget"), define(3, 1, 6)};
+    std::vector<sb::audit_row> audit{row(1, "grant", "a", 1, 1, 100, slot0), row(2, "grant", "b", 1, 2, 100, slot1),
+                                     row(3, "grant", "c", 1, 3, 100, slot2), row(4, "delete", "b", 1, 4, 100, slot1),
+                                     row(5, "grant", "d", 2, 7, 100, slot1)};
+    auto const h = handed_out({{"a", 1, 3}, {"b", 1, 3}, {"c", 1, 3}, {"d", 2, 3}});
+    auto r = sb::k1_permits_defined(audit, defs, h.events);
+    EXPECT_TRUE(mentions(r, "forgotten at db time 5000 while 2 permit(s) were live")) << r.summary();
+    EXPECT_TRUE(mentions(r, "the N in force then was 1 (slots 0 .. 0)")) << r.summary();
+    EXPECT_TRUE(mentions(r, "made 3 permits live, above the N of 1")) << r.summary();
+    EXPECT_TRUE(mentions(r, "a grant under a superseded N")) << r.summary();
+}
+
+TEST(K1PermitsDefs, AGrantWhileNoNIsStoredIsJudgedByTheNItsConfirmationFound) {
+    std::vector<sb::audit_row> defs{define(1, 2, 0), define(2, 2, 5, "forget")};
+    std::vector<sb::audit_row> const grant{row(1, "grant", "a", 1, 6, 100, slot0)};
+    // Handed out, and no N stored while it lived: reported.
+    auto const a = handed_out({{"a", 1, 2}});
+    EXPECT_TRUE(mentions(sb::k1_permits_defined(grant, defs, a.events), "while no number of permits was stored"));
+    // Granted before the forget: fine.
+    EXPECT_TRUE(sb::k1_permits_defined({row(1, "grant", "a", 1, 4, 5, slot0)}, defs, a.events).ok());
+    // Never handed out (its confirmation gave it back): no permit, nothing to judge.
+    auto r = sb::k1_permits_defined(grant, defs, {});
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["given_back"], 1);
+    // Confirmed by storing its own N right after its row was written: a permit under N = 2.
+    defs.push_back(define(3, 2, 7));
+    r = sb::k1_permits_defined(grant, defs, a.events);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    // Another caller stored N = 1 first, and the confirmation handed it out anyway: a superseded N.
+    defs.back() = define(3, 1, 7);
+    EXPECT_TRUE(mentions(sb::k1_permits_defined(grant, defs, a.events), "a grant under a superseded N"));
+}
+
+TEST_F(RunDirectory, CheckDirectoryReplaysTheDefinitions) {
+    // A run whose N changed: final.json says so, definitions.jsonl holds the audit of the stored N.
+    {
+        std::ofstream a(dir_ / "audit.jsonl");
+        for (auto const& r : {row(1, "grant", "a", 1, 1, 100, slot0), row(2, "grant", "b", 1, 7, 100, slot1)})
+            a << sb::to_json(r).dump() << '\n';
+        std::ofstream d(dir_ / "definitions.jsonl");
+        for (auto const& r : {define(1, 2, 0), define(2, 2, 5, "forget"), define(3, 1, 6)})
+            d << sb::to_json(r).dump() << '\n';
+        std::ofstream hist(dir_ / "history.jsonl");
+        for (auto const& e : handed_out({{"a", 1, 2}, {"b", 1, 1}}).events) hist << sb::to_json(e).dump() << '\n';
+    }
+    sb::run_final f;
+    f.asserted = std::vector<std::string>{"K7"};
+    sb::coordination_checks c{"semaphore", 2};
+    c.definitions = true;
+    f.coordination = sb::to_json(c);
+    std::ofstream(dir_ / "final.json") << sb::to_json(f).dump(2);
+    std::map<std::string, sb::report> by_name;
+    for (auto const& r : sb::check_directory(dir_.string())) by_name.emplace(r.checker, r);
+    ASSERT_TRUE(by_name.contains("K1-permits-defs"));
+    EXPECT_FALSE(by_name.contains("K1-permits"));
+    EXPECT_TRUE(mentions(by_name.at("K1-permits-defs"), "while 1 permit(s) were live"))
+        << by_name.at("K1-permits-defs").summary();
+    EXPECT_EQ(run_tool(dir_), 1);
+}
+
+// ---- K-rw-forced (issue 38: a writer's lease force-released while it waited for readers) -----------------------
+
+TEST(KRwForced, ALeaseForceReleasedAfterItWasHandedOutPasses) {
+    // w's acquire returned at 31; the operator force-released X (token 3) at 40: a loss after the grant.
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 31, 3);
+    h.call("op", "force_release", "ok", "X", 39, 41, 3).value = 1;
+    auto r = sb::k_rw_forced({row(1, "grant", "w", 3, 20, 120, "X"), row(2, "delete", "w", 3, 40, 120, "X")}, h.events,
+                             {}, 0, 1);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.counts["force_released_writers"], 1);
+}
+
+TEST(KRwForced, ALeaseHandedOutAfterItsForceReleaseIsReported) {
+    // X (token 3) force-released at 25 while w waited for its readers; w's acquire still returned it at 31.
+    history h;
+    h.call("w", "acquire", "ok", "X", 19, 31, 3);
+    h.call("op", "force_release", "ok", "X", 24, 26, 3).value = 1;
+    std::vector<sb::audit_row> audit{row(1, "grant", "w", 3, 20, 120, "X"), row(2, "delete", "w", 3, 25, 120, "X")};
+    auto r = sb::k_rw_forced(audit, h.events, {}, 0, 1);
+    EXPECT_TRUE(mentions(r, "already lost when handed out")) << r.summary();
+    // A reader's grant (value 1) is no writer's; a stop of w's process between the delete and the return excuses it.
+    EXPECT_TRUE(sb::k_rw_forced(audit, h.events,
+                                {{"stop", "w", "start", 24 * ms, "SIGSTOP"}, {"stop", "w", "stop", 30 * ms, "SIGCONT"}},
+                                0, 1)
+                    .ok());
+    h.events[1].value = 1;
+    EXPECT_TRUE(sb::k_rw_forced(audit, h.events, {}, 0, 1).ok());
+}
+
 }  // namespace

@@ -988,7 +988,7 @@ std::vector<report> check_directory(std::string const& dir) {
         throw std::invalid_argument("check_directory: " + dir +
                                     " is not a directory (give the run directory a "
                                     "failed test printed)");
-    std::vector<std::string> histories, audits, nemeses, remainders;
+    std::vector<std::string> histories, audits, nemeses, remainders, definitions_paths;
     std::optional<std::string> final_path;
     for (auto const& entry : fs::directory_iterator(dir)) {
         if (!entry.is_regular_file()) continue;
@@ -998,6 +998,7 @@ std::vector<report> check_directory(std::string const& dir) {
         else if (matches("audit")) audits.push_back(entry.path().string());
         else if (matches("nemesis")) nemeses.push_back(entry.path().string());
         else if (matches("remaining")) remainders.push_back(entry.path().string());
+        else if (matches("definitions")) definitions_paths.push_back(entry.path().string());
         else if (name == "final.json") final_path = entry.path().string();
     }
     if (histories.empty() && audits.empty())
@@ -1015,6 +1016,11 @@ std::vector<report> check_directory(std::string const& dir) {
     for (auto const& p : audits) {
         auto a = read_audit(p);
         audit.insert(audit.end(), a.begin(), a.end());
+    }
+    std::vector<audit_row> definitions;  // coord_checkers.hpp: a semaphore's N as stored, forgotten, stored anew
+    for (auto const& p : definitions_paths) {
+        auto d = read_audit(p);
+        definitions.insert(definitions.end(), d.begin(), d.end());
     }
     std::vector<nemesis_event> nemesis;
     for (auto const& p : nemeses) {
@@ -1052,7 +1058,7 @@ std::vector<report> check_directory(std::string const& dir) {
     for (auto& r : reports) r.asserted = asserted(r.checker);
     if (final_state.coordination)
         for (auto& r : coordination_reports(coordination_from_json(*final_state.coordination), audit, history, nemesis,
-                                            final_state.realtime_minus_mono_ns))
+                                            final_state.realtime_minus_mono_ns, definitions))
             reports.push_back(std::move(r));  // asserted, as the run asserted them
     return reports;
 }

@@ -424,8 +424,23 @@ report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> con
             open.erase(it);
         }
     }
+    // An operator's force_release of a row (lock: the row's exact name), [invoke, completion]: its delete is no
+    // owner's.
+    std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> forced;
+    std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::string>, std::size_t> forcing;
+    for (auto const* e : sorted) {
+        if (e->op != "force_release") continue;
+        auto key = std::make_tuple(e->proc, e->pid, e->thread, e->lock);
+        if (e->type == "invoke") {
+            forced[e->lock].push_back({e->mono_ns, never});
+            forcing[key] = forced[e->lock].size() - 1;
+        } else if (auto it = forcing.find(key); it != forcing.end()) {
+            forced[e->lock][it->second].second = e->mono_ns;
+            forcing.erase(it);
+        }
+    }
     std::int64_t const slack_ns = slack_ms * 1'000'000;
-    std::int64_t live = 0, expired = 0;
+    std::int64_t live = 0, expired = 0, by_operator = 0;
     // A reader's rename is audited as a delete of X and a grant of its own row: the delete comes inside the reader's
     // acquire, and is judged as any live delete.
     for (auto const& a : audit) {
@@ -437,9 +452,16 @@ report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> con
         ++live;
         std::int64_t const at = a.db_time_us * 1000 - realtime_minus_mono_ns;
         bool inside = false;
-        if (auto it = windows.find({split_coord_name(a.lock).base, a.owner}); it != windows.end())
-            for (auto const& [from, to] : it->second)
+        auto within = [&](std::vector<std::pair<std::int64_t, std::int64_t>> const& spans) {
+            for (auto const& [from, to] : spans)
                 inside = inside || (at >= from - slack_ns && (to == never || at <= to + slack_ns));
+        };
+        if (auto it = forced.find(a.lock); it != forced.end()) within(it->second);
+        if (inside) {
+            ++by_operator;
+            continue;
+        }
+        if (auto it = windows.find({split_coord_name(a.lock).base, a.owner}); it != windows.end()) within(it->second);
         if (!inside)
             add(r, fmt::format("'{}': the unexpired row of token {} (owner '{}') was deleted at db time {}, {} ms "
                                "before its expiry (audit seq {}), while its owner was neither acquiring nor releasing "
@@ -447,7 +469,200 @@ report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> con
                                shown(a.lock), a.token, shown(a.owner), a.db_time_us,
                                ms_us(a.expires_at_us - a.db_time_us), a.seq));
     }
-    r.counts = {{"live_deletes", live}, {"expired_deletes", expired}};
+    r.counts = {{"live_deletes", live}, {"expired_deletes", expired}, {"force_released", by_operator}};
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// K1-permits-defs
+// ---------------------------------------------------------------------------------------------------------------
+
+report k1_permits_defined(std::vector<audit_row> const& audit, std::vector<audit_row> const& definitions,
+                          std::vector<event> const& history) {
+    report r{"K1-permits-defs"};
+    // Each semaphore's definitions in seq order: (db time, N; 0 = forgotten).
+    std::map<std::pair<std::string, std::string>, std::vector<std::pair<std::int64_t, std::int64_t>>> defs;
+    std::vector<audit_row const*> sorted_defs;
+    for (auto const& d : definitions) sorted_defs.push_back(&d);
+    std::stable_sort(sorted_defs.begin(), sorted_defs.end(), [](auto a, auto b) { return a->seq < b->seq; });
+    std::int64_t defines = 0, forgets = 0;
+    for (auto const* d : sorted_defs) {
+        bool const forget = d->kind == "forget";
+        (forget ? forgets : defines) += 1;
+        defs[{d->db, d->lock}].push_back({d->db_time_us, forget ? 0 : d->token});
+    }
+    // The N in force at db time t (the last change at or before t; 0: none stored).
+    auto in_force = [&](std::string const& db, std::string const& base, std::int64_t t) -> std::int64_t {
+        std::int64_t n = 0;
+        if (auto it = defs.find({db, base}); it != defs.end())
+            for (auto const& [at, permits] : it->second) {
+                if (at > t) break;
+                n = permits;
+            }
+        return n;
+    };
+    // A grant is confirmed against the stored N after its row is written (src/coordination.cpp): a row whose
+    // confirmation found another N is given back before its acquire returns, and one written while nothing was
+    // stored is confirmed by storing its semaphore's N. So the permits are the rows a client's acquire returned
+    // (history: acquire ok); a row no client was handed is a grant given back (or never reported) and is judged by
+    // the row checkers (K1-permits, K1-reap-coord), not here.
+    std::set<std::tuple<std::string, std::string, std::int64_t>> handed_out;  // (base, owner, token)
+    for (auto const& e : history)
+        if (e.op == "acquire" && e.type == "ok" && e.token && e.value) handed_out.insert({e.lock, e.owner, *e.token});
+    // The N a grant at db time t was confirmed under: the one in force, or, when none was stored, the first one
+    // stored after t (its own confirmation's, or another's it then had to match).
+    auto confirmed_under = [&](std::string const& db, std::string const& base, std::int64_t t, std::int64_t until) {
+        auto n = in_force(db, base, t);
+        if (n != 0) return n;
+        if (auto it = defs.find({db, base}); it != defs.end())
+            for (auto const& [at, permits] : it->second)
+                if (at > t && at <= until && permits != 0) return permits;
+        return std::int64_t{0};
+    };
+    std::map<std::pair<std::string, std::string>, std::vector<lease_interval>> per_sem;  // (db, base)
+    std::int64_t granted = 0, given_back = 0, max_holders = 0;
+    for (auto& iv : audit_intervals(audit)) {
+        auto n = split_coord_name(iv.lock);
+        if (n.kind != 'p') continue;
+        if (!handed_out.contains({n.base, iv.owner, iv.token})) {
+            ++given_back;
+            continue;
+        }
+        ++granted;
+        per_sem[{iv.db, n.base}].push_back(std::move(iv));
+    }
+    int reported = 0;
+    auto report_one = [&](std::string what) {
+        if (++reported <= 20) add(r, std::move(what));
+    };
+    // (base, owner, token) -> the grant's db time and the N then in force, for the clients' check below.
+    std::map<std::tuple<std::string, std::string, std::int64_t>, std::pair<std::int64_t, std::int64_t>> grants;
+    for (auto const& [key, ivs] : per_sem) {
+        auto const& [db, base] = key;
+        for (auto const& iv : ivs) {
+            std::int64_t const n = confirmed_under(db, base, iv.start_us, iv.end_us);
+            grants[{base, iv.owner, iv.token}] = {iv.start_us, n};
+            auto const slot = split_coord_name(iv.lock).suffix;
+            std::int64_t live = 0;
+            for (auto const& other : ivs)
+                if (other.start_us <= iv.start_us && iv.start_us < other.end_us) ++live;
+            max_holders = std::max(max_holders, live);
+            if (n == 0) {
+                report_one(
+                    fmt::format("semaphore '{}'{}: permit slot {} granted at db time {} (token {}, owner '{}') "
+                                "while no number of permits was stored (forgotten), and none stored while it lived",
+                                shown(base), where_db(db), shown(slot), iv.start_us, iv.token, shown(iv.owner)));
+                continue;
+            }
+            bool const numeric = !slot.empty() && slot.size() <= 6 &&
+                                 std::all_of(slot.begin(), slot.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (!numeric || std::stoll(slot) >= n)
+                report_one(
+                    fmt::format("semaphore '{}'{}: permit slot {} granted at db time {} (token {}, owner '{}'), "
+                                "but the N in force then was {} (slots 0 .. {})",
+                                shown(base), where_db(db), shown(slot), iv.start_us, iv.token, shown(iv.owner), n,
+                                n - 1));
+            if (live > n) {
+                std::string who;
+                for (auto const& other : ivs)
+                    if (other.start_us <= iv.start_us && iv.start_us < other.end_us)
+                        who += fmt::format("{}slot {} token {} owner '{}' [{}, {})", who.empty() ? "" : "; ",
+                                           shown(split_coord_name(other.lock).suffix), other.token, shown(other.owner),
+                                           other.start_us, other.end_us);
+                report_one(
+                    fmt::format("semaphore '{}'{}: the grant at db time {} (token {}) made {} permits live, "
+                                "above the N of {} in force then: {}",
+                                shown(base), where_db(db), iv.start_us, iv.token, live, n, who));
+            }
+        }
+        // A forget while a permit is live: forget refuses then.
+        if (auto it = defs.find(key); it != defs.end())
+            for (auto const& [at, permits] : it->second) {
+                if (permits != 0) continue;
+                std::int64_t live = 0;
+                for (auto const& iv : ivs)
+                    if (iv.start_us <= at && at < iv.end_us) ++live;
+                if (live > 0)
+                    report_one(
+                        fmt::format("semaphore '{}'{}: its number of permits was forgotten at db time {} while "
+                                    "{} permit(s) were live: forget must refuse while any permit is held",
+                                    shown(base), where_db(db), at, live));
+            }
+    }
+    // The clients: a permit is granted by a semaphore of the N in force (acquire ok, value = its N).
+    std::int64_t matched = 0;
+    for (auto const& e : history) {
+        if (e.op != "acquire" || e.type != "ok" || !e.token || !e.value) continue;
+        auto it = grants.find({e.lock, e.owner, *e.token});
+        if (it == grants.end()) continue;
+        ++matched;
+        auto const [at, n] = it->second;
+        if (n != 0 && n != *e.value)
+            report_one(
+                fmt::format("semaphore '{}': {} was granted a permit (token {}, db time {}) by a semaphore of "
+                            "{} permits, while the N in force was {}: a grant under a superseded N",
+                            shown(e.lock), e.proc, *e.token, at, *e.value, n));
+    }
+    if (reported > 20) add(r, fmt::format("... and {} more", reported - 20));
+    r.counts = {{"semaphores", static_cast<std::int64_t>(per_sem.size())},
+                {"permits_granted", granted},
+                {"given_back", given_back},
+                {"defines", defines},
+                {"forgets", forgets},
+                {"clients_matched", matched},
+                {"max_holders", max_holders}};
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// K-rw-forced
+// ---------------------------------------------------------------------------------------------------------------
+
+report k_rw_forced(std::vector<audit_row> const& audit, std::vector<event> const& history,
+                   std::vector<nemesis_event> const& nemesis, std::int64_t realtime_minus_mono_ns,
+                   std::int64_t slack_ms) {
+    report r{"K-rw-forced"};
+    // The rows an operator force-released: (lock, token) of each force_release ok.
+    std::set<std::pair<std::string, std::int64_t>> forced;
+    for (auto const& e : history)
+        if (e.op == "force_release" && e.type == "ok" && e.token) forced.insert({e.lock, *e.token});
+    // Their deletes, in database time.
+    std::map<std::pair<std::string, std::int64_t>, std::int64_t> deleted_us;
+    for (auto const& a : audit)
+        if (a.kind == "delete" && forced.contains({a.lock, a.token}))
+            deleted_us.try_emplace({a.lock, a.token}, a.db_time_us);
+    // Each process's stops by the nemesis, [SIGSTOP, SIGCONT] on the raw monotonic clock.
+    std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> stops;
+    for (auto const& n : nemesis) {
+        if (n.fault != "stop") continue;
+        auto& s = stops[n.target];
+        if (n.phase == "start") s.push_back({n.mono_ns, never});
+        else if (!s.empty() && s.back().second == never) s.back().second = n.mono_ns;
+    }
+    std::int64_t const slack_ns = slack_ms * 1'000'000;
+    std::int64_t writers = 0, checked = 0, excused = 0;
+    for (auto const& e : history) {
+        if (e.op != "acquire" || e.type != "ok" || !e.token || e.value) continue;  // writers: no value
+        ++writers;
+        auto it = deleted_us.find({e.lock, *e.token});
+        if (it == deleted_us.end()) continue;
+        ++checked;
+        std::int64_t const deleted = it->second * 1000 - realtime_minus_mono_ns;  // on the raw monotonic clock
+        if (e.mono_ns <= deleted + slack_ns) continue;                            // lost after it was handed out
+        bool stopped = false;
+        if (auto st = stops.find(e.proc); st != stops.end())
+            for (auto const& [from, to] : st->second) stopped = stopped || (from <= e.mono_ns && to >= deleted);
+        if (stopped) {
+            ++excused;
+            continue;
+        }
+        add(r, fmt::format("rw lock '{}': the writer token {} ({}, owner '{}') was force-released at db time {}, and "
+                           "its acquire returned the lease {} ms later: an exclusive lease already lost when handed "
+                           "out (lease_lost expected)",
+                           shown(e.lock), *e.token, e.proc, shown(e.owner), it->second,
+                           static_cast<double>(e.mono_ns - deleted) / 1e6));
+    }
+    r.counts = {{"writers", writers}, {"force_released_writers", checked}, {"excused_by_stop", excused}};
     return r;
 }
 
@@ -455,12 +670,14 @@ nlohmann::json to_json(coordination_checks const& c) {
     return {{"kind", c.kind},
             {"permits", c.permits},
             {"observe_bound_ms", c.observe_bound_ms},
-            {"require_leader_kill", c.require_leader_kill}};
+            {"require_leader_kill", c.require_leader_kill},
+            {"definitions", c.definitions}};
 }
 
 coordination_checks coordination_from_json(nlohmann::json const& j) {
     coordination_checks c{j.at("kind").get<std::string>(), j.value("permits", 0),
-                          j.value("observe_bound_ms", std::int64_t{0}), j.value("require_leader_kill", false)};
+                          j.value("observe_bound_ms", std::int64_t{0}), j.value("require_leader_kill", false),
+                          j.value("definitions", false)};
     if (c.kind != "semaphore" && c.kind != "rw" && c.kind != "election")
         throw std::invalid_argument("final.json: coordination kind '" + c.kind +
                                     "' is not one of semaphore, rw, election");
@@ -471,14 +688,20 @@ coordination_checks coordination_from_json(nlohmann::json const& j) {
 
 std::vector<report> coordination_reports(coordination_checks const& c, std::vector<audit_row> const& audit,
                                          std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
-                                         std::int64_t realtime_minus_mono_ns) {
+                                         std::int64_t realtime_minus_mono_ns,
+                                         std::vector<audit_row> const& definitions) {
     std::vector<report> out;
     if (c.kind != "election") {
         out.push_back(k1_db_disjoint(audit));
         out.push_back(k1_reap_coord(audit, history, realtime_minus_mono_ns));
     }
-    if (c.kind == "semaphore") out.push_back(k1_permits(audit, {}, c.permits));
-    if (c.kind == "rw") out.push_back(k_rw_exclusion(audit, history, realtime_minus_mono_ns));
+    if (c.kind == "semaphore")
+        out.push_back(c.definitions ? k1_permits_defined(audit, definitions, history)
+                                    : k1_permits(audit, {}, c.permits));
+    if (c.kind == "rw") {
+        out.push_back(k_rw_exclusion(audit, history, realtime_minus_mono_ns));
+        out.push_back(k_rw_forced(audit, history, nemesis, realtime_minus_mono_ns));
+    }
     if (c.kind == "election") {
         out.push_back(k_election(audit, history));
         if (c.observe_bound_ms > 0)

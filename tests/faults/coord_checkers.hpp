@@ -24,7 +24,19 @@
 //               greater than the killed leader's) within a bound of the successor's grant
 //   K1-reap-coord  K1-reap (battery_harness.hpp) with names folded to X: a row deleted before its expiry was
 //               deleted while its owner was acquiring or releasing that name (the history names the user's name,
-//               the audit the slot's or reader's row)
+//               the audit the slot's or reader's row), or while an operator force-released that very row (op
+//               force_release in the history, lock = the row's name)
+//   K1-permits-defs  runs that forget a semaphore's N and define it anew (definitions.jsonl: the audit of
+//               `<prefix>_semaphores`, audit.hpp): at each permit's grant, in database time, the N stored then is in
+//               force; the grant is a violation when no N was stored, when its slot is >= N, or when it makes more
+//               than N permits live; a forget while a permit is live is a violation (forget refuses then); a grant
+//               whose client's semaphore had another N than the one in force (its acquire ok's `value`) was granted
+//               under a superseded N. A force-released permit ends at the force-release (its audited delete)
+//   K-rw-forced a writer's exclusive lease whose row was force-released (op force_release ok in the history,
+//               token = the row's) before its acquire returned is a lease already lost when handed out: the
+//               acquire must throw lease_lost. Judged on the raw monotonic clock (the delete's database time
+//               placed there as K1-reap does) with a slack, and excused when the writer's process was stopped by
+//               the nemesis in between (a pause after the last check is a loss after the grant)
 #pragma once
 
 #include "checkers.hpp"
@@ -79,6 +91,15 @@ report k_observe(std::vector<event> const& history, std::vector<nemesis_event> c
 report k1_reap_coord(std::vector<audit_row> const& audit, std::vector<event> const& history,
                      std::int64_t realtime_minus_mono_ns, std::int64_t slack_ms = 10);
 
+/// K1-permits-defs (see the file comment). `definitions`: define/forget rows (dump_definitions in audit.hpp).
+report k1_permits_defined(std::vector<audit_row> const& audit, std::vector<audit_row> const& definitions,
+                          std::vector<event> const& history);
+
+/// K-rw-forced (see the file comment). `slack_ms` covers the end of the writer's last count after the delete.
+report k_rw_forced(std::vector<audit_row> const& audit, std::vector<event> const& history,
+                   std::vector<nemesis_event> const& nemesis, std::int64_t realtime_minus_mono_ns,
+                   std::int64_t slack_ms = 100);
+
 /// What a coordination run asserts besides K1–K9. The battery keeps it in final.json ("coordination"), so that
 /// sqlock_battery_check replays the same checkers over a kept run directory.
 struct coordination_checks {
@@ -86,16 +107,20 @@ struct coordination_checks {
     int permits = 0;                    ///< semaphore: N
     std::int64_t observe_bound_ms = 0;  ///< election: K-observe's bound (0: no observer ran, no K-observe)
     bool require_leader_kill = false;   ///< election: without a kill of the leader K-observe says the fault never bit
+    /// semaphore: N is forgotten and defined anew during the run; the harness audits `<prefix>_semaphores`
+    /// (definitions.jsonl) and K1-permits-defs judges the permits by the N in force, instead of K1-permits by `permits`
+    bool definitions = false;
 };
 nlohmann::json to_json(coordination_checks const& c);
 /// @throws std::invalid_argument an unknown kind, or a semaphore without permits
 coordination_checks coordination_from_json(nlohmann::json const& j);
 
 /// The kind's checkers over a run's record: K1 on the audit and K1-reap-coord for semaphores and rw locks (whose
-/// slot and reader rows the plain K1-reap cannot match with the history), then K1-permits, K-rw, or K-election and
-/// K-observe.
+/// slot and reader rows the plain K1-reap cannot match with the history), then K1-permits (K1-permits-defs with
+/// `c.definitions`), K-rw and K-rw-forced, or K-election and K-observe.
 std::vector<report> coordination_reports(coordination_checks const& c, std::vector<audit_row> const& audit,
                                          std::vector<event> const& history, std::vector<nemesis_event> const& nemesis,
-                                         std::int64_t realtime_minus_mono_ns);
+                                         std::int64_t realtime_minus_mono_ns,
+                                         std::vector<audit_row> const& definitions = {});
 
 }  // namespace sqlock_battery

@@ -306,6 +306,8 @@ public:
         return "INSERT IGNORE INTO " + semaphores_table() + " (name, permits, created_at) VALUES (:name, :permits, " +
                now_sql() + ")";
     }
+    std::string share_lock_sql() const override { return " LOCK IN SHARE MODE"; }
+    std::string skip_held_rows_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
     std::string majority_add_member_sql() const override {
         return "INSERT IGNORE INTO " + majority_members_table() + " (id) VALUES (:id)";
     }

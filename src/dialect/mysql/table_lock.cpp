@@ -112,13 +112,21 @@ void mysql_dialect::ring(soci::session& s, long long connection) const {
     try {
         auto const& flavour = flavoured();
         std::vector<long long> ids(64);
+        bool found = false;
         if (connection == 0) {
-            s << flavour.listeners, soci::use(bell_sql_, "bell"), soci::into(ids);
+            soci::statement st = (s.prepare << flavour.listeners, soci::use(bell_sql_, "bell"), soci::into(ids));
+            found = st.execute(true);
         } else {
             ids.resize(1);
-            s << flavour.listener, soci::use(connection, "id"), soci::use(bell_sql_, "bell"), soci::into(ids);
+            soci::statement st = (s.prepare << flavour.listener, soci::use(connection, "id"),
+                                  soci::use(bell_sql_, "bell"), soci::into(ids));
+            found = st.execute(true);
         }
+        // No listener found: the vector keeps its size and zeros, and KILL QUERY ID 0 (MySQL: KILL
+        // QUERY 0) would be a wasted round trip; nothing to send.
+        if (!found) ids.clear();
         for (auto id : ids) {
+            if (id == 0) continue;
             try {
                 s << flavour.ring + std::to_string(id);
             } catch (soci::mysql_soci_error const& e) {

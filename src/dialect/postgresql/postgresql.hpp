@@ -118,6 +118,9 @@ protected:
     }
     // Rows a renewal or takeover is updating right now are left for the next pass.
     std::string skip_locked_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
+    // A semaphore's permit confirms the definition row under FOR SHARE (docs/coordination.md).
+    std::string share_lock_sql() const override { return " FOR SHARE"; }
+    std::string skip_held_rows_sql() const override { return " FOR UPDATE SKIP LOCKED"; }
 
 private:
     [[nodiscard]] pg_cache& cache(pooled_session s) const { return static_cast<pg_cache&>(dialect::cache(s)); }

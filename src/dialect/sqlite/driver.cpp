@@ -1,6 +1,8 @@
 // SQLite: the engine driver: session set-up, error classification, the idle-socket read.
 #include "dialect/sqlite/sqlite.hpp"
 
+#include "dialect/sqlite/bell.hpp"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -8,6 +10,9 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <iostream>
+#include <stdexcept>
+#include <utility>
 
 namespace sqlock::detail::sqlite_engine {
 namespace {
@@ -15,15 +20,19 @@ namespace {
 // Waits on inotify for a release to touch the bell file (its inode's attributes or
 // contents). The ring says no name: every waiter of the store tries again. The watch is
 // armed before the constructor returns, so a waiter's mark never precedes it; an eventfd
-// wakes poll() for a prompt shutdown.
+// wakes poll() for a prompt shutdown. A bell refused (bell.hpp) is looked at again at the
+// backoff, and the dialect's listening() is false meanwhile: its waiters mark nothing and poll.
 class bell_listener final : public release_listener {
 public:
-    bell_listener(std::string path, int inotify, dialect::notify_fn on_notify)
-        : path_(std::move(path)),
+    bell_listener(sqlite_dialect const& dialect, std::string path, std::string database, int inotify, bool armed,
+                  dialect::notify_fn on_notify)
+        : dialect_(dialect),
+          path_(std::move(path)),
+          database_(std::move(database)),
           inotify_(inotify),
           on_notify_(std::move(on_notify)),
           wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-          thread_([this](std::stop_token stop) { run(stop); }) {}
+          thread_([this, armed](std::stop_token stop) { run(stop, armed); }) {}
 
     ~bell_listener() override {
         thread_.request_stop();
@@ -34,28 +43,43 @@ public:
         ::close(inotify_);
     }
 
-    // Creates the bell if it is missing and watches it; false when it cannot.
-    static bool arm(int inotify, std::string const& path) {
-        int const fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-        if (fd < 0) return false;
-        ::close(fd);
-        return ::inotify_add_watch(inotify, path.c_str(),
-                                   IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) >= 0;
+    // Creates the bell if it is missing, checks it (never blocking, never through a link) and
+    // watches the inode it checked.
+    static bell_file arm(int inotify, std::string const& path, std::string const& database) {
+        auto bell = open_bell(path, database, true);
+        if (bell.state != bell_state::usable) return bell;
+        struct stat opened {};
+        struct stat named {};
+        (void)::fstat(bell.fd, &opened);
+        int const wd = ::inotify_add_watch(inotify, path.c_str(),
+                                           IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |
+                                               IN_DONT_FOLLOW);
+        bool const same = wd >= 0 && ::lstat(path.c_str(), &named) == 0 && named.st_dev == opened.st_dev &&
+                          named.st_ino == opened.st_ino;
+        ::close(std::exchange(bell.fd, -1));
+        if (!same) {  // no watch left, or replaced meanwhile: try again later
+            if (wd >= 0) (void)::inotify_rm_watch(inotify, wd);
+            bell.state = bell_state::unusable;
+            bell.why = wd < 0 ? "inotify_add_watch failed" : "it was replaced while it was opened";
+        }
+        return bell;
     }
 
 private:
-    void run(std::stop_token const& stop) {
+    void run(std::stop_token const& stop, bool armed) {
         auto retry = std::chrono::milliseconds(100);
-        bool armed = true;
         alignas(inotify_event) char buf[4096];
         while (!stop.stop_requested()) {
             if (!armed) {
-                if (!(armed = arm(inotify_, path_))) {
+                auto const bell = arm(inotify_, path_, database_);
+                if (bell.state == bell_state::refused) dialect_.bell_refused(bell.why);
+                if (!(armed = bell.state == bell_state::usable)) {
                     sleep_unless_woken(retry);
                     retry = std::min(retry * 2, std::chrono::milliseconds(5000));
                     continue;
                 }
                 retry = std::chrono::milliseconds(100);
+                dialect_.set_listening(true);
                 on_notify_("", false);  // rings while the file was gone reached nobody
             }
             pollfd fds[2] = {{inotify_, POLLIN, 0}, {wake_, POLLIN, 0}};
@@ -69,6 +93,7 @@ private:
                 if ((e->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) != 0) {
                     (void)::inotify_rm_watch(inotify_, e->wd);  // moved: stop watching the old inode
                     armed = false;
+                    dialect_.set_listening(false);
                 } else if ((e->mask & (IN_ATTRIB | IN_MODIFY | IN_CLOSE_WRITE)) != 0) {
                     rang = true;
                 }
@@ -83,7 +108,9 @@ private:
         ::poll(&fd, 1, static_cast<int>(d.count()));
     }
 
+    sqlite_dialect const& dialect_;
     std::string path_;
+    std::string database_;
     int inotify_;
     dialect::notify_fn on_notify_;
     int wake_;
@@ -96,11 +123,35 @@ std::unique_ptr<release_listener> sqlite_dialect::listen(std::string const&, not
     if (bell_path_.empty()) return nullptr;
     int const inotify = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (inotify < 0) return nullptr;
-    if (!bell_listener::arm(inotify, bell_path_)) {  // a directory we may not write: waiters poll
+    auto const bell = bell_listener::arm(inotify, bell_path_, path_);
+    if (bell.state == bell_state::refused) {
+        bell_refused(bell.why);                     // waiters poll; the listener looks again at its backoff
+    } else if (bell.state != bell_state::usable) {  // a directory we may not write: waiters poll
         ::close(inotify);
         return nullptr;
     }
-    return std::make_unique<bell_listener>(bell_path_, inotify, std::move(on_notify));
+    bool const armed = bell.state == bell_state::usable;
+    set_listening(armed);
+    return std::make_unique<bell_listener>(*this, bell_path_, path_, inotify, armed, std::move(on_notify));
+}
+
+void sqlite_dialect::ring() const noexcept {
+    if (bell_path_.empty()) return;
+    auto const bell = open_bell(bell_path_, path_, false);
+    if (bell.state == bell_state::refused) bell_refused(bell.why);
+    if (bell.state != bell_state::usable) return;
+    (void)::futimens(bell.fd, nullptr);  // the inode checked, never a link's target
+    ::close(bell.fd);
+}
+
+void sqlite_dialect::bell_refused(std::string const& why) const noexcept {
+    if (refusal_said_.exchange(true)) return;
+    try {
+        std::clog << "sqlock: warning: the SQLite bell " << bell_path_ << " is refused: " << why
+                  << ". This store's waiters are not woken by releases and poll at their backoff instead; "
+                  << bell_fix(bell_path_) << std::endl;
+    } catch (...) {  // a log line must not fail a lock call
+    }
 }
 
 std::string sqlite_dialect::connect_string(url_parts const& url) const {
@@ -109,8 +160,7 @@ std::string sqlite_dialect::connect_string(url_parts const& url) const {
     relax_release_ = synchronous_ != "normal" && synchronous_ != "off" && synchronous_ != "1" && synchronous_ != "0";
     durable_sql_ = "PRAGMA synchronous = " + synchronous_;
     path_ = url.path;
-    bool const own_file = !path_.empty() && path_ != ":memory:" && !path_.starts_with("file:");
-    bell_path_ = own_file ? path_ + "-" + prefix_ + "-bell" : std::string{};
+    bell_path_ = bell_path_of(path_, prefix_);
     return "db=\"" + url.path + "\"";
 }
 
@@ -119,6 +169,23 @@ void sqlite_dialect::read_server_answer(soci::session& s, std::string& version, 
 }
 
 void sqlite_dialect::open(soci::session& s, std::string const& connect_string) const {
+    // SQLite opens these beside the database itself, without O_NONBLOCK: a FIFO planted at -journal
+    // (its hot-journal check reads it) would block every open for ever. Anything but a regular file
+    // there is refused before SQLite looks (SQLite refuses some of them itself, less clearly).
+    for (char const* suffix : {"-journal", "-wal", "-shm"}) {
+        if (bell_path_.empty()) break;  // no file of its own
+        struct stat st {};
+        auto const side = path_ + suffix;
+        if (::lstat(side.c_str(), &st) != 0 || S_ISREG(st.st_mode)) continue;
+        throw std::runtime_error("the file " + side + " beside the database is " +
+                                 (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                  : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                  : S_ISDIR(st.st_mode) ? "a directory"
+                                                        : "not a regular file") +
+                                 ", where SQLite keeps its journal or shared memory (someone who may write the "
+                                 "directory put it there?): remove it, and let only the database's users write " +
+                                 "the directory");
+    }
     s.open(*soci::factory_sqlite3(), connect_string);
     (void)learn_server(s);
     s << "PRAGMA busy_timeout = " + std::to_string(options_.lock_wait_timeout.count());

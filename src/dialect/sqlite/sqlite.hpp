@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <exception>
 #include <thread>
@@ -129,8 +130,15 @@ public:
     bool busy_is_lock_wait() const noexcept override { return true; }
     failure classify(soci::soci_error const& e, soci::session&) const override;
     std::string native_code(soci::soci_error const& e) const override;
-    // The bell file next to the database (inotify); null for a URL without a file of its own.
+    // The bell file next to the database (inotify, bell.hpp); null for a URL without a file of its own
+    // or a directory where the bell cannot be made. A bell refused (a FIFO, a link, a file of another
+    // owner planted there) is said once on std::clog and watched for again at the listener's backoff.
     std::unique_ptr<release_listener> listen(std::string const& connect_string, notify_fn on_notify) const override;
+    // This store's listener watches the bell now: only then do its waiters mark rows.
+    bool listening() const noexcept { return listening_.load(std::memory_order_acquire); }
+    void set_listening(bool on) const noexcept { listening_.store(on, std::memory_order_release); }
+    // Once per store, on std::clog: the bell is refused and this store's waiters poll.
+    void bell_refused(std::string const& why) const noexcept;
 
     // ---- the schema (schema.cpp) ----
     // The triggers that keep the token counter are as necessary as the tables:
@@ -148,7 +156,8 @@ public:
     // ---- the table lock (table_lock.cpp) ----
     // Granted only when RETURNING answers: this very statement inserted the row
     // or took it over, with the token it computed, never a row another wrote.
-    // `waiting` and busy: the live row is marked (its release will ring), in a second statement;
+    // `waiting` and busy, while this store's listener watches the bell: the live row is marked (its
+    // release will ring), in a second statement;
     // when that finds the row gone, the acquire is tried once more.
     grant acquire(pooled_session ps, std::string const& name, std::string const& owner, std::int64_t attempt,
                   std::int64_t ttl_us, bool waiting, bool /*retry*/) const override;
@@ -165,15 +174,15 @@ public:
     // holder until the row expires; the next durable commit syncs it anyway.
     bool release(pooled_session ps, std::string const& name, std::string const& owner,
                  std::int64_t token) const override;
+    // Marks only while this store's listener watches the bell: a ring would reach nobody here.
     bool mark_watched(pooled_session ps, std::string const& name) const override {
-        ps.session << mark_sql_ + " AND waiters = 0", soci::use(name, "name");
+        if (listening()) ps.session << mark_sql_ + " AND waiters = 0", soci::use(name, "name");
         return true;
     }
-    // Touches the bell. The release rings when a waiter marked the row; the operator's
-    // force_release always, as PostgreSQL's NOTIFYs always.
-    void notify_release(soci::session&, std::string const&) const override {
-        if (!bell_path_.empty()) (void)::utimensat(AT_FDCWD, bell_path_.c_str(), nullptr, 0);
-    }
+    // Touches the bell (driver.cpp: never through a link, never anything but a bell file). The
+    // release rings when a waiter marked the row; the operator's force_release always, as
+    // PostgreSQL's NOTIFYs always.
+    void notify_release(soci::session&, std::string const&) const override { ring(); }
     // A cached statement that answered a row (UPDATE ... RETURNING) stays active, and its write
     // transaction open, until it is reset: reset it as soon as its row is read.
     void finish(soci::statement& st) const override {
@@ -246,6 +255,9 @@ private:
     // `<database>-<prefix>-bell`, touched by a release that a waiter marked; empty when the URL
     // names no file of its own (":memory:", a "file:" URI): waiters of other processes then poll.
     mutable std::string bell_path_;
+    mutable std::atomic<bool> listening_{false};
+    mutable std::atomic<bool> refusal_said_{false};
+    void ring() const noexcept;
 };
 
 }  // namespace sqlock::detail::sqlite_engine

@@ -34,7 +34,7 @@ grant sqlite_dialect::acquire(pooled_session ps, std::string const& name, std::s
     auto const once = [&] { g = run_grant(c.lock, db, lock_sql_, name, owner, attempt, ttl_us, nullptr); };
     once();
     // Released between the two statements: nobody would ring for us, so try again now.
-    if (!g.acquired && waiting && !bell_path_.empty()) {
+    if (!g.acquired && waiting && listening()) {
         c.mark.start(db, mark_sql_).bind(":name", name).run();
         if (sqlite3_changes(db) == 0) once();
     }
@@ -62,7 +62,7 @@ grant sqlite_dialect::acquire_shared(pooled_session ps, std::string const& name,
     c.begin.start(db, "BEGIN IMMEDIATE").run();
     try {
         take();
-        if (!g.acquired && waiting && !bell_path_.empty()) {
+        if (!g.acquired && waiting && listening()) {
             // Held: mark it, so that its release rings. Gone between the two statements
             // (expired meanwhile): try once more.
             c.mark.start(db, mark_sql_).bind(":name", name).run();
