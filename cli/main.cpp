@@ -38,7 +38,7 @@ constexpr char const* dbs_help =
 
 constexpr char const* exit_codes_help =
     "Exit codes: COMMAND's own (128+N when killed by signal N); 75 lock busy (--conflict-exit-code); "
-    "76 lock lost (or about to be) while COMMAND ran; 64 usage; 69 database unreachable or misconfigured "
+    "76 lock lost (or about to be) while COMMAND ran, or before it started (COMMAND not started); 64 usage; 69 database unreachable or misconfigured "
     "(several --db: too few reachable for a majority; list/release: a database did not answer); "
     "78 lock tables missing; 126/127 COMMAND not executable / not found; "
     "leader: 0 a leader, 1 none; semaphore --forget: 1 no such semaphore.";
