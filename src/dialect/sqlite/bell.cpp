@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
+#include <system_error>
 
 namespace sqlock::detail::sqlite_engine {
 namespace {
@@ -55,18 +55,18 @@ bell_file open_bell(std::string const& path, std::string const& database, bool c
             struct stat st {};
             if (::lstat(path.c_str(), &st) != 0) {
                 bell.state = err == ENOENT && !create ? bell_state::missing : bell_state::unusable;
-                bell.why = "it cannot be made: " + std::string(std::strerror(err));
+                bell.why = "it cannot be made: " + std::system_category().message(err);
             } else if (!S_ISREG(st.st_mode)) {
                 bell.state = bell_state::refused;
                 bell.why = judge(st, database);
             } else {
-                bell.why = "it cannot be opened: " + std::string(std::strerror(err));
+                bell.why = "it cannot be opened: " + std::system_category().message(err);
             }
             return bell;
         }
         struct stat st {};
         if (::fstat(fd, &st) != 0) {
-            bell.why = "fstat failed: " + std::string(std::strerror(errno));
+            bell.why = "fstat failed: " + std::system_category().message(errno);
             ::close(fd);
             return bell;
         }
