@@ -24,8 +24,9 @@ declare -A programs=(
 # Programs of Priority: required packages (coreutils, util-linux, procps is not one): no need to list them.
 required=(timeout stat setpriv runuser flock mkfifo kill sleep sed grep awk find xargs)
 # What to look for in the tree: the table's programs and the usual suspects of a shell or a test.
-candidates=("${!programs[@]}" wget jq nc socat lsof strace xxd bc openssl iptables perf valgrind hyperfine
-            tshark)
+# (A comma-separated list, so that this line is not itself taken for a call by a scan like ours.)
+IFS=, read -ra suspects <<<"wget,jq,nc,socat,lsof,strace,xxd,bc,openssl,iptables,perf,valgrind,hyperfine,tshark"
+candidates=("${!programs[@]}" "${suspects[@]}")
 
 mapfile -t installed < <(bash scripts/deps.sh --print --servers --spin --clang --docs --bench)
 problems=0
