@@ -1065,9 +1065,12 @@ private:
 
     void wait_for_workers() {
         // Workers stop on their own at the end of the duration; an acquire in flight may take up to
-        // its wait, a hold its hold, a release its io bound.
-        auto const limit =
-            std::chrono::steady_clock::now() + s_.acquire_wait + s_.hold_max + s_.io_timeout * 3 + s_.linger + 60s;
+        // its wait, a hold its hold, a release its io bound. Counted from the scenario's end, not from
+        // this call: a scenario without a nemesis loop (the fork nemesis) calls it long before its end,
+        // and under SQLOCK_SOAK=1 (ten times the duration) the limit fell before the workers' own end
+        // (issue 39).
+        auto const limit = std::max(std::chrono::steady_clock::now(), end_) + s_.acquire_wait + s_.hold_max +
+                           s_.io_timeout * 3 + s_.linger + 60s;
         for (;;) {
             if (!s_.killpoint.empty()) (void)watch_killpoint(false);
             if (auto* w = stopped_after_grant()) ::kill(w->pid, SIGCONT);
