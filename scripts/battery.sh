@@ -64,15 +64,57 @@ case $tier in
   soak)
     export SQLOCK_SOAK=1
     ((until_failure)) && [[ -n $seed ]] && { echo "battery.sh: --until-failure draws new seeds: drop --seed" >&2; exit 64; }
+    # The end-of-run table: each scenario appends "test, seed, grants, verdict, seconds" to the round's
+    # SQLOCK_BATTERY_SUMMARY file (tests/faults/soak.hpp); ctest's own verdict line fills in for a
+    # test that wrote none (killed by its timeout, or crashed). Kept in $summary_dir.
+    summary_dir=$(mktemp -d "${TMPDIR:-/tmp}/sqlock-soak.XXXXXX")
+    table="$summary_dir/table.txt"
+    soak_table() {  # ROUND SEED: the round's lines, appended to $table and printed
+      awk -F'\t' -v round="$1" -v seed="$2" -v t0="$3" -v t1="$4" '
+        FILENAME ~ /[.]tsv$/ { line[$1] = $0; next }
+        match($0, /Test +#[0-9]+: [^ ]+ /) {
+          split(substr($0, RSTART, RLENGTH), w, " "); name = w[3]
+          rest = substr($0, RSTART + RLENGTH); sub(/^[. ]+/, "", rest)
+          status = rest; sub(/ +[0-9.]+ sec.*$/, "", status); sub(/^[*]+/, "", status)
+          secs = match(rest, /[0-9.]+ sec/) ? substr(rest, RSTART, RLENGTH - 4) : 0
+          order[++n] = name; ctest[name] = status; took[name] = secs; next
+        }
+        END {
+          failed = 0
+          for (i = 1; i <= n; i++) {
+            name = order[i]
+            if (name in line) {
+              split(line[name], f, "\t"); s = f[2]; g = f[3]; v = f[4]
+              if (ctest[name] != "Passed" && v !~ /^FAILED/) v = "FAILED (ctest: " ctest[name] ")"
+            } else {
+              s = "-"; g = "-"
+              v = ctest[name] == "Passed" ? "passed" : "FAILED (ctest: " ctest[name] ")"
+              v = v " [no summary line: not a scenario run, or killed before its end]"
+            }
+            if (v ~ /^FAILED/) failed++
+            printf "round %-3s %-62s seed %-20s grants %-7s %7.1f s  %s\n", round, name, s, g, took[name], v
+          }
+          printf "round %s: %d scenarios, %d failed, %d s, SQLOCK_BATTERY_SEED=%s\n", round, n, failed, t1 - t0, seed
+        }' "$summary_dir/round-$1.tsv" "$summary_dir/round-$1.ctest" | tee -a "$table"
+    }
     for ((r = 1; until_failure || r <= rounds; r++)); do
       s=${seed:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
       echo "=== battery.sh soak: round $r of $( ((until_failure)) && echo 'until the first failure' || echo "$rounds"), SQLOCK_BATTERY_SEED=$s ==="
-      SQLOCK_BATTERY_SEED=$s bash scripts/with-servers.sh \
-        ctest --test-dir build --output-on-failure -L '^battery$' "${ctest_args[@]}" || {
+      : >"$summary_dir/round-$r.tsv"
+      t0=$(date +%s)
+      rc=0
+      SQLOCK_BATTERY_SUMMARY="$summary_dir/round-$r.tsv" SQLOCK_BATTERY_SEED=$s bash scripts/with-servers.sh \
+        ctest --test-dir build --output-on-failure -L '^battery$' "${ctest_args[@]}" 2>&1 |
+        tee "$summary_dir/round-$r.ctest" || rc=$?  # pipefail: ctest's status
+      echo "=== battery.sh soak: the table of round $r (one line per scenario; kept in $table) ==="
+      soak_table "$r" "$s" "$t0" "$(date +%s)"
+      ((rc == 0)) || {
         echo "battery.sh: soak round $r failed (each failed test printed its own replay line above); replay the round with: bash scripts/battery.sh soak --rounds 1 --seed $s${ctest_args[*]:+ -- ${ctest_args[*]}}" >&2
         exit 1
       }
     done
+    echo "=== battery.sh soak: every round ==="
+    cat "$table"
     echo "battery.sh: soak: $rounds rounds passed" ;;
   *) echo "battery.sh: unknown tier '$tier' ($usage)" >&2; exit 64 ;;
 esac

@@ -274,10 +274,18 @@ protected:
                 // On the connection we already have (back in autocommit): a second
                 // one could wait on a pool exhausted by holders.
                 ensured = true;
+                SQLOCK_FAILPOINT("row.before_ensure");  // the row seen missing, not created yet
                 try {
-                    d.ensure_row(c->session(), name);
+                    d.ensure_row(c->session(), name, left());
                 } catch (soci::soci_error const& e) {
                     auto const f = exec.classify(e, c->session(), false);
+                    // Another client created the row since we looked, and holds it:
+                    // the engine's unique check waited for its transaction and gave
+                    // up (a lock wait), or chose us as a deadlock's victim. The row
+                    // exists: go round and wait for it, or answer busy, in the lock
+                    // statement, like any waiter (issue 39: the soak tier's fork
+                    // nemesis met this as an untyped backend_error).
+                    if (f == failure::lock_wait || f == failure::transient) continue;
                     if (f == failure::connection) c->mark_broken();
                     exec.raise(e, f, "creating row lock '" + name + "'");
                 }

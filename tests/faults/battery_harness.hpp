@@ -36,6 +36,7 @@
 #include "history.hpp"
 
 #include "majority_members.hpp"
+#include "soak.hpp"
 
 #include "../fault_proxy.hpp"
 #include "../proc_net.hpp"
@@ -90,18 +91,6 @@ inline std::set<int> established_ports_to(int server_port) {
     for (auto const& s : sqlock_test::tcp_sockets())
         if (s.remote_port == server_port && s.state == sqlock_test::tcp_established) ports.insert(s.local_port);
     return ports;
-}
-
-inline bool soak_mode() { return sqlock_test::getenv_nonempty("SQLOCK_SOAK").value_or("0") != "0"; }
-
-/// A CI duration, ×10 under SQLOCK_SOAK=1.
-inline milliseconds scaled(milliseconds ci) { return soak_mode() ? ci * 10 : ci; }
-
-/// The seed of a scenario: SQLOCK_BATTERY_SEED, else random under SQLOCK_SOAK=1, else `fixed`.
-inline std::uint64_t scenario_seed(std::uint64_t fixed) {
-    if (auto s = sqlock_test::getenv_nonempty("SQLOCK_BATTERY_SEED")) return std::stoull(*s);
-    if (soak_mode()) return std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
-    return fixed;
 }
 
 /// Which nemesis a scenario runs.
@@ -343,6 +332,19 @@ public:
     void run_and_check() {
         seed_ = scenario_seed(s_.fixed_seed);
         bool retried = false;
+        auto const began = std::chrono::steady_clock::now();
+        // The tier's end-of-run table (soak_summary.hpp): one line however the scenario ends.
+        struct summary_line {
+            battery_run& r;
+            bool const& retried;
+            std::chrono::steady_clock::time_point began;
+            ~summary_line() {
+                std::string verdict = current_test_verdict();
+                if (verdict == "passed" && retried) verdict = "passed-on-rerun (first run: " + r.first_miss_ + ")";
+                if (verdict == "FAILED" && !r.first_failure_.empty()) verdict += ": " + r.first_failure_;
+                record_scenario_summary(r.seed_, r.grants_, std::move(verdict), std::chrono::steady_clock::now() - began);
+            }
+        } const summary{*this, retried, began};
         for (;;) {
             outcome verdict = outcome::failed;
             last_attempt_ = retried;
@@ -351,6 +353,7 @@ public:
             } catch (std::exception const& ex) {
                 ADD_FAILURE() << s_.id << " on " << engine_label()
                               << ": the harness failed: " << sqlock_test::describe(ex);
+                first_failure_ = "the harness failed";
                 if (!dir_.empty() && fs::exists(dir_))
                     std::cout << "replay: build/tests/faults/sqlock_battery_check " << dir_.string() << std::endl;
                 return;
@@ -1373,6 +1376,7 @@ private:
         std::size_t acquired = 0;
         for (auto const& ev : history)
             if (ev.op == "acquire" && ev.type == "ok") ++acquired;
+        grants_ = acquired;
         std::cout << "[battery] " << s_.id << " on " << engine_label() << ": " << history.size() << " events, "
                   << acquired << " grants, " << audit.size() << " audit rows\n";
         for (auto const& it : reports) {
@@ -1381,17 +1385,25 @@ private:
             (it.safety ? safety_failed : liveness_failed) = true;
             // A liveness miss on the first attempt is reported and rerun once (run_and_check); only a
             // safety failure, or a liveness miss again on the rerun, fails the test.
-            if (it.safety || last_attempt_)
+            if (it.safety || last_attempt_) {
                 ADD_FAILURE() << s_.id << " on " << engine_label() << ": " << it.r.summary();
-            else
+                if (first_failure_.empty()) first_failure_ = it.r.checker;
+            } else {
+                if (first_miss_.empty()) first_miss_ = it.r.checker;
                 std::cout << "[battery] " << s_.id << " on " << engine_label()
                           << ": liveness miss (rerun once): " << it.r.summary() << "\n";
+            }
         }
-        for (auto const& f : worker_failures) ADD_FAILURE() << s_.id << ": worker failed: " << f;
+        for (auto const& f : worker_failures) {
+            ADD_FAILURE() << s_.id << ": worker failed: " << f;
+            if (first_failure_.empty()) first_failure_ = "worker failed";
+        }
         if (acquired < s_.min_grants) {
             // Progress, not safety: a loaded machine makes fewer grants (B02 beside two CPU hogs), so a
             // first miss is rerun once like the other liveness misses.
             liveness_failed = true;
+            if (first_miss_.empty()) first_miss_ = "min-grants";
+            if (last_attempt_ && first_failure_.empty()) first_failure_ = "min-grants";
             if (last_attempt_)
                 ADD_FAILURE() << s_.id << ": only " << acquired << " grants (at least " << s_.min_grants
                               << " expected): the run exercised next to nothing; see the workers' *.err and K9";
@@ -1404,6 +1416,7 @@ private:
             auto it = k3.counts.find("rejected");
             if (it == k3.counts.end() || it->second < 1) {
                 safety_failed = true;
+                if (first_failure_.empty()) first_failure_ = "K3 never bit";
                 ADD_FAILURE() << s_.id << ": the fault never bit: no stale fenced write was refused (" << k3.summary()
                               << "); the scenario proves nothing";
             }
@@ -1562,6 +1575,9 @@ private:
     scenario s_;
     engine e_;
     std::uint64_t seed_ = 0;
+    std::optional<std::size_t> grants_;  ///< the last attempt's grants, for the summary line
+    std::string first_failure_;          ///< the first failed check's name, for the summary line
+    std::string first_miss_;             ///< the first liveness miss's, when the scenario was rerun
     bool last_attempt_ = false;  // the rerun after a liveness miss: a miss now fails the test
     std::mt19937_64 rng_;
     fs::path dir_;

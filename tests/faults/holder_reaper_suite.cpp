@@ -24,6 +24,12 @@
 //   C09_LateSharedGrantIsValidFromItsGrant  the same for a read-write lock's shared lease: its validity
 //       runs from the grant's request, not from the rename into the reader's row (which, on PostgreSQL and
 //       SQLite, commits without waiting for the disk); a whole TTL from the rename would be unsafe.
+//   C10_RowCreatedUnderAWaiterIsWaitedFor  a row-lock waiter saw no row for its name and stopped before
+//       creating it (failpoint row.before_ensure=stop); meanwhile another client created the row and holds
+//       it. The waiter's INSERT then waits in the engine's unique check for the holder's transaction and gives
+//       up (lock wait); that is "the row exists and is held", not an error: the waiter goes on waiting in
+//       the lock statement and gets the lock when the holder releases (PostgreSQL, MariaDB; SQLite's lock
+//       statement creates the row itself). Found by the soak tier (issue 39) as an untyped backend_error.
 //   E04_LeaseTimesComeFromTheStatementsClock  the database's time a lease is dated by is read
 //       when the statement acts, not at the start of its statement or transaction: a row-lock
 //       waiter that queued 1.5 s is dated after the previous holder's release (its lease is not
@@ -44,6 +50,7 @@
 #include "history.hpp"
 #include "proc_net.hpp"
 #include "skewed_process.hpp"
+#include "soak.hpp"
 #include "test_env.hpp"
 #include "test_process.hpp"
 
@@ -590,6 +597,66 @@ TEST_P(HolderReaper, C07_RowHolderThatLeftAChildDiesLockFreesAtOnce) {
     next.release();
 }
 
+// ------------------------------------------------------------------------------------------ C10
+
+TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
+    // A waiter's lock statement finds no row for its name; before it creates the row, another client
+    // creates it and locks it. The waiter's INSERT then waits in the engine's unique check for that
+    // holder's transaction, and gives up at its lock wait (PostgreSQL 55P03, MariaDB 1205). That only
+    // says the row exists and is held: the waiter must go on waiting for the lock, not fail with an
+    // untyped backend_error (what the soak tier's fork nemesis met, issue 39). The failpoint stops the
+    // waiter between the two (row.before_ensure=stop), so the race happens every run.
+    if (e_ == engine::sqlite)
+        GTEST_SKIP() << "SQLite's lock statement creates the row itself: there is no separate INSERT to wait in";
+    milliseconds const waiter_lock_wait = 1s;  // holder_worker row-hold's store: lock_wait_timeout = 1 s
+    std::string const name = n("c10");
+    auto const dir = work();
+    child waiter({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock",
+                  name, "--ttl-ms", "5000", "--wait-ms", "30000", "--out", (dir / "waiter.out").string()},
+                 {"SQLOCK_FAILPOINTS=row.before_ensure=stop"}, dir / "waiter");
+    ASSERT_TRUE(waiter.wait_stopped(30s)) << "the waiter never stopped at row.before_ensure (it found the row, or "
+                                          << "failed): " << waiter.stderr_text();
+
+    // Another client creates the row and holds it; then the waiter goes on, into its INSERT.
+    sqlock::store holder_db(url_, {.table_prefix = tables_});
+    auto row_locks = sqlock::row_locker(holder_db, {.ttl = 20s});
+    lease held = row_locks.acquire(name, 10s);
+    long long const held_token = held.token();
+    waiter.signal(SIGCONT);
+    // The fault bites only if the waiter's INSERT waits on the holder's transaction: see it wait.
+    std::string const insert = (e_ == engine::postgresql ? "INSERT INTO " : "INSERT IGNORE INTO ") + tables_ + "_rows";
+    auto inserting = [&] {
+        long long c = 0;
+        if (e_ == engine::postgresql)
+            *raw_ << "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                     " AND position(:t in query) > 0",
+                soci::use(insert, "t"), soci::into(c);
+        else
+            *raw_ << "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INSTR(INFO, :t) > 0",
+                soci::use(insert, "t"), soci::into(c);
+        return c > 0;
+    };
+    ASSERT_TRUE(eventually(inserting, 10s))
+        << "the waiter's INSERT of the row was never seen waiting for the holder's transaction: the test proves "
+        << "nothing (waiter: " << waiter.stderr_text() << ")";
+    // Three times the waiter's lock wait: before the fix, it failed here with "creating row lock ... failed:
+    // canceling statement due to lock timeout" (PostgreSQL) or "Lock wait timeout exceeded" (MariaDB).
+    std::this_thread::sleep_for(3 * waiter_lock_wait);
+    ASSERT_FALSE(waiter.wait_exit(50ms).has_value())
+        << "the waiter ended while the row was held, instead of waiting for it: " << waiter.stderr_text();
+    EXPECT_TRUE(lines_of(dir / "waiter.out").empty()) << "the waiter was granted the lock while another held it";
+
+    held.release();
+    auto const st = waiter.wait_exit(30s);
+    ASSERT_TRUE(st.has_value()) << "the waiter had not got the released lock 30 s after its release";
+    EXPECT_EQ(exit_text(*st), "exit 0") << waiter.stderr_text();
+    auto const out = lines_of(dir / "waiter.out");
+    ASSERT_GE(out.size(), 2u) << testing::PrintToString(out) << " " << waiter.stderr_text();
+    ASSERT_EQ(out[0].rfind("acquired ", 0), 0u) << out[0];
+    EXPECT_GT(std::stoll(out[0].substr(9)), held_token) << "the waiter's grant has a token below its predecessor's";
+    EXPECT_EQ(out[1], "released");
+}
+
 // ------------------------------------------------------------------------------------------ C08
 
 // A grant whose answer comes late: the acquirer pauses 1.4 s between the commit and the return
@@ -616,8 +683,8 @@ TEST_P(HolderReaper, C09_LateSharedGrantIsValidFromItsGrant) {
 
 TEST_P(HolderReaper, C07_ForkExecChurn) {
     using namespace sqlock_battery;
-    bool const soak = getenv_nonempty("SQLOCK_SOAK").value_or("0") != "0";
-    int const total = soak ? 400 : 100, parallel = 4, locks = 4;
+    scenario_summary_on_exit summary;  // battery.sh's end-of-run table (no seed: the churn draws none)
+    int const total = soak_mode() ? 400 : 100, parallel = 4, locks = 4;
     milliseconds const ttl = 500ms;
     std::int64_t const k6_bound_ms = ttl.count() + 100 /* backoff_max */ + 1500 /* slack */;
     auto const dir = work() / "run";
@@ -793,6 +860,7 @@ TEST_P(HolderReaper, C07_ForkExecChurn) {
         accepted += e.op == "write_fenced" && e.type == "ok";
         releases += e.op == "release" && e.type == "ok";
     }
+    summary.grants = grants;
     EXPECT_EQ(grants, static_cast<std::size_t>(spawned)) << "not every process got its lock";
     EXPECT_EQ(accepted, grants) << "not every grant's fenced write was accepted";
     EXPECT_EQ(releases, static_cast<std::size_t>(spawned / 2)) << "the releasing half did not all release";
@@ -1113,8 +1181,14 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     GTEST_SKIP() << "sqlock-reaper is not built (SQLOCK_BUILD_REAPER=OFF)";
 #else
     using namespace sqlock_battery;
+    scenario_summary_on_exit summary;  // battery.sh's end-of-run table
+    // The clients' schedule: a fixed seed in CI, a fresh one per soak round (SQLOCK_SOAK=1), replayed
+    // with SQLOCK_BATTERY_SEED; 5 s of clients in CI, 50 s under soak.
+    std::uint64_t const seed = scenario_seed(0xe02);
+    summary.seed = seed;
+    std::cout << "E02: seed " << seed << " (replay the clients' schedule with SQLOCK_BATTERY_SEED=" << seed << ")\n";
     int const threads = 8, names = 8;
-    milliseconds const run_for = 5s;
+    milliseconds const run_for = scaled(5s);
     std::chrono::seconds const hang_limit = 20s;
     auto const dir = work();
     if (e_ == engine::postgresql) *raw_ << "SET client_min_messages = warning";  // the audit's IF EXISTS notices
@@ -1212,7 +1286,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
     for (int k = 0; k < threads; ++k)
         pool.emplace_back([&, k] {
             auto& log = logs[k];
-            std::mt19937_64 rng(0xe02 + k);
+            std::mt19937_64 rng(seed + static_cast<std::uint64_t>(k));
             auto uniform = [&](long long lo, long long hi) {
                 return std::uniform_int_distribution<long long>(lo, hi)(rng);
             };
@@ -1296,6 +1370,7 @@ TEST_P(HolderReaper, E02_TwoReapersWithSkewedClocks) {
         all.timeouts += l.timeouts;
         all.errors.insert(all.errors.end(), l.errors.begin(), l.errors.end());
     }
+    summary.grants = static_cast<std::size_t>(all.grants);
     EXPECT_TRUE(all.errors.empty()) << all.errors.size() << " client calls failed, e.g. " << all.errors.front();
 
     // (3) Quiescence: every lease runs out within its TTL (at most 2 s); then, after two more passes of

@@ -285,7 +285,7 @@ public:
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
     // ---- the row lock (row_lock.cpp) ----
-    void ensure_row(soci::session& s, std::string const& name) const override {
+    void ensure_row(soci::session& s, std::string const& name, std::chrono::milliseconds) const override {
         s << ensure_row_sql_, soci::use(name, "name");
     }
     std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,

@@ -57,8 +57,13 @@ postgresql_dialect::postgresql_dialect(std::string const& prefix, store_options 
                    channel() + "', d.name) WHERE d.waiters) AS n ON true";
 
     auto const rows = prefix_ + "_rows";
+    // The unique check waits for a transaction that inserted the same name (or
+    // holds its row, updated): another client's, which created the row a moment
+    // ago and locked it. That wait is bounded by the caller's (lock_timeout, set
+    // for this statement's own transaction in its FROM list, evaluated first).
     ensure_row_sql_ = "INSERT INTO " + rows +
-                      " (name, created_at) VALUES (:name, clock_timestamp())"
+                      " (name, created_at) SELECT :name, clock_timestamp()"
+                      " FROM set_config('lock_timeout', :wait, true) AS w"
                       " ON CONFLICT (name) DO NOTHING";
     // The holding transaction's settings travel in the lock statement (its
     // FROM list: evaluated before the row is locked or waited for, and kept

@@ -78,8 +78,10 @@ public:
     }
 
     // ---- the row lock (row_lock.cpp) ----
-    void ensure_row(soci::session& s, std::string const& name) const override {
-        s << ensure_row_sql_, soci::use(name, "name");
+    void ensure_row(soci::session& s, std::string const& name, std::chrono::milliseconds wait) const override {
+        // lock_timeout is an int of milliseconds, and 0 would mean no limit.
+        std::string const ms = std::to_string(std::clamp<long long>(wait.count(), 1, INT32_MAX));
+        s << ensure_row_sql_, soci::use(name, "name"), soci::use(ms, "wait");
     }
     std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
                                   std::chrono::milliseconds ttl, std::chrono::milliseconds wait,

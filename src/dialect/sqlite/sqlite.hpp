@@ -194,7 +194,8 @@ public:
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
     // ---- the row lock (row_lock.cpp) ----
-    void ensure_row(soci::session&, std::string const&) const override {}  // lock_row upserts it
+    // lock_row upserts it
+    void ensure_row(soci::session&, std::string const&, std::chrono::milliseconds) const override {}
     // The token is drawn and committed here, before the holding transaction (a
     // second connection could not commit while this one holds the file).
     std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
