@@ -22,8 +22,9 @@ public:
     /// Create the lock row of `name` if missing (autocommit, idempotent). If
     /// another client created the row a moment ago and holds it (its lock
     /// transaction is open), the engine's unique check waits for that
-    /// transaction: PostgreSQL waits at most `wait` (at least 1 ms), the others
-    /// their session's lock wait; past it the engine's lock-wait error is thrown,
+    /// transaction: PostgreSQL waits at most `wait` (at least 1 ms), MariaDB
+    /// `wait` in whole seconds (0: not at all), MySQL its session's lock wait;
+    /// past it the engine's lock-wait error is thrown,
     /// which the caller takes for "the row exists and is held".
     virtual void ensure_row(soci::session& s, std::string const& name, std::chrono::milliseconds wait) const = 0;
 

@@ -604,8 +604,9 @@ TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
     // creates it and locks it. The waiter's INSERT then waits in the engine's unique check for that
     // holder's transaction, and gives up at its lock wait (PostgreSQL 55P03, MariaDB 1205). That only
     // says the row exists and is held: the waiter must go on waiting for the lock, not fail with an
-    // untyped backend_error (what the soak tier's fork nemesis met, issue 39). The failpoint stops the
-    // waiter between the two (row.before_ensure=stop), so the race happens every run.
+    // untyped backend_error (what the soak tier's fork nemesis met, issue 39). A try in the same race
+    // answers busy at once (sqlock::timeout from acquire(name, 0)). The failpoint stops both between the
+    // two (row.before_ensure=stop), so the race happens every run.
     if (e_ == engine::sqlite)
         GTEST_SKIP() << "SQLite's lock statement creates the row itself: there is no separate INSERT to wait in";
     milliseconds const waiter_lock_wait = 1s;  // holder_worker row-hold's store: lock_wait_timeout = 1 s
@@ -616,6 +617,10 @@ TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
                  {"SQLOCK_FAILPOINTS=row.before_ensure=stop"}, dir / "waiter");
     ASSERT_TRUE(waiter.wait_stopped(30s)) << "the waiter never stopped at row.before_ensure (it found the row, or "
                                           << "failed): " << waiter.stderr_text();
+    child trier({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock", name,
+                 "--ttl-ms", "5000", "--wait-ms", "0", "--out", (dir / "trier.out").string()},
+                {"SQLOCK_FAILPOINTS=row.before_ensure=stop"}, dir / "trier");
+    ASSERT_TRUE(trier.wait_stopped(30s)) << "the try never stopped at row.before_ensure: " << trier.stderr_text();
 
     // Another client creates the row and holds it; then the waiter goes on, into its INSERT.
     sqlock::store holder_db(url_, {.table_prefix = tables_});
@@ -623,6 +628,7 @@ TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
     lease held = row_locks.acquire(name, 10s);
     long long const held_token = held.token();
     waiter.signal(SIGCONT);
+    trier.signal(SIGCONT);
     // The fault bites only if the waiter's INSERT waits on the holder's transaction: see it wait.
     std::string const insert = (e_ == engine::postgresql ? "INSERT INTO " : "INSERT IGNORE INTO ") + tables_ + "_rows";
     auto inserting = [&] {
@@ -645,6 +651,14 @@ TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
     ASSERT_FALSE(waiter.wait_exit(50ms).has_value())
         << "the waiter ended while the row was held, instead of waiting for it: " << waiter.stderr_text();
     EXPECT_TRUE(lines_of(dir / "waiter.out").empty()) << "the waiter was granted the lock while another held it";
+    // The try has answered by now (its INSERT waits at most its own wait): busy, typed.
+    auto const tried = trier.wait_exit(30s);
+    ASSERT_TRUE(tried.has_value()) << "the try had not answered 30 s after it went on";
+    EXPECT_EQ(exit_text(*tried), "exit 2") << "the try's acquire(name, 0) did not fail: " << trier.stderr_text();
+    EXPECT_NE(trier.stderr_text().find("sqlock::timeout"), std::string::npos)
+        << "a try that met the row created and held under it must answer busy (sqlock::timeout from acquire(name, "
+        << "0)), not an error: " << trier.stderr_text();
+    EXPECT_TRUE(lines_of(dir / "trier.out").empty()) << "the try was granted the lock while another held it";
 
     held.release();
     auto const st = waiter.wait_exit(30s);

@@ -157,6 +157,10 @@ struct flavour_statements {
     std::string session_idle_bound;
     /// The row lock's holding transaction: binds the idle bound's seconds, then innodb_lock_wait_timeout's.
     std::string row_bounds;
+    /// Put before the INSERT that creates a row lock's row, followed by its wait in whole seconds and
+    /// " FOR ": bounds that INSERT's wait for another client's transaction on the same row by the
+    /// caller's (MariaDB's SET STATEMENT, 0 = no wait); empty: the session's innodb_lock_wait_timeout.
+    std::string ensure_row_wait;
     /// Its release: autocommit = 1 (a commit) and the session's bounds put back; binds the idle bound
     /// the session had at open (when row_end_binds_idle), then innodb_lock_wait_timeout's.
     std::string row_end;
@@ -285,8 +289,14 @@ public:
                                  std::int64_t token, std::int64_t ttl_us) const override;
 
     // ---- the row lock (row_lock.cpp) ----
-    void ensure_row(soci::session& s, std::string const& name, std::chrono::milliseconds) const override {
-        s << ensure_row_sql_, soci::use(name, "name");
+    void ensure_row(soci::session& s, std::string const& name, std::chrono::milliseconds wait) const override {
+        auto const& f = flavoured();
+        if (f.ensure_row_wait.empty()) {
+            s << ensure_row_sql_, soci::use(name, "name");
+            return;
+        }
+        auto const seconds = std::max<long long>(0, (wait.count() + 999) / 1000);
+        s << f.ensure_row_wait + std::to_string(seconds) + " FOR " + ensure_row_sql_, soci::use(name, "name");
     }
     std::optional<grant> lock_row(pooled_session ps, std::string const& name, std::string const& owner,
                                   std::chrono::milliseconds ttl, std::chrono::milliseconds wait,
