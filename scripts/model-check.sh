@@ -14,6 +14,18 @@
 #                                      two acting holders under a member clock jump, a holder pause,
 #                                      and data loss without delayed rejoin (the documented limits),
 #                                      and a run with a hand-over (so "holds" is not vacuous).
+#   tests/spin/table_one_row.pml       the table lock's one row per cycle (issue 40, design 1): exclusion
+#                                      while leases are valid, tokens strictly increasing across releases,
+#                                      takeovers, purges, first-use INSERTs and a restart (clock stepped
+#                                      back, release not flushed), no lost wake-up: must hold with 2 and
+#                                      3 clients and with MariaDB's stepwise purge and separate mark; spin
+#                                      must find a violation with the purge not raising the floor, the
+#                                      stepwise purge without its token guard, a release that frees after
+#                                      reading the mark, today's MariaDB mark on a kept free row, a
+#                                      takeover that clears the mark, the listener waking before it
+#                                      LISTENs, the generation read after the statement, a takeover
+#                                      without the expiry check, a purge of a live row, and in two
+#                                      non-vacuity runs (a notified hand-over; a token the floor decided).
 # Prints one line; -v also prints the hand-outs of each counter-example.
 # Exit: 0 as expected, 1 not (or spin missing under CI=true), 77 spin missing outside CI (skipped).
 set -euo pipefail
@@ -97,6 +109,20 @@ check "majority_exclusion hands over (non-vacuity)" majority_exclusion.pml viola
 check "majority_exclusion with a member clock jump" majority_exclusion.pml violate -DJUMP
 check "majority_exclusion with a holder pause" majority_exclusion.pml violate -DPAUSE
 check "majority_exclusion with data loss, no delayed rejoin" majority_exclusion.pml violate -DLOSS
+check "table_one_row 2 clients x 2 acquisitions" table_one_row.pml hold -DNCLIENTS=2 -DNACQ=2
+check "table_one_row 3 clients" table_one_row.pml hold -DNCLIENTS=3 -DNACQ=1 -DMAXT=5
+check "table_one_row, MariaDB's stepwise purge and separate mark" table_one_row.pml hold -DMARKAFTER -DSTEPWISE -DMAXT=5
+check "table_one_row, purge without raising the floor" table_one_row.pml violate -DNOFLOOR
+check "table_one_row, stepwise purge without its token guard" table_one_row.pml violate -DSTEPWISE -DNOGUARD
+check "table_one_row, release reads the mark then frees" table_one_row.pml violate -DLOSTWAKE=1
+check "table_one_row, mark after the answer on expires only" table_one_row.pml violate -DLOSTWAKE=2
+check "table_one_row, takeover clears the mark" table_one_row.pml violate -DLOSTWAKE=3
+check "table_one_row, listener wakes before it LISTENs" table_one_row.pml violate -DLATELISTEN
+check "table_one_row, generation read after the statement" table_one_row.pml violate -DLATEGEN
+check "table_one_row, takeover without the expiry check" table_one_row.pml violate -DNOEXPIRY
+check "table_one_row, purge of a live row" table_one_row.pml violate -DPURGELIVE
+check "table_one_row hands over to a notified waiter (non-vacuity)" table_one_row.pml violate -DVACUITY=1
+check "table_one_row reinserts above the floor (non-vacuity)" table_one_row.pml violate -DVACUITY=2
 
 if $verbose; then printf '%s\n' "${trails[@]}"; fi
 join() { local out=$1; shift; for x in "$@"; do out+="; $x"; done; echo "$out"; }

@@ -989,6 +989,15 @@ TEST(K1PermitsDefs, AGrantWhileNoNIsStoredIsJudgedByTheNItsConfirmationFound) {
     EXPECT_TRUE(mentions(sb::k1_permits_defined(grant, defs, a.events), "while no number of permits was stored"));
     // Granted before the forget: fine.
     EXPECT_TRUE(sb::k1_permits_defined({row(1, "grant", "a", 1, 4, 5, slot0)}, defs, a.events).ok());
+    // Granted at the forget's own db time (SQLite's clock ticks in milliseconds) and confirmed by storing N = 2
+    // at that time too: after the forget, which saw no permit. Granted a tick before it and still live: reported.
+    {
+        auto tie_defs = defs;
+        tie_defs.push_back(define(3, 2, 5));
+        EXPECT_TRUE(sb::k1_permits_defined({row(1, "grant", "a", 1, 5, 100, slot0)}, tie_defs, a.events).ok());
+        EXPECT_TRUE(mentions(sb::k1_permits_defined({row(1, "grant", "a", 1, 4, 100, slot0)}, tie_defs, a.events),
+                             "forgotten at db time 5000 while 1 permit(s) were live"));
+    }
     // Never handed out (its confirmation gave it back): no permit, nothing to judge.
     auto r = sb::k1_permits_defined(grant, defs, {});
     EXPECT_TRUE(r.ok()) << r.summary();

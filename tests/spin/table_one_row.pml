@@ -47,17 +47,39 @@
  *        no wake-all is pending (the release that freed it must have woken it;
  *        a lease that merely expired is left to the waiter's timer).
  *
+ * Variants that must hold too:
+ *   -DMARKAFTER    the busy answer and the mark are two statements (MariaDB), the
+ *                  mark only on a row held and live (owner IS NOT NULL AND expires_at
+ *                  >= now), and a waiter whose mark found no such row tries again at
+ *                  once instead of sleeping;
+ *   -DSTEPWISE     the purge as MariaDB's transaction (purge_tokens_stepwise):
+ *                  measure the highest token (no lock), then, committed together,
+ *                  raise the floor to it and delete the row if it is still
+ *                  purgeable AND its token is at most that highest.
  * Negative controls (spin must find a violation):
  *   -DNOFLOOR      the purge does not raise the floor (P3/4, with a clock step back);
+ *   -DSTEPWISE -DNOGUARD  the stepwise delete without "token <= highest" (P3/4);
  *   -DLOSTWAKE=1   the release reads the mark, then frees in a second statement;
- *   -DLOSTWAKE=2   the busy answer and the mark are two statements;
+ *   -DLOSTWAKE=2   the busy answer and the mark are two statements, the mark
+ *                  conditioned as MariaDB's mark_sql_ is today (expires_at >= now
+ *                  only): it marks a row released meanwhile, which keeps its expires;
  *   -DLOSTWAKE=3   a takeover of an expired row clears the mark;
  *   -DLATELISTEN   the restarted listener wakes the store's waiters before it LISTENs again;
+ *   -DLATEGEN      the waiter reads the release generation after its statement, not before;
  *   -DNOEXPIRY     the takeover without the expiry check (P1);
  *   -DPURGELIVE    the purge without "free or expired" (P1);
- *   -DVACUITY=1    asserts no hand-over to a waiter woken by a NOTIFY;
+ *   -DVACUITY=1    asserts no hand-over to a waiter woken by a holder's release;
  *   -DVACUITY=2    asserts no first-use INSERT whose token the floor decided
  *                  (floor + 1 > now: the purge-and-reinsert path is reached).
+ *
+ * Abstractions: one name; NCLIENTS clients of one store (one listener; a NOTIFY
+ * wakes every waiter of the store), NACQ attempts each; time in ticks up to MAXT
+ * (tokens and the clock share the unit, as tokens are microseconds); statements
+ * atomic, so the stale floor an acquire can read while a purge commits
+ * (docs/operations.md: covered by the clock term and the 2 h horizon) is not
+ * modelled; nor are max_age, force_release, the retry of a broken acquire
+ * (attempt id), MariaDB's per-listener bell, or clients of two versions.
+ */
  */
 
 #ifndef NCLIENTS
@@ -107,6 +129,7 @@ bool vol_mark;
 /* Wake-ups. */
 bool listening = true;    /* the store's listener LISTENs */
 bool pending;             /* a wake-all is owed (the listener reconnects) */
+byte watching;            /* bit per client: inside a waiting acquire (it read the generation) */
 byte notified;            /* bit per client: a NOTIFY reached it since it began watching */
 byte sleeping;            /* bit per client: asleep after a busy answer */
 
@@ -115,9 +138,19 @@ byte valid;               /* bit per client: a valid lease (by the database cloc
 byte until[NCLIENTS];     /* its expires */
 byte handed_max;          /* the largest token handed out */
 byte restarts;
+bool lost_wakeup;         /* set by watch() only, to name its assertion */
 
 #define BIT(i) (1 << (i))
-#define NOTIFY if :: listening -> notified = ALL :: else -> skip fi
+#define UNWATCH watching = watching & ~BIT(id); notified = notified & ~BIT(id)
+#if VACUITY == 1
+bool handover;            /* a holder's release notified */
+#define WOKEN woken = true  /* remembered until the attempt ends */
+#define HANDOVER handover = true
+#else
+#define WOKEN skip
+#define HANDOVER skip
+#endif
+#define NOTIFY if :: listening -> notified = watching :: else -> skip fi
 #define DURABLE vol = false; vol_owner = 0; vol_mark = false
 #define FREE_OR_EXPIRED (owner == 0 || expires < now)
 #ifdef NOEXPIRY
@@ -146,14 +179,29 @@ end:
     od
 }
 
+#if LOSTWAKE == 2
+#define MARKABLE (expires >= now)  /* today's mark_sql_ condition: a free row keeps its expires */
+#else
+#define MARKABLE (owner != 0 && expires >= now)  /* held and live */
+#endif
+#ifdef NOGUARD
+#define STILL_MEASURED true
+#else
+#define STILL_MEASURED (token <= highest)
+#endif
 active proctype reaper() {
+#ifdef STEPWISE
+    byte highest;
+#endif
 end:
     do
     :: d_step {  /* an expired row turned free */
            row && owner != 0 && expires < now ->
+           printf("MSC: reaper frees the expired row (token %d, marked %d)\n", token, mark);
            owner = 0; if :: mark -> NOTIFY :: else fi; mark = false; DURABLE
        }
-    :: d_step {  /* a purge past the token horizon */
+#ifndef STEPWISE
+    :: d_step {  /* a purge past the token horizon: one statement (PostgreSQL) */
            row && PURGEABLE && token + HORIZON < now ->
 #ifndef NOFLOOR
            if :: token > floor -> floor = token :: else fi;
@@ -161,6 +209,21 @@ end:
            printf("MSC: reaper purges the row (token %d), floor %d\n", token, floor);
            row = false; owner = 0; if :: mark -> NOTIFY :: else fi; mark = false; DURABLE
        }
+#else
+    :: d_step {  /* the stepwise purge (MariaDB): measure, without a lock */
+           row && PURGEABLE && token + HORIZON < now -> highest = token
+       };
+       d_step {  /* then raise the floor and delete, committed together */
+           if :: highest > floor -> floor = highest :: else fi;
+           if
+           :: row && PURGEABLE && token + HORIZON < now && STILL_MEASURED ->
+               printf("MSC: reaper purges the row (token %d, measured %d), floor %d\n", token, highest, floor);
+               row = false; owner = 0; if :: mark -> NOTIFY :: else fi; mark = false
+           :: else
+           fi;
+           highest = 0; DURABLE
+       }
+#endif
     od
 }
 
@@ -184,11 +247,11 @@ end:
             b = 0
         }
 #ifdef LATELISTEN
-        d_step { notified = ALL; pending = false };
+        d_step { notified = watching; pending = false };
         listening = true
 #else
         listening = true;  /* LISTEN first, */
-        d_step { notified = ALL; pending = false }  /* then wake every waiter */
+        d_step { notified = watching; pending = false }  /* then wake every waiter */
 #endif
     od
 }
@@ -203,8 +266,9 @@ end:
          || STUCK(2)
 #endif
         ) ->
+        lost_wakeup = true;
         printf("MSC: a waiter sleeps through a free row (lost wake-up)\n");
-        assert(false)
+        assert(!lost_wakeup)
     }
 }
 
@@ -214,7 +278,10 @@ proctype client(byte id) {
     do
     :: done < NACQ ->
         do
-        :: atomic { notified = notified & ~BIT(id); woken = false };  /* read the generation first */
+        ::
+#ifndef LATEGEN
+           atomic { watching = watching | BIT(id); notified = notified & ~BIT(id) };  /* read the generation first */
+#endif
            /* acquire: one statement, and its answer (arrives or is lost) */
            atomic {
                d_step {
@@ -222,20 +289,22 @@ proctype client(byte id) {
                    :: !row ->
                        row = true; owner = id + 1; mark = false;
                        if :: floor + 1 > now -> token = floor + 1 :: else -> token = now fi;
-                       if :: token == 0 -> token = 1 :: else fi;
+                       printf("MSC: client %d inserts the row: token %d (floor %d, clock %d)\n", id, token, floor, now);
 #if VACUITY == 2
                        assert(!(floor + 1 > now && floor > 0));
 #endif
                        expires = now + TTL; got = 1
                    :: row && TAKEABLE ->
+                       if :: owner != 0 -> printf("MSC: client %d takes over the row of client %d\n", id, owner - 1) :: else fi;
                        token++; owner = id + 1; expires = now + TTL; got = 1;
 #if LOSTWAKE == 3
                        mark = false;
 #endif
                    :: else ->
-#if LOSTWAKE != 2
+#if LOSTWAKE != 2 && !defined(MARKAFTER)
                        mark = true;
 #endif
+                       printf("MSC: client %d is told busy\n", id);
                        seen = expires; got = 0
                    fi;
                    assert(token < MAXTOKEN);
@@ -245,16 +314,16 @@ proctype client(byte id) {
                :: got == 1 ->
                    if
                    :: d_step {  /* handed out */
-                          mine = token; held = true;
+                          mine = token; held = true; UNWATCH;
                           printf("MSC: client %d hands out token %d (largest before %d)\n", id, mine, handed_max);
                           assert((valid & ~BIT(id)) == 0);  /* P1 */
                           assert(mine > handed_max);        /* P3/P4 */
 #if VACUITY == 1
-                          assert(!woken);
+                          assert(!(woken && handover));  /* woken by a holder's release */
 #endif
                           handed_max = mine; valid = valid | BIT(id); until[id] = expires
                       }
-                   :: got = 2  /* the answer is lost: in doubt, not handed out */
+                   :: d_step { got = 2; UNWATCH; printf("MSC: client %d's grant (token %d) is lost on the way\n", id, token) }  /* in doubt */
                    fi
                :: else
                fi
@@ -264,22 +333,38 @@ proctype client(byte id) {
            :: got == 2 ->
                /* free the row by owner (rule 6), or that is lost too and it expires */
                if
-               :: d_step { row && owner == id + 1 -> owner = 0; if :: mark -> NOTIFY :: else fi; mark = false; DURABLE }
+               :: d_step {
+                      row && owner == id + 1 ->
+                      printf("MSC: client %d frees its row by owner (marked %d)\n", id, mark);
+                      owner = 0; if :: mark -> NOTIFY :: else fi; mark = false; DURABLE
+                  }
                :: skip
                fi;
                break
            :: got == 0 ->
-#if LOSTWAKE == 2
-               /* the mark, a statement of its own */
-               d_step { if :: row -> mark = true; DURABLE :: else fi };
+#ifdef LATEGEN
+               d_step { watching = watching | BIT(id); notified = notified & ~BIT(id) };  /* read after the answer */
 #endif
-               d_step { sleeping = sleeping | BIT(id) };
+#if LOSTWAKE == 2 || defined(MARKAFTER)
+               /* the mark, a statement of its own (MariaDB's mark_sql_); not marked: try again at once */
+               d_step {
+                   if
+                   :: row && MARKABLE -> mark = true; DURABLE
+                   :: else -> got = 4; seen = 0
+                   fi
+               };
+#endif
                if
-               :: d_step { (notified & BIT(id)) -> sleeping = sleeping & ~BIT(id); woken = true; seen = 0 }
-               :: d_step { now > seen && now < MAXT -> sleeping = sleeping & ~BIT(id); seen = 0 }  /* its timer */
-               :: d_step { now == MAXT -> sleeping = sleeping & ~BIT(id); seen = 0; got = 3 }  /* its deadline */
-               fi;
-               if :: got == 3 -> break :: else fi
+               :: got == 4 -> got = 0
+               :: else ->
+                   d_step { sleeping = sleeping | BIT(id) };
+                   if
+                   :: d_step { (notified & BIT(id)) -> sleeping = sleeping & ~BIT(id); WOKEN; seen = 0 }
+                   :: d_step { now > seen && now < MAXT -> sleeping = sleeping & ~BIT(id); seen = 0 }  /* its timer */
+                   :: d_step { now == MAXT -> sleeping = sleeping & ~BIT(id); seen = 0; got = 3; UNWATCH }  /* deadline */
+                   fi;
+                   if :: got == 3 -> break :: else fi
+               fi
            fi
         od;
         if
@@ -291,7 +376,7 @@ proctype client(byte id) {
                        expires = now + TTL; DURABLE;
                        assert((valid & ~BIT(id)) == 0);  /* P1 */
                        valid = valid | BIT(id); until[id] = expires
-                   :: else -> skip  /* lost: it goes on to release all the same */
+                   :: else -> valid = valid & ~BIT(id); until[id] = 0  /* lost: it releases all the same */
                    fi
                }
             :: break
@@ -303,6 +388,7 @@ proctype client(byte id) {
                 if
                 :: row && owner == id + 1 && token == mine ->
                     vol_owner = owner; vol_mark = mark; vol = true;
+                    printf("MSC: client %d releases token %d (saw marked %d)\n", id, mine, m);
                     owner = 0; mark = false; if :: m -> NOTIFY :: else fi
                 :: else
                 fi;
@@ -314,7 +400,8 @@ proctype client(byte id) {
                 if
                 :: row && owner == id + 1 && token == mine ->
                     vol_owner = owner; vol_mark = mark; vol = true;
-                    owner = 0; if :: mark -> NOTIFY :: else fi; mark = false
+                    printf("MSC: client %d releases token %d (marked %d)\n", id, mine, mark);
+                    owner = 0; if :: mark -> NOTIFY; HANDOVER :: else fi; mark = false
                 :: else
                 fi
             };
