@@ -342,7 +342,8 @@ public:
                 std::string verdict = current_test_verdict();
                 if (verdict == "passed" && retried) verdict = "passed-on-rerun (first run: " + r.first_miss_ + ")";
                 if (verdict == "FAILED" && !r.first_failure_.empty()) verdict += ": " + r.first_failure_;
-                record_scenario_summary(r.seed_, r.grants_, std::move(verdict), std::chrono::steady_clock::now() - began);
+                record_scenario_summary(r.seed_, r.grants_, std::move(verdict),
+                                        std::chrono::steady_clock::now() - began);
             }
         } const summary{*this, retried, began};
         for (;;) {
@@ -1578,7 +1579,7 @@ private:
     std::optional<std::size_t> grants_;  ///< the last attempt's grants, for the summary line
     std::string first_failure_;          ///< the first failed check's name, for the summary line
     std::string first_miss_;             ///< the first liveness miss's, when the scenario was rerun
-    bool last_attempt_ = false;  // the rerun after a liveness miss: a miss now fails the test
+    bool last_attempt_ = false;          // the rerun after a liveness miss: a miss now fails the test
     std::mt19937_64 rng_;
     fs::path dir_;
     std::string tables_, res_tables_, lock_prefix_;
