@@ -333,19 +333,23 @@ public:
         seed_ = scenario_seed(s_.fixed_seed);
         bool retried = false;
         auto const began = std::chrono::steady_clock::now();
+        bool const failed_before = ::testing::Test::HasFailure();  // an earlier scenario of the same test
         // The tier's end-of-run table (soak_summary.hpp): one line however the scenario ends.
         struct summary_line {
             battery_run& r;
             bool const& retried;
             std::chrono::steady_clock::time_point began;
+            bool failed_before;
             ~summary_line() {
+                // This scenario's own verdict: a failure an earlier scenario of the test recorded is not its.
                 std::string verdict = current_test_verdict();
+                if (verdict == "FAILED" && failed_before && r.first_failure_.empty()) verdict = "passed";
                 if (verdict == "passed" && retried) verdict = "passed-on-rerun (first run: " + r.first_miss_ + ")";
                 if (verdict == "FAILED" && !r.first_failure_.empty()) verdict += ": " + r.first_failure_;
-                record_scenario_summary(r.seed_, r.grants_, std::move(verdict),
+                record_scenario_summary(r.s_.id, r.seed_, r.grants_, std::move(verdict),
                                         std::chrono::steady_clock::now() - began);
             }
-        } const summary{*this, retried, began};
+        } const summary{*this, retried, began, failed_before};
         for (;;) {
             outcome verdict = outcome::failed;
             last_attempt_ = retried;

@@ -5,8 +5,9 @@
 // (scenario_seed); SQLOCK_BATTERY_SEED=<n> fixes the seed, to replay a schedule.
 //
 // When SQLOCK_BATTERY_SUMMARY names a file (scripts/battery.sh sets one per round), every battery
-// scenario appends one tab-separated line to it when it ends:
-//     <ctest name>\t<seed or ->\t<grants or ->\t<verdict>\t<seconds>
+// scenario appends one tab-separated line to it when it ends (a test that runs several scenarios, such
+// as Fuzz.CoordinationKinds, writes one line each):
+//     <ctest name>\t<scenario>\t<seed or ->\t<grants or ->\t<verdict>\t<seconds>
 // and battery.sh joins these with ctest's own verdicts into the table it prints at the end of the
 // tier (a test killed by ctest's timeout writes no line: the table says so). Without the variable
 // nothing is written. Each line is written by one write(2) on an O_APPEND descriptor, well under
@@ -51,17 +52,18 @@ inline std::string current_test_name() {
 
 /// Appends this scenario's line to $SQLOCK_BATTERY_SUMMARY, if set. `verdict` is one word or a short
 /// phrase without tabs or newlines ("passed", "passed-on-rerun", "FAILED: K1 ...").
-inline void record_scenario_summary(std::optional<std::uint64_t> seed, std::optional<std::size_t> grants,
-                                    std::string verdict, std::chrono::steady_clock::duration took) {
+inline void record_scenario_summary(std::string const& scenario, std::optional<std::uint64_t> seed,
+                                    std::optional<std::size_t> grants, std::string verdict,
+                                    std::chrono::steady_clock::duration took) {
     auto const path = sqlock_test::getenv_nonempty("SQLOCK_BATTERY_SUMMARY");
     if (!path) return;
     for (char& c : verdict)
         if (c == '\t' || c == '\n' || c == '\r') c = ' ';
     if (verdict.size() > 200) verdict = verdict.substr(0, 197) + "...";
     std::ostringstream line;
-    line << current_test_name() << '\t' << (seed ? std::to_string(*seed) : "-") << '\t'
-         << (grants ? std::to_string(*grants) : "-") << '\t' << verdict << '\t' << std::fixed << std::setprecision(1)
-         << std::chrono::duration<double>(took).count() << '\n';
+    line << current_test_name() << '\t' << (scenario.empty() ? "-" : scenario) << '\t'
+         << (seed ? std::to_string(*seed) : "-") << '\t' << (grants ? std::to_string(*grants) : "-") << '\t' << verdict
+         << '\t' << std::fixed << std::setprecision(1) << std::chrono::duration<double>(took).count() << '\n';
     std::string const s = line.str();
     int const fd = ::open(path->c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0 || ::write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
@@ -87,7 +89,7 @@ struct scenario_summary_on_exit {
     scenario_summary_on_exit(scenario_summary_on_exit const&) = delete;
     scenario_summary_on_exit& operator=(scenario_summary_on_exit const&) = delete;
     ~scenario_summary_on_exit() {
-        record_scenario_summary(seed, grants, current_test_verdict(), std::chrono::steady_clock::now() - began);
+        record_scenario_summary({}, seed, grants, current_test_verdict(), std::chrono::steady_clock::now() - began);
     }
 };
 
