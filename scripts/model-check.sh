@@ -26,6 +26,32 @@
 #                                      LISTENs, the generation read after the statement, a takeover
 #                                      without the expiry check, a purge of a live row, and in two
 #                                      non-vacuity runs (a notified hand-over; a token the floor decided).
+#   majority_token.pml -DTWOROUNDS     issue 40, design 3: the token written in the grant's own statement
+#                                      (hint + 1, a strict win on a majority hands it out), the read and
+#                                      write rounds only when it does not win: must hold with 2 clients in
+#                                      any order, 2 acquisitions (the hint cached), 3 clients, any hint,
+#                                      the first read carried by the grant, and data loss (seeded); spin
+#                                      must find a violation when it hands out on one win, counts a
+#                                      non-strict win, draws per member, skips the joined check after a
+#                                      data loss, and in three non-vacuity runs (a cached hint wins; the
+#                                      rounds recover a refused grant's write; a win on a seeded member).
+#   tests/spin/row_grant_in_draw.pml   the row lock's grant recorded in the token draw's own transaction
+#                                      (issue 40, design 2) against today's protocol: exclusion of valid
+#                                      leases under the server's idle limit, pauses and ended sessions;
+#                                      tokens strictly increasing in grant order; the record naming the
+#                                      current holder. Must hold today, and for design 2 with its guard
+#                                      (the draw checks the holding transaction is in progress after
+#                                      writing the counter, and commits counter and record together),
+#                                      with 3 clients and two sessions ended; with the guard on the holding
+#                                      session (tokens); unguarded with the idle limit only (tokens); and
+#                                      for SQLite's draw-before-lock. Spin must find a violation with no
+#                                      guard (a session ended; no slow-path keep; the record), the record
+#                                      under the holding-session guard, the guard read before the counter
+#                                      write, the counter committed before the record, a guard on the
+#                                      session instead of the transaction, a token drawn in the holding
+#                                      transaction (repeated) or before the lock, validity from the answer,
+#                                      a late loss report (the documented window), and in two non-vacuity
+#                                      runs (a hand-over after the idle limit; a guard that refuses).
 # Prints one line; -v also prints the hand-outs of each counter-example.
 # Exit: 0 as expected, 1 not (or spin missing under CI=true), 77 spin missing outside CI (skipped).
 set -euo pipefail
@@ -123,6 +149,43 @@ check "table_one_row, takeover without the expiry check" table_one_row.pml viola
 check "table_one_row, purge of a live row" table_one_row.pml violate -DPURGELIVE
 check "table_one_row hands over to a notified waiter (non-vacuity)" table_one_row.pml violate -DVACUITY=1
 check "table_one_row reinserts above the floor (non-vacuity)" table_one_row.pml violate -DVACUITY=2
+check "majority_token, token in the grant's write, 2 clients, any order" majority_token.pml hold -DTWOROUNDS -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DANYORDER
+check "majority_token, token in the grant's write, 2 clients x 2 acquisitions" majority_token.pml hold -DTWOROUNDS -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DFASTONLY=1
+check "majority_token, token in the grant's write, 3 clients" majority_token.pml hold -DTWOROUNDS -DNCLIENTS=3 -DNACQ=1 -DMAXROUNDS=1 -DFASTONLY=2
+check "majority_token, token in the grant's write, any hint" majority_token.pml hold -DTWOROUNDS -DANYHINT -DHINTMAX=2 -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, token in the grant's write, first read carried" majority_token.pml hold -DTWOROUNDS -DCARRY -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, token in the grant's write, data loss seeded" majority_token.pml hold -DTWOROUNDS -DLOSS -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DFASTONLY=1
+check "majority_token, token in the grant's write, data loss seeded, first read carried" majority_token.pml hold -DTWOROUNDS -DLOSS -DCARRY -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DFASTONLY=1
+check "majority_token, grant's write handed out on one win" majority_token.pml violate -DTWOROUNDS -DFASTFEW -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, grant's write won where the counter already is T" majority_token.pml violate -DTWOROUNDS -DFASTEQ -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, grant's statement draws per member" majority_token.pml violate -DTWOROUNDS -DFASTDRAW -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, grant's write without the joined check, data loss" majority_token.pml violate -DTWOROUNDS -DLOSS -DFASTNOJOIN -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1 -DFASTONLY=1
+check "majority_token, grant's write wins with a cached hint (non-vacuity)" majority_token.pml violate -DTWOROUNDS -DVACUITY=1 -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DFASTONLY=1
+check "majority_token, rounds after a refused grant's write (non-vacuity)" majority_token.pml violate -DTWOROUNDS -DVACUITY=2 -DNCLIENTS=2 -DNACQ=1 -DMAXROUNDS=1
+check "majority_token, grant's write wins on a seeded member (non-vacuity)" majority_token.pml violate -DTWOROUNDS -DLOSS -DVACUITY=3 -DNCLIENTS=2 -DNACQ=2 -DMAXROUNDS=1 -DFASTONLY=1
+
+check "row_grant_in_draw today, 2 clients x 2 acquisitions" row_grant_in_draw.pml hold
+check "row_grant_in_draw today, sessions ended" row_grant_in_draw.pml hold -DKILL
+check "row_grant_in_draw, grant in the draw (design 2)" row_grant_in_draw.pml hold -DINDRAW
+check "row_grant_in_draw, design 2, sessions ended" row_grant_in_draw.pml hold -DINDRAW -DKILL
+check "row_grant_in_draw, design 2, 3 clients" row_grant_in_draw.pml hold -DINDRAW -DNCLIENTS=3 -DNACQ=1
+check "row_grant_in_draw, design 2, two sessions ended" row_grant_in_draw.pml hold -DINDRAW -DKILL -DNKILL=2 -DMAXT=5
+check "row_grant_in_draw, design 2 guarded on the holding session (tokens)" row_grant_in_draw.pml hold -DINDRAW -DGUARD=2 -DKILL -DNOREC
+check "row_grant_in_draw, design 2 unguarded, idle limit only (tokens)" row_grant_in_draw.pml hold -DINDRAW -DGUARD=0 -DNOREC
+check "row_grant_in_draw, SQLite draws before it locks" row_grant_in_draw.pml hold -DSQLITE
+check "row_grant_in_draw, design 2 unguarded, a session ended" row_grant_in_draw.pml violate -DINDRAW -DGUARD=0 -DKILL -DNOREC
+check "row_grant_in_draw, design 2 unguarded, no slow-path keep" row_grant_in_draw.pml violate -DINDRAW -DGUARD=0 -DNOKEEP -DNOREC
+check "row_grant_in_draw, design 2 unguarded, the record" row_grant_in_draw.pml violate -DINDRAW -DGUARD=0
+check "row_grant_in_draw, design 2 guarded on the holding session, the record" row_grant_in_draw.pml violate -DINDRAW -DGUARD=2 -DKILL
+check "row_grant_in_draw, design 2, guard before the counter write" row_grant_in_draw.pml violate -DINDRAW -DLATECHECK -DKILL -DNOREC
+check "row_grant_in_draw, design 2, counter committed before the record" row_grant_in_draw.pml violate -DINDRAW -DSPLITREC -DKILL
+check "row_grant_in_draw, design 2, guard on the session not the transaction" row_grant_in_draw.pml violate -DINDRAW -DGUARD=3 -DKILL -DNOREC
+check "row_grant_in_draw, token drawn in the holding transaction" row_grant_in_draw.pml violate -DINHOLD
+check "row_grant_in_draw, token drawn before the lock" row_grant_in_draw.pml violate -DEARLYDRAW
+check "row_grant_in_draw, design 2, validity from the answer" row_grant_in_draw.pml violate -DINDRAW -DLATEVALID
+check "row_grant_in_draw, a session's end reported late" row_grant_in_draw.pml violate -DKILL -DSLOWWATCH
+check "row_grant_in_draw hands over after the idle limit (non-vacuity)" row_grant_in_draw.pml violate -DVACUITY=1
+check "row_grant_in_draw, design 2, the guard refuses a draw (non-vacuity)" row_grant_in_draw.pml violate -DINDRAW -DKILL -DVACUITY=2
 
 if $verbose; then printf '%s\n' "${trails[@]}"; fi
 join() { local out=$1; shift; for x in "$@"; do out+="; $x"; done; echo "$out"; }
