@@ -28,8 +28,9 @@
 //       creating it (failpoint row.before_ensure=stop); meanwhile another client created the row and holds
 //       it. The waiter's INSERT then waits in the engine's unique check for the holder's transaction and gives
 //       up (lock wait); that is "the row exists and is held", not an error: the waiter goes on waiting in
-//       the lock statement and gets the lock when the holder releases (PostgreSQL, MariaDB; SQLite's lock
-//       statement creates the row itself). Found by the soak tier (issue 39) as an untyped backend_error.
+//       the lock statement and gets the lock when the holder releases (PostgreSQL, MariaDB; on SQLite the lock
+//       statement creates the row itself: the waiter never stops there). Found by the soak tier (issue 39) as an
+//       untyped backend_error.
 //   E04_LeaseTimesComeFromTheStatementsClock  the database's time a lease is dated by is read
 //       when the statement acts, not at the start of its statement or transaction: a row-lock
 //       waiter that queued 1.5 s is dated after the previous holder's release (its lease is not
@@ -609,14 +610,25 @@ TEST_P(HolderReaper, C10_RowCreatedUnderAWaiterIsWaitedFor) {
     // untyped backend_error (what the soak tier's fork nemesis met, issue 39). A try in the same race
     // answers busy at once (sqlock::timeout from acquire(name, 0)). The failpoint stops both between the
     // two (row.before_ensure=stop), so the race happens every run.
-    if (e_ == engine::sqlite)
-        GTEST_SKIP() << "SQLite's lock statement creates the row itself: there is no separate INSERT to wait in";
     milliseconds const waiter_lock_wait = 1s;  // holder_worker row-hold's store: lock_wait_timeout = 1 s
     std::string const name = n("c10");
     auto const dir = work();
     child waiter({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock",
                   name, "--ttl-ms", "5000", "--wait-ms", "30000", "--out", (dir / "waiter.out").string()},
                  {"SQLOCK_FAILPOINTS=row.before_ensure=stop"}, dir / "waiter");
+    if (e_ == engine::sqlite) {
+        // SQLite's lock statement creates the row itself (an upsert under the file lock): there is no
+        // separate INSERT, so no race, and the waiter never reaches the failpoint.
+        ASSERT_FALSE(waiter.wait_stopped(30s)) << "an SQLite row-lock waiter stopped at row.before_ensure";
+        auto const st = waiter.wait_exit(30s);
+        ASSERT_TRUE(st.has_value());
+        EXPECT_EQ(exit_text(*st), "exit 0") << waiter.stderr_text();
+        auto const out = lines_of(dir / "waiter.out");
+        ASSERT_GE(out.size(), 2u) << testing::PrintToString(out);
+        EXPECT_EQ(out[0].rfind("acquired ", 0), 0u) << out[0];
+        EXPECT_EQ(out[1], "released");
+        return;
+    }
     ASSERT_TRUE(waiter.wait_stopped(30s)) << "the waiter never stopped at row.before_ensure (it found the row, or "
                                           << "failed): " << waiter.stderr_text();
     child trier({SQLOCK_HOLDER_WORKER, "--mode", "row-hold", "--url", worker_url(), "--tables", tables_, "--lock", name,
