@@ -334,7 +334,7 @@ public:
         bool retried = false;
         auto const began = std::chrono::steady_clock::now();
         bool const failed_before = ::testing::Test::HasFailure();  // an earlier scenario of the same test
-        // The tier's end-of-run table (soak_summary.hpp): one line however the scenario ends.
+        // The tier's end-of-run table (soak.hpp): one line however the scenario ends.
         struct summary_line {
             battery_run& r;
             bool const& retried;
@@ -1408,13 +1408,14 @@ private:
             // first miss is rerun once like the other liveness misses.
             liveness_failed = true;
             if (first_miss_.empty()) first_miss_ = "min-grants";
-            if (last_attempt_ && first_failure_.empty()) first_failure_ = "min-grants";
-            if (last_attempt_)
+            if (last_attempt_) {
+                if (first_failure_.empty()) first_failure_ = "min-grants";
                 ADD_FAILURE() << s_.id << ": only " << acquired << " grants (at least " << s_.min_grants
                               << " expected): the run exercised next to nothing; see the workers' *.err and K9";
-            else
+            } else {
                 std::cout << "[battery] " << s_.id << " on " << engine_label() << ": liveness miss (rerun once): only "
                           << acquired << " grants (at least " << s_.min_grants << " expected)\n";
+            }
         }
         if (s_.k3_needs_rejection) {
             auto k3 = k3_fenced(history);

@@ -61,8 +61,8 @@ flavour_statements flavour_statements::of(server_flavour flavour) {
         return f;
     }
     f.session_idle_bound = ", SESSION idle_transaction_timeout = ";
-    // MySQL has no SET STATEMENT (and innodb_lock_wait_timeout is not a SET_VAR hint): its INSERT waits
-    // the session's lock wait, the store's lock_wait_timeout.
+    // MariaDB bounds the INSERT that creates a row lock's row by the caller's wait. (MySQL has no SET
+    // STATEMENT, and innodb_lock_wait_timeout is not a SET_VAR hint: there it waits the session's.)
     f.ensure_row_wait = "SET STATEMENT innodb_lock_wait_timeout = ";
     f.row_bounds =
         "SET SESSION idle_transaction_timeout = ?, SESSION innodb_lock_wait_timeout = ?, SESSION autocommit = 0";
