@@ -17,8 +17,10 @@
 // phase's p99; null when idle), errors (the traffic's exceptions, plus 1 if the pass threw).
 // stderr: a human line per phase.
 //
-// Usage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--threads N] [--window SECONDS]
-//                            [--settle SECONDS]
+// Usage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--idle-batch N|off] [--duty-cycle F]
+//                            [--threads N] [--window SECONDS] [--settle SECONDS]
+// --batch, --idle-batch and --duty-cycle are reaper_options' (defaults: the library's), so that
+// bench/run.sh measures what a user gets and a pacing can be compared with another.
 // URL defaults to $SQLOCK_BENCH_URL, then $SQLOCK_TEST_PG_URL (scripts/test-servers.sh).
 // Its tables are named sqlbench_<random>_* and dropped at the end. Not a test:
 // nothing is asserted.
@@ -36,6 +38,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -51,6 +54,8 @@ struct config {
     std::string url;
     long long rows = 1000000;
     std::size_t batch = 1000;
+    std::optional<std::size_t> idle_batch = sqlock::reaper_options{}.idle_batch_size;
+    double duty_cycle = sqlock::reaper_options{}.duty_cycle;
     int threads = 4;
     std::chrono::seconds window{10};
     std::chrono::seconds settle{20};
@@ -256,12 +261,14 @@ void make_backlog(soci::session& raw, sqlock::store const& db, std::string const
 /// One reaper pass; `errors` counts a pass that threw.
 sqlock::reap_result purge(sqlock::store& db, config const& c, long long& errors) {
     try {
-        sqlock::reaper r(db, {.batch_size = c.batch});
+        sqlock::reaper r(db, {.batch_size = c.batch, .idle_batch_size = c.idle_batch, .duty_cycle = c.duty_cycle});
         auto result = r.reap_once();
         double const secs = static_cast<double>(result.duration.count()) / 1e6;
-        std::fprintf(stderr, "purge    %llu rows in %llu batches in %.2f s: %.0f rows/s\n",
+        std::fprintf(stderr,
+                     "purge    %llu rows in %llu batches (%llu idle) in %.2f s, %.2f s of it paused: %.0f rows/s\n",
                      static_cast<unsigned long long>(result.purged), static_cast<unsigned long long>(result.batches),
-                     secs, static_cast<double>(result.purged) / secs);
+                     static_cast<unsigned long long>(result.idle_batches), secs,
+                     static_cast<double>(result.paused.count()) / 1e6, static_cast<double>(result.purged) / secs);
         return result;
     } catch (std::exception const& e) {
         std::fprintf(stderr, "purge    failed: %s\n", e.what());
@@ -300,6 +307,10 @@ config parse(int argc, char** argv) {
         };
         if (a == "--rows") c.rows = std::stoll(value());
         else if (a == "--batch") c.batch = std::stoul(value());
+        else if (a == "--idle-batch") {
+            auto v = value();
+            c.idle_batch = v == "off" ? std::nullopt : std::optional<std::size_t>(std::stoul(v));
+        } else if (a == "--duty-cycle") c.duty_cycle = std::stod(value());
         else if (a == "--threads") c.threads = std::stoi(value());
         else if (a == "--window") c.window = std::chrono::seconds(std::stoi(value()));
         else if (a == "--settle") c.settle = std::chrono::seconds(std::stoi(value()));
@@ -325,9 +336,9 @@ int main(int argc, char** argv) {
     try {
         c = parse(argc, argv);
     } catch (std::exception const& e) {
-        std::cerr
-            << "sqlock-reaper-bench: " << e.what()
-            << "\nusage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--threads N] [--window SECONDS] [--settle SECONDS]\n";
+        std::cerr << "sqlock-reaper-bench: " << e.what()
+                  << "\nusage: sqlock-reaper-bench [URL] [--rows N] [--batch N] [--idle-batch N|off] [--duty-cycle F] "
+                     "[--threads N] [--window SECONDS] [--settle SECONDS]\n";
         return 64;
     }
     std::string const prefix = "sqlbench_" + random_hex(8);
@@ -338,9 +349,10 @@ int main(int argc, char** argv) {
     int rc = 0;
     try {
         std::fprintf(stderr,
-                     "sqlock-reaper-bench: %s, %lld expired rows, batch %zu, %d traffic threads, window %lld s, "
-                     "settle %lld s\n",
-                     db.url().c_str(), c.rows, c.batch, c.threads, static_cast<long long>(c.window.count()),
+                     "sqlock-reaper-bench: %s, %lld expired rows, batch %zu (idle %s), duty cycle %.2f, %d traffic "
+                     "threads, window %lld s, settle %lld s\n",
+                     db.url().c_str(), c.rows, c.batch, c.idle_batch ? std::to_string(*c.idle_batch).c_str() : "off",
+                     c.duty_cycle, c.threads, static_cast<long long>(c.window.count()),
                      static_cast<long long>(c.settle.count()));
         measure("empty", db, c);
         make_backlog(*raw, db, prefix, c);

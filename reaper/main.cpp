@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -71,7 +72,9 @@ public:
                                 {"tokens_purged", r.tokens_purged},
                                 {"token_batches", r.token_batches},
                                 {"oldest_expiry", nullptr},
+                                {"idle_batches", r.idle_batches},
                                 {"duration_ms", static_cast<double>(r.duration.count()) / 1000.0},
+                                {"paused_ms", static_cast<double>(r.paused.count()) / 1000.0},
                                 {"complete", r.complete},
                                 {"stopped", r.stopped},
                                 {"dry_run", r.dry_run},
@@ -90,6 +93,7 @@ public:
             line += std::string("; ") + (r.dry_run ? "would purge " : "purged ") +
                     (r.dry_run && !r.complete ? "at least " : "") + std::to_string(r.tokens_purged) +
                     " token counters in " + std::to_string(r.token_batches) + " batches";
+        if (r.paused.count() > 0) line += "; paused " + ms_text(r.paused) + " ms beside live leases";
         if (r.stopped) line += "; stopped before the table was clean";
         if (r.dry_run) line += " [dry run: nothing deleted]";
         std::cout << line << std::endl;
@@ -373,6 +377,16 @@ private:
 
 // -------------------------------------------------------------------- command line
 
+/// A count given on the command line: digits only, no sign, no unit.
+std::size_t parse_count(std::string const& option, std::string const& text) {
+    std::size_t n = 0;
+    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
+        throw sqlock::usage_error(option + " '" + text +
+                                  "' is not a count: write a number of rows such as 10000, or off");
+    return n;
+}
+
 /// Parses argv into `s`; returns -1 to go on, or the exit code to exit with.
 int parse(int argc, char** argv, settings& s, logger& out) {
     CLI::App app{
@@ -398,7 +412,17 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         ->type_name("DUR")
         ->excludes(once_flag);
     app.add_option("--grace", grace_text, "Purge rows expired longer ago than this (default 5s)")->type_name("DUR");
-    app.add_option("--batch", batch, "Rows per DELETE (default 1000, at most 100000)")->type_name("N");
+    app.add_option("--batch", batch, "Rows per DELETE while a lease is live (default 1000, at most 100000)")
+        ->type_name("N");
+    std::string idle_batch_text = std::to_string(*s.reap.idle_batch_size);
+    app.add_option("--idle-batch", idle_batch_text,
+                   "Rows per DELETE while no lease is live (default 10000, at most 100000, never below --batch; "
+                   "'off': always --batch)")
+        ->type_name("N");
+    app.add_option("--duty-cycle", s.reap.duty_cycle,
+                   "Share of a pass spent in batches while a lease is live, 0.01 .. 1: after each batch it pauses "
+                   "for the batch's time x (1 - F) / F (default 0.5; 1 never pauses)")
+        ->type_name("F");
     app.add_option("--max-age", max_age_text,
                    "Also purge rows created longer ago than this, even live ones (their holders lose "
                    "their leases; off by default)")
@@ -436,6 +460,8 @@ int parse(int argc, char** argv, settings& s, logger& out) {
             using sqlock::tools::parse_duration;
             s.reap.grace = parse_duration(grace_text);
             s.reap.batch_size = batch;
+            if (idle_batch_text == "off") s.reap.idle_batch_size.reset();
+            else s.reap.idle_batch_size = parse_count("--idle-batch", idle_batch_text);
             if (token_horizon_text == "off") s.reap.token_horizon.reset();
             else s.reap.token_horizon = parse_duration(token_horizon_text);
             if (!max_age_text.empty()) s.reap.max_age = parse_duration(max_age_text);

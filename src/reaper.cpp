@@ -8,7 +8,9 @@
 #include <sqlock/store.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
 #include <string>
 
 namespace sqlock {
@@ -32,6 +34,15 @@ void check(reaper_options const& o) {
     if (o.batch_size < 1 || o.batch_size > max_batch)
         throw usage_error("sqlock: reaper batch_size " + std::to_string(o.batch_size) + " is out of range: use 1 .. " +
                           std::to_string(max_batch));
+    if (o.idle_batch_size && (*o.idle_batch_size < 1 || *o.idle_batch_size > max_batch))
+        throw usage_error("sqlock: reaper idle_batch_size " + std::to_string(*o.idle_batch_size) +
+                          " is out of range: use 1 .. " + std::to_string(max_batch) +
+                          ", or leave it unset to purge in batches of batch_size only");
+    // Not `!(a <= x && x <= b)` spelled otherwise: a NaN must fail too.
+    if (!(o.duty_cycle >= 0.01 && o.duty_cycle <= 1.0))
+        throw usage_error("sqlock: reaper duty_cycle " + std::to_string(o.duty_cycle) +
+                          " is out of range: use 0.01 .. 1 (the share of a pass spent in batches while leases "
+                          "are live; 1 never pauses)");
     if (o.row_lock_warning && (*o.row_lock_warning < 1s || *o.row_lock_warning > std::chrono::days(3650)))
         throw usage_error("sqlock: reaper row_lock_warning " + ms_text(*o.row_lock_warning) +
                           " is out of range: use 1 s .. 3650 days, or leave it unset to skip the check");
@@ -81,40 +92,85 @@ reap_result reaper::reap_once(std::stop_token stop) {
     }
 }
 
+namespace {
+
+/// Sleeps for `d` unless `stop` is requested first.
+void pause_for(std::chrono::steady_clock::duration d, std::stop_token const& stop) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    cv.wait_for(lock, stop, d, [] { return false; });
+}
+
+/// The size of the next batch, and whether a lease was live when it was chosen.
+struct paced_batch {
+    int rows = 0;
+    bool live = true;
+};
+
+/// `seen_live`: a live lease was seen earlier in this pass. From then on the pass stays paced to its end
+/// without asking again: traffic of short leases leaves moments with no live row, and an idle batch
+/// in one of them would stall the next acquires.
+paced_batch pick_batch(detail::dialect const& d, reaper_options const& o, soci::session& s, bool& seen_live) {
+    // A dry run changes nothing: its one batch keeps batch_size, the first batch a pass next to live
+    // traffic would delete.
+    if (!o.idle_batch_size || o.dry_run || seen_live) return {static_cast<int>(o.batch_size), true};
+    seen_live = d.any_live_lock(s);
+    return {static_cast<int>(seen_live ? o.batch_size : std::max(*o.idle_batch_size, o.batch_size)), seen_live};
+}
+
+/// After a batch that ran while a lease was live: the duty cycle's pause.
+void pace(reap_result& r, reaper_options const& o, paced_batch const& b,
+          std::chrono::steady_clock::time_point batch_started, std::stop_token const& stop) {
+    if (!b.live || o.duty_cycle >= 1.0) return;
+    auto const now = std::chrono::steady_clock::now();
+    auto const pause = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        (now - batch_started) * ((1.0 - o.duty_cycle) / o.duty_cycle));
+    pause_for(pause, stop);
+    r.paused += duration_cast<microseconds>(std::chrono::steady_clock::now() - now);
+}
+
+}  // namespace
+
 reap_result reaper::pass(std::stop_token const& stop) {
     auto const started = std::chrono::steady_clock::now();
     auto const grace_us = duration_cast<microseconds>(options_.grace).count();
     std::optional<std::int64_t> max_age_us;
     if (options_.max_age) max_age_us = duration_cast<microseconds>(*options_.max_age).count();
-    auto const batch = static_cast<int>(options_.batch_size);
     auto const& d = store_->dialect();
 
     reap_result r;
     r.dry_run = options_.dry_run;
+    bool seen_live = false;
     for (;;) {
         if (stop.stop_requested()) {
             r.stopped = true;
             break;
         }
-        // Each batch borrows a connection for one statement and gives it back,
+        // Each batch borrows a connection for its statements and gives it back,
         // and a deadlock or busy error is retried by run(): a batch is idempotent.
+        auto const batch_started = std::chrono::steady_clock::now();
+        paced_batch size;
         auto b = store_->run("reaping expired locks", [&](soci::session& s) {
-            return d.reap(s, grace_us, max_age_us, batch, options_.dry_run);
+            size = pick_batch(d, options_, s, seen_live);
+            return d.reap(s, grace_us, max_age_us, size.rows, options_.dry_run);
         });
         ++r.batches;
+        if (!size.live) ++r.idle_batches;
         r.purged += static_cast<std::uint64_t>(b.rows);
         r.live_purged += static_cast<std::uint64_t>(b.live_purged);
         if (b.oldest_expiry_us) {
             db_time t{microseconds(*b.oldest_expiry_us)};
             r.oldest_expiry = r.oldest_expiry ? std::min(*r.oldest_expiry, t) : t;
         }
-        if (b.rows < batch) {
+        if (b.rows < size.rows) {
             r.complete = true;
             break;
         }
-        SQLOCK_FAILPOINT("reaper.between_batches");
         // Counting does not change the table: a second batch would count the same rows.
         if (options_.dry_run) break;
+        pace(r, options_, size, batch_started, stop);
+        SQLOCK_FAILPOINT("reaper.between_batches");
     }
     if (options_.token_horizon && !r.stopped) {
         bool const rows_complete = r.complete;
@@ -125,18 +181,23 @@ reap_result reaper::pass(std::stop_token const& stop) {
                 r.stopped = true;
                 break;
             }
+            auto const batch_started = std::chrono::steady_clock::now();
+            paced_batch size;
             auto b = store_->run("purging token counters", [&](soci::session& s) {
-                return d.purge_tokens(s, horizon_us, batch, options_.dry_run);
+                size = pick_batch(d, options_, s, seen_live);
+                return d.purge_tokens(s, horizon_us, size.rows, options_.dry_run);
             });
             ++r.token_batches;
+            if (!size.live) ++r.idle_batches;
             r.tokens_purged += static_cast<std::uint64_t>(b.counters);
-            if (b.picked < batch) {
+            if (b.picked < size.rows) {
                 r.complete = rows_complete;
                 break;
             }
             // A dry batch counts the same counters again; a batch that deleted
             // none (all drawn from meanwhile) would repeat itself.
             if (options_.dry_run || b.counters == 0) break;
+            pace(r, options_, size, batch_started, stop);
         }
     }
     r.duration = duration_cast<microseconds>(std::chrono::steady_clock::now() - started);

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <fstream>
 #include <latch>
+#include <limits>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -286,8 +287,9 @@ TEST_P(Reaper, RowsExpiringWithinTheGraceAreKept) {
 }
 
 TEST_P(Reaper, PurgesInBatches) {
+    // No lease is live here: without idle_batch_size the pass would purge in batches of 10000.
     insert_expired("a/", 2500);
-    reaper R(*db_, {.batch_size = 1000});
+    reaper R(*db_, {.batch_size = 1000, .idle_batch_size = std::nullopt});
     auto r = R.reap_once();
     EXPECT_EQ(r.purged, 2500u);
     EXPECT_EQ(r.batches, 3u);  // 1000, 1000, 500
@@ -301,7 +303,7 @@ TEST_P(Reaper, PurgesInBatches) {
     EXPECT_EQ(count(), 0);
 
     insert_expired("c/", 5);
-    r = reaper(*db_, {.batch_size = 1}).reap_once();
+    r = reaper(*db_, {.batch_size = 1, .idle_batch_size = std::nullopt}).reap_once();
     EXPECT_EQ(r.purged, 5u);
     EXPECT_EQ(r.batches, 6u);
 }
@@ -315,12 +317,95 @@ TEST_P(Reaper, BatchesTakeTheOldestFirst) {
     EXPECT_EQ(r.purged, 10u);
     ASSERT_TRUE(r.oldest_expiry);
     EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), older.time_since_epoch().count());
-    r = reaper(*db_, {.batch_size = 10}).reap_once();
+    r = reaper(*db_, {.batch_size = 10, .idle_batch_size = std::nullopt}).reap_once();
     EXPECT_EQ(r.purged, 20u);
     EXPECT_EQ(r.batches, 3u);
     ASSERT_TRUE(r.oldest_expiry);
     EXPECT_EQ(r.oldest_expiry->time_since_epoch().count(), older.time_since_epoch().count());
     EXPECT_EQ(count(), 0);
+}
+
+// ============================================================ pacing (issue 40)
+
+TEST_P(Reaper, AnIdleTableIsPurgedInLargerBatchesAndALiveLeaseBringsBackTheSmallOnes) {
+    insert_expired("idle/", 2500);
+    reaper R(*db_, {.batch_size = 100, .idle_batch_size = 1000});
+    auto r = R.reap_once();
+    EXPECT_EQ(r.purged, 2500u);
+    EXPECT_EQ(r.batches, 3u) << "no lease was live: 1000, 1000, 500";
+    EXPECT_EQ(r.idle_batches, 3u + r.token_batches) << r.token_batches << " token batches";
+    EXPECT_EQ(r.paused.count(), 0) << "a pass with no live lease paused";
+    EXPECT_EQ(count(), 0);
+
+    // One live lease: every batch is batch_size again, and the duty cycle (0.5 by default) pauses.
+    auto held = make_locker({.ttl = 60s, .auto_renew = false}).try_acquire("live");
+    ASSERT_TRUE(held);
+    insert_expired("busy/", 250);
+    r = R.reap_once();
+    EXPECT_EQ(r.purged, 250u);
+    EXPECT_EQ(r.batches, 3u) << "a live lease: 100, 100, 50";
+    EXPECT_EQ(r.idle_batches, 0u);
+    EXPECT_GT(r.paused.count(), 0) << "two full batches beside a live lease and no pause";
+    EXPECT_LE(r.paused, r.duration);
+    EXPECT_TRUE(exists("live"));
+    EXPECT_NO_THROW(held->renew());
+
+    // An idle batch size below batch_size is raised to it, never the other way round.
+    held->release();
+    insert_expired("small/", 250);
+    r = reaper(*db_, {.batch_size = 100, .idle_batch_size = 10}).reap_once();
+    EXPECT_EQ(r.batches, 3u) << "idle batches smaller than batch_size";
+    EXPECT_EQ(r.idle_batches, 3u + r.token_batches) << r.token_batches << " token batches, " << r.tokens_purged;
+}
+
+TEST_P(Reaper, ADutyCycleOfOneNeverPausesAndAnExpiredLeaseIsNotLive) {
+    auto held = make_locker({.ttl = 60s, .auto_renew = false}).try_acquire("live");
+    ASSERT_TRUE(held);
+    insert_expired("a/", 250);
+    auto r = reaper(*db_, {.batch_size = 100, .duty_cycle = 1.0}).reap_once();
+    EXPECT_EQ(r.purged, 250u);
+    EXPECT_EQ(r.batches, 3u);
+    EXPECT_EQ(r.paused.count(), 0) << "duty_cycle 1 paused";
+
+    // Expired rows within the grace are not live: the table counts as idle.
+    held->release();
+    insert_rows("recent/", 3, -2 * hour_us, -1000);  // expired a millisecond ago, kept by the grace
+    insert_expired("b/", 250, 3 * hour_us);
+    r = reaper(*db_, {.grace = 1h, .batch_size = 100, .idle_batch_size = 1000, .token_horizon = std::nullopt})
+            .reap_once();
+    EXPECT_EQ(r.batches, 1u) << "rows expired within the grace counted as live leases";
+    EXPECT_EQ(r.idle_batches, 1u);
+    EXPECT_EQ(count_prefix("recent/"), 3);
+}
+
+TEST_P(Reaper, AStopEndsADutyCyclePause) {
+    // duty_cycle 0.01: after its first batch the pass would pause 99 times that batch's time. A stop
+    // requested as soon as the batch has committed must end the pause, not wait it out.
+    int const batch = 20000;
+    insert_expired("old/", 2 * batch);
+    auto held = make_locker({.ttl = 300s, .auto_renew = false}).try_acquire("live");
+    ASSERT_TRUE(held);
+    std::stop_source stop;
+    reaper R(*db_, {.batch_size = static_cast<std::size_t>(batch), .duty_cycle = 0.01});
+    std::jthread stopper([&] {
+        auto watch = raw_session(e_, url_);
+        auto rows = [&] {
+            long long n = 0;
+            *watch << "SELECT COUNT(*) FROM " + locks(), soci::into(n);
+            return n;
+        };
+        eventually([&] { return rows() <= batch + 1; }, 120s);
+        stop.request_stop();
+    });
+    auto r = R.reap_once(stop.get_token());
+    stopper.join();
+    EXPECT_TRUE(r.stopped);
+    EXPECT_EQ(r.batches, 1u);
+    EXPECT_EQ(r.purged, static_cast<std::uint64_t>(batch));
+    auto const worked = r.duration - r.paused;
+    EXPECT_LT(r.paused, worked * 50) << "the pause ran past the stop request: it lasted " << r.paused.count()
+                                     << " us after " << worked.count() << " us of work (the full pause is 99x)";
+    EXPECT_EQ(count_prefix("old/"), batch);
 }
 
 TEST_P(Reaper, MaxAgePurgesLiveRowsOnlyWhenAskedAndSaysSo) {
@@ -406,6 +491,13 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     bad({.grace = std::chrono::days(8)});
     bad({.batch_size = 0});
     bad({.batch_size = 100001});
+    bad({.idle_batch_size = 0});
+    bad({.idle_batch_size = 100001});
+    bad({.duty_cycle = 0.0});
+    bad({.duty_cycle = 0.009});
+    bad({.duty_cycle = 1.01});
+    bad({.duty_cycle = -0.5});
+    bad({.duty_cycle = std::numeric_limits<double>::quiet_NaN()});
     bad({.max_age = 0ms});
     bad({.max_age = 999ms});
     bad({.max_age = std::chrono::days(3651)});
@@ -419,6 +511,16 @@ TEST_P(Reaper, BadOptionsAreUsageErrorsAndChangeNothing) {
     EXPECT_NO_THROW(sqlock::validate({.grace = 0ms, .batch_size = 1, .max_age = 1s}));
     EXPECT_NO_THROW(sqlock::validate({.grace = std::chrono::days(7), .batch_size = 100000}));
     EXPECT_NO_THROW(sqlock::validate({.token_horizon = sqlock::min_token_horizon}));
+    EXPECT_NO_THROW(sqlock::validate({.idle_batch_size = 1, .duty_cycle = 0.01}));
+    EXPECT_NO_THROW(sqlock::validate({.idle_batch_size = 100000, .duty_cycle = 1.0}));
+    EXPECT_NO_THROW(sqlock::validate({.idle_batch_size = std::nullopt}));
+    try {
+        sqlock::validate({.duty_cycle = 2.0});
+        ADD_FAILURE() << "duty_cycle 2 was accepted";
+    } catch (sqlock::usage_error const& e) {
+        EXPECT_NE(std::string(e.what()).find("0.01 .. 1"), std::string::npos)
+            << "the error does not name the range: " << e.what();
+    }
     EXPECT_EQ(sqlock::min_token_horizon, std::chrono::hours(2));
     try {
         sqlock::validate({.token_horizon = 1ms});
@@ -540,7 +642,8 @@ TEST_P(Reaper, TheFloorIsNeverPurgedAndOnlyRises) {
     for (int i = 0; i < 25; ++i)
         sql += std::string(i ? "," : "") + "('old:" + std::to_string(i) + "', " + std::to_string(1000 + i) + ")";
     *raw_ << sql;
-    r = reaper(*db_, {.batch_size = 10, .token_horizon = sqlock::min_token_horizon}).reap_once();
+    r = reaper(*db_, {.batch_size = 10, .idle_batch_size = std::nullopt, .token_horizon = sqlock::min_token_horizon})
+            .reap_once();
     EXPECT_EQ(r.tokens_purged, 25u);
     EXPECT_EQ(r.token_batches, 3u);
     EXPECT_TRUE(r.complete);
@@ -585,7 +688,7 @@ TEST_P(Reaper, StopEndsThePassBetweenBatches) {
     int const total = 20000;
     insert_expired("old/", total);
     std::stop_source stop;
-    reaper R(*db_, {.batch_size = 2});
+    reaper R(*db_, {.batch_size = 2, .idle_batch_size = std::nullopt});
     std::jthread stopper([&] {
         // As soon as the pass has made progress, ask it to stop.
         auto watch = raw_session(e_, url_);
@@ -617,8 +720,8 @@ TEST_P(Reaper, TwoReapersOnOneDatabaseCountEachRowOnce) {
     for (int round = 0; round < 3; ++round) {
         int const total = 3000;
         insert_expired("r" + std::to_string(round) + "/", total);
-        reaper A(*db_, {.batch_size = 100});
-        reaper B(other, {.batch_size = 100});
+        reaper A(*db_, {.batch_size = 100, .idle_batch_size = std::nullopt});
+        reaper B(other, {.batch_size = 100, .idle_batch_size = std::nullopt});
         std::latch go(2);
         reap_result ra, rb;
         std::exception_ptr ea, eb;
@@ -925,6 +1028,10 @@ TEST_P(ReaperCli, JsonLinesCarryTheSameFields) {
     EXPECT_EQ(j["batches"], 1);
     EXPECT_TRUE(j["oldest_expiry"].is_string());
     EXPECT_TRUE(j["duration_ms"].is_number());
+    // The stuck rows were live when the pass sized its first batch: the pass stays paced to its end,
+    // its token batch included, although that batch ran after they were purged.
+    EXPECT_EQ(j["idle_batches"], 0);
+    EXPECT_EQ(j["paused_ms"], 0.0) << "a pass that ended on its first batch paused";
     EXPECT_EQ(j["dry_run"], false);
     EXPECT_EQ(j["complete"], true);
     EXPECT_EQ(j["stopped"], false);
@@ -936,6 +1043,46 @@ TEST_P(ReaperCli, JsonLinesCarryTheSameFields) {
     EXPECT_EQ(w["event"], "warning");
     EXPECT_NE(w["warning"].get<std::string>().find("2 live"), std::string::npos) << err[0];
     EXPECT_EQ(count(), 0);
+}
+
+TEST_P(ReaperCli, IdleBatchAndDutyCyclePaceAPass) {
+    // No live lease: --idle-batch sets the batch size (and 'off' gives --batch back).
+    insert_expired("old/", 25);
+    ASSERT_EQ(run(with_db({"--once", "--json", "--batch", "5", "--idle-batch", "10", "--token-horizon", "off"})), 0)
+        << diag();
+    auto j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_EQ(j["batches"], 3) << "10, 10, 5";
+    EXPECT_EQ(j["idle_batches"], 3);
+    EXPECT_EQ(j["paused_ms"], 0.0);
+    insert_expired("old/", 25);
+    ASSERT_EQ(run(with_db({"--once", "--json", "--batch", "5", "--idle-batch", "off", "--token-horizon", "off"})), 0)
+        << diag();
+    j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_EQ(j["batches"], 6) << "5 x 5 and an empty batch";
+    EXPECT_EQ(j["idle_batches"], 0);
+
+    // A live lease: batches of --batch, each but the last followed by a pause; --duty-cycle 1: none.
+    insert_live("live/", 1);
+    insert_expired("old/", 25);
+    ASSERT_EQ(run(with_db({"--once", "--json", "--batch", "10", "--duty-cycle", "0.2"})), 0) << diag();
+    j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_EQ(j["batches"], 3);
+    EXPECT_EQ(j["idle_batches"], 0);
+    EXPECT_GT(j["paused_ms"].get<double>(), 0.0) << "no pause beside a live lease";
+    insert_expired("old/", 25);
+    ASSERT_EQ(run(with_db({"--once", "--batch", "10", "--duty-cycle", "0.2"})), 0) << diag();
+    EXPECT_NE(last_->out().find("ms beside live leases"), std::string::npos) << diag();
+    insert_expired("old/", 25);
+    ASSERT_EQ(run(with_db({"--once", "--json", "--batch", "10", "--duty-cycle", "1"})), 0) << diag();
+    j = nlohmann::json::parse(last_->out_lines().at(0));
+    EXPECT_EQ(j["paused_ms"], 0.0);
+    EXPECT_EQ(count_prefix("live/"), 1);
+
+    // A bad value is a usage error that names the option and its range.
+    EXPECT_EQ(run(with_db({"--duty-cycle", "2"})), 64);
+    EXPECT_NE(last_->err().find("0.01 .. 1"), std::string::npos) << diag();
+    EXPECT_EQ(run(with_db({"--idle-batch", "many"})), 64);
+    EXPECT_NE(last_->err().find("--idle-batch"), std::string::npos) << diag();
 }
 
 TEST_P(ReaperCli, DryRunDeletesNothing) {
@@ -984,6 +1131,12 @@ TEST_P(ReaperCli, ExitCodes) {
                                                            {"--batch", "0"},
                                                            {"--batch", "many"},
                                                            {"--max-age", "0"},
+                                                           {"--idle-batch", "0"},
+                                                           {"--idle-batch", "lots"},
+                                                           {"--idle-batch", "-5"},
+                                                           {"--duty-cycle", "0"},
+                                                           {"--duty-cycle", "1.5"},
+                                                           {"--duty-cycle", "half"},
                                                            {"--interval", "0"},
                                                            {"--once", "--interval", "1s"},
                                                            {"--table-prefix", "1bad"}}) {
@@ -1098,7 +1251,7 @@ TEST_P(ReaperCli, DaemonRetriesWhileUnreachableThenRecovers) {
 TEST_P(ReaperCli, SigtermStopsTheDaemonMidPass) {
     int const total = 20000;
     insert_expired("old/", total);
-    child daemon(with_db({"--interval", "1h", "--batch", "2"}), files_.path());
+    child daemon(with_db({"--interval", "1h", "--batch", "2", "--idle-batch", "off"}), files_.path());
     ASSERT_TRUE(eventually([&] { return count() < total; }, 60s)) << daemon.err();
     daemon.signal(SIGTERM);
     ASSERT_EQ(daemon.wait(), 0) << daemon.err();

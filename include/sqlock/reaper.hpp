@@ -51,6 +51,26 @@ struct SQLOCK_EXPORT reaper_options {
     /// held only for one batch and acquire/renew traffic goes on in between.
     std::size_t batch_size = 1000;
 
+    /// Rows (and counters) per statement while no row of the lock table is
+    /// live: with no lease to protect, a pass purges in larger batches (at
+    /// least `batch_size`; 1 .. 100000). Checked before each batch, on the
+    /// database's clock, by one indexed read (`expires_at >= now`, first row
+    /// only), until the pass first sees a live row: from then on it keeps
+    /// `batch_size` and the `duty_cycle` to its end (short leases leave
+    /// moments with no live row). An acquire that arrives during an idle
+    /// batch may wait for it (tens of milliseconds for 10000 rows). Empty:
+    /// always `batch_size`.
+    std::optional<std::size_t> idle_batch_size = 10000;
+
+    /// The share of a pass's time spent in batches while some row of the
+    /// lock table is live (0.01 .. 1): after each such batch the pass pauses
+    /// for the batch's own time × (1 - duty_cycle) / duty_cycle, so that a
+    /// long purge next to live traffic leaves the table to it in between
+    /// (0.5: a pause as long as the batch). 1: no pause. Passes with no live
+    /// row, and the last batch of a pass, never pause. A stop request ends a
+    /// pause at once.
+    double duty_cycle = 0.5;
+
     /// Off by default. When set (1 s .. 3650 days), rows whose `created_at` is
     /// older than the database's now minus `max_age` are purged too, *even
     /// while their holders keep renewing them*: those holders lose their
@@ -106,8 +126,13 @@ struct SQLOCK_EXPORT reap_result {
     /// The earliest `expires_at` among the purged rows (database clock);
     /// empty when nothing was purged. How far behind the reaper is.
     std::optional<db_time> oldest_expiry;
-    /// How long the pass took (this host's steady clock).
+    /// Batches (lock rows and counters) run at `reaper_options::idle_batch_size`
+    /// because no row of the lock table was live.
+    std::uint64_t idle_batches = 0;
+    /// How long the pass took (this host's steady clock), its pauses included.
     std::chrono::microseconds duration{0};
+    /// Of `duration`, the time spent in `reaper_options::duty_cycle` pauses.
+    std::chrono::microseconds paused{0};
     /// True when the pass ended on a batch smaller than `batch_size`, for the
     /// lock rows and for the counters: at that moment no more were due. False when it was stopped through its
     /// `std::stop_token`, and for a dry run that filled its one batch (there

@@ -101,6 +101,7 @@ public:
                                   int batch, bool dry_run) const override;
     [[nodiscard]] token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                                  bool dry_run) const override;
+    [[nodiscard]] bool any_live_lock(soci::session& s) const final;
     [[nodiscard]] std::vector<lock_listing> list_locks(soci::session& s) const final;
     [[nodiscard]] table_counts count_tables(soci::session& s) const final;
     [[nodiscard]] std::optional<lock_listing> find_lock(soci::session& s, std::string const& name) const final;

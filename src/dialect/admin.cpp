@@ -79,6 +79,12 @@ std::int64_t integer_at(soci::row const& r, std::size_t i) {
 
 }  // namespace
 
+bool dialect::any_live_lock(soci::session& s) const {
+    int one = 0;
+    s << "SELECT 1 FROM " + locks_ + " WHERE expires_at >= " + now_sql() + " LIMIT 1", soci::into(one);
+    return s.got_data();
+}
+
 table_counts dialect::count_tables(soci::session& s) const {
     std::string const now = now_sql();
     table_counts c;

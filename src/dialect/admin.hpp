@@ -71,6 +71,10 @@ public:
     [[nodiscard]] virtual token_purge_batch purge_tokens(soci::session& s, std::int64_t horizon_us, int batch,
                                                          bool dry_run) const = 0;
 
+    /// True when some row of the lock table is live (expires_at >= now, database clock): one indexed
+    /// read of the first such row, for the reaper's choice of batch size.
+    [[nodiscard]] virtual bool any_live_lock(soci::session& s) const = 0;
+
     /// Every row of the lock table (held or expired-but-not-reaped), by name.
     [[nodiscard]] virtual std::vector<lock_listing> list_locks(soci::session& s) const = 0;
 
