@@ -3,6 +3,8 @@
 #   bash scripts/ci.sh [STEP...]        (default: every step, in this order)
 # Steps:
 #   lint        scripts/lint.sh: clang-format on every C/C++ file, clang-tidy on the library (zero findings)
+#   model       scripts/model-check.sh: the spin models of tests/spin/ (majority mode's token protocol and
+#               exclusion, issue 40's three designs) must hold, and every negative control must be violated
 #   test        scripts/test.sh: build/ (RelWithDebInfo, static libsqlock.a, warnings as errors
 #               under CI), the battery's two CI tiers (conformance, fault-smoke) on PostgreSQL,
 #               MariaDB and SQLite, restart, crash and server-nemesis tests included
@@ -26,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -v CI ]]; then export CI; fi
 
-all=(lint test demo install release bench-smoke sanitize docs)
+all=(lint model test demo install release bench-smoke sanitize docs)
 (($#)) || set -- "${all[@]}"
 for s in "$@"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "ci.sh: unknown step '$s' (steps: ${all[*]})" >&2; exit 64; }
@@ -73,6 +75,7 @@ for s in "$@"; do
   t0=$SECONDS rc=0
   case $s in
     lint) bash scripts/lint.sh || rc=$? ;;
+    model) bash scripts/model-check.sh || rc=$? ;;
     test) bash scripts/test.sh || rc=$? ;;
     demo) bash scripts/demo.sh || rc=$? ;;
     install) bash scripts/check-install.sh build || rc=$? ;;
