@@ -290,7 +290,7 @@ answer failure_of(std::exception_ptr const& e) {
 void give_back(std::shared_ptr<lease_row> const& row) noexcept {
     if (!row) return;
     try {
-        row->release_hold();
+        row->release_now();
     } catch (...) {}
 }
 
@@ -914,7 +914,7 @@ bool majority_row::db_delete() {
     auto releases = fanout<answer>::start(majority_->pool(), n, [rows](std::size_t i) -> answer {
         if (!rows[i]) return {answer::kind::busy, nullptr, 0, "not held there"};
         try {
-            rows[i]->release_hold();
+            rows[i]->release_now();
             return {answer::kind::ok, nullptr, 0, {}};
         } catch (...) {
             return failure_of(std::current_exception());
@@ -994,7 +994,20 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             auto lease = self.lock();
             if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
         });
-    auto answers = renewals->settle(std::min(valid_until(), clock::now() + majority_->member_timeout()), {});
+    // Settled once a majority renewed (or a majority is someone else's), as the acquire: a slow
+    // member's renewal still in flight only extends its row, and waiting for it could run the
+    // lease past its validity although a majority holds it.
+    auto const quorum = majority_->quorum();
+    auto answers =
+        renewals->settle(std::min(valid_until(), clock::now() + majority_->member_timeout()), [&](auto const& r) {
+            std::size_t ok = 0, refused = 0;
+            for (auto const& a : r) {
+                if (!a) continue;
+                if (a->what == answer::kind::ok) ++ok;
+                else if (a->what == answer::kind::lost) ++refused;
+            }
+            return ok >= quorum || refused > n - quorum;
+        });
     std::size_t renewed = 0, lost = 0;
     // The lease's expiry is the earliest its members' databases gave (each on its own clock): the
     // moment a majority still holds it, or earlier; never the client's clock.
@@ -1015,7 +1028,6 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             rows_[i].reset();  // that member's row is someone else's now
         }
     }
-    auto const quorum = majority_->quorum();
     if (renewed >= quorum) return earliest;
     if (lost > n - quorum) return std::nullopt;  // a majority is someone else's: lost
     throw backend_unavailable("sqlock: majority lock '" + name() + "' was renewed on only " + std::to_string(renewed) +
