@@ -157,6 +157,26 @@ void lease_row::release_hold() {
     locker_->on_released(*this, last);
 }
 
+void lease_row::release_now() {
+    if (deletes_beside_renewal()) {
+        std::unique_lock lock(io_, std::try_to_lock);
+        if (!lock.owns_lock() && state_.load() != st_released) {
+            // A renewal holds the statement lock. Released from here on: a renewal that answers
+            // later changes nothing (a loss is not reported for a row let go), and the delete,
+            // by owner and token, is right whichever statement the database runs first.
+            auto const previous = state_.exchange(st_released);
+            if (previous == st_held || previous == st_in_doubt) count_end(previous);
+            if (!db_delete())
+                throw lease_lost("sqlock: lock '" + name_ + "' (token " + std::to_string(token_) +
+                                 ") was no longer held by this owner at release (deleted beside a renewal in "
+                                 "flight): it expired and was taken over, or was released by someone else");
+            locker_->on_released(*this, true);
+            return;
+        }
+    }
+    release_hold();
+}
+
 void lease_row::renew(std::chrono::milliseconds ttl) {
     std::unique_lock lock(io_);
     auto s = state_.load();

@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <variant>
 
 namespace sqlock {
@@ -257,7 +258,14 @@ struct answer {
         in_flight;             // acquire: the member's claim (majority_locker_impl::claim_member) until given back
     member_identity identity;  // token read: the member's identity and whether it has joined
     bool read = false;         // acquire: the member's counter was read in the same call (value, identity)
+    bool won = false;          // acquire: the attempt's token was written here in the same call (a strict win)
 };
+
+/// How many answered ok with the attempt's token written in the same call.
+std::size_t fast_wins(std::vector<std::optional<answer>> const& r) {
+    return static_cast<std::size_t>(
+        std::count_if(r.begin(), r.end(), [](auto const& a) { return a && a->what == answer::kind::ok && a->won; }));
+}
 
 /// How many answered ok with a counter read from a member that has joined: the reads a token may be settled on.
 std::size_t joined_reads(std::vector<std::optional<answer>> const& r) {
@@ -282,7 +290,7 @@ answer failure_of(std::exception_ptr const& e) {
 void give_back(std::shared_ptr<lease_row> const& row) noexcept {
     if (!row) return;
     try {
-        row->release_hold();
+        row->release_now();
     } catch (...) {}
 }
 
@@ -431,6 +439,24 @@ private:
     /// who could not join and why.
     bool join_members(clock::time_point valid_until, std::string& why);
 
+    /// The token the next attempt on `name` writes with its grants: one more than the last this
+    /// locker handed out or saw for it (1 for a name it has not seen). Any value is safe (the write
+    /// is a strict max-register write that must win on a majority); a stale one only misses.
+    std::int64_t next_token_hint(std::string const& name) {
+        std::lock_guard lock(hints_mutex_);
+        auto it = hints_.find(name);
+        return it == hints_.end() ? 1 : it->second + 1;
+    }
+    void remember_token(std::string const& name, std::int64_t token) {
+        std::lock_guard lock(hints_mutex_);
+        // Bounded: a locker that sees many names forgets them all at once, and their next
+        // attempts take the read round again.
+        if (hints_.size() >= max_hints && !hints_.contains(name)) hints_.clear();
+        auto& h = hints_[name];
+        h = std::max(h, token);
+    }
+    static constexpr std::size_t max_hints = 4096;
+
     std::vector<member> members_;
     std::size_t configured_;  // majority_options::configured_members
     std::size_t quorum_;
@@ -441,6 +467,9 @@ private:
     std::uint64_t generation_ = 0;
     std::mutex in_flight_mutex_;
     std::set<std::tuple<std::size_t, std::string, std::string>> in_flight_;  // claim_member
+    std::atomic<bool> seed_wanted_{false};  // a member's read showed it may be seeded (acquire_row)
+    std::mutex hints_mutex_;
+    std::unordered_map<std::string, std::int64_t> hints_;  // next_token_hint
     // Last, so destroyed first: its destructor joins the member calls still running, which use
     // the members and the claims above (they hold no reference to this locker).
     member_pool pool_;
@@ -731,9 +760,14 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
 
     auto* me = this;
     auto settled = std::make_shared<std::atomic<bool>>(false);
+    // Two rounds per cycle (issue 40, design 3; tests/spin/majority_token.pml -DTWOROUNDS): every
+    // member that grants writes this one token in the same call, a strict max-register write only
+    // where its present identity has joined, and the token is handed out when that won on a majority
+    // of the configured members. Elsewhere the call reads the counter, as before, for the rounds.
+    auto const fast_token = next_token_hint(name);
     auto acquires = fanout<answer>::start(
         pool_, members_.size(),
-        [me, name, owner, settled](std::size_t i) -> answer {
+        [me, name, owner, settled, fast_token](std::size_t i) -> answer {
             // Still on this owner's previous attempt: busy, as the member itself would say once
             // that attempt's grant lands (this attempt is another), and the wait goes on.
             auto claim = me->claim_member(i, name, owner);
@@ -747,15 +781,31 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
             }
             // Claimed until the row is kept by a lease or given back (a late answer's handler).
             answer a{answer::kind::ok, std::move(row), 0, {}, std::move(claim)};
-            // The token's first read, in the same call: no round of its own. Safe before any
-            // exclusion: the write round alone carries the token's safety (docs/majority.md).
-            // A grant after the round settled needs no read, and its give-back no delay.
+            // The token's first write, or else its first read, in the same call: no round of its
+            // own. Safe before any exclusion: the write alone carries the token's safety
+            // (docs/majority.md). A grant after the round settled needs neither, and its give-back
+            // no delay.
             if (settled->load()) return a;
             try {
-                auto read = me->members_[i].locker->read_token(name, clock::now() + me->member_timeout_);
-                a.value = read.value;
-                a.identity = std::move(read.identity);
+                auto w =
+                    me->members_[i].locker->write_or_read_token(name, fast_token, clock::now() + me->member_timeout_);
                 a.read = true;
+                if (w.won) {
+                    // Also a read, for the rounds when too few won: the counter is now the token,
+                    // and the member's present identity (whichever it is: empty id) has joined. It
+                    // stays the same for the attempt: another would join only once older than the TTL.
+                    a.won = true;
+                    a.value = fast_token;
+                    a.identity = member_identity{{}, 0, true};
+                    return a;
+                }
+                a.value = w.read.value;
+                a.identity = std::move(w.read.identity);
+                // A member that may be seeded now: this answer may come too late for the rounds to
+                // see it (a majority of wins settles them first), so the locker remembers it.
+                if (!a.identity.joined &&
+                    a.identity.age_us >= duration_cast<microseconds>(me->options_.ttl + me->drift_).count())
+                    me->seed_wanted_.store(true);
             } catch (...) {}  // read again in a round of its own
             return a;
         },
@@ -769,7 +819,7 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     // are adopted when they answer), so many refused that no majority is
     // possible, or every member answered.
     auto answers = acquires->settle(std::min(valid_until, clock::now() + member_timeout_), [&](auto const& r) {
-        return joined_reads(r) >= quorum_ || refused_count(r) > members_.size() - quorum_;
+        return fast_wins(r) >= quorum_ || joined_reads(r) >= quorum_ || refused_count(r) > members_.size() - quorum_;
     });
     settled->store(true);
 
@@ -808,7 +858,20 @@ std::shared_ptr<lease_row> majority_locker_impl::acquire_row(std::string const& 
     std::string why;
     bool contended = false;
     SQLOCK_FAILPOINT("majority.between_members");  // members granted, the token not settled yet
-    auto token = settle_token(name, granted, std::move(reads), valid_until, why, contended);
+    // Only answered wins count, each a strict win of the one token of this attempt.
+    std::optional<std::int64_t> token;
+    if (fast_wins(answers) >= quorum_) token = fast_token;
+    // With too few wins, the rounds go on from the wins and reads (a win reads as the token).
+    else token = settle_token(name, granted, std::move(reads), valid_until, why, contended);
+    if (token) {
+        remember_token(name, *token);
+        // A member that has not joined is seeded as soon as it may be, not only once it is needed
+        // (settle_token does the same when its reads show one).
+        if (seed_wanted_.exchange(false)) {
+            std::string ignored;
+            (void)join_members(valid_until, ignored);
+        }
+    }
     if (!token && !contended && clock::now() < valid_until) {
         give_all_back();
         throw backend_unavailable("sqlock: majority lock '" + name + "' was granted by " +
@@ -851,7 +914,7 @@ bool majority_row::db_delete() {
     auto releases = fanout<answer>::start(majority_->pool(), n, [rows](std::size_t i) -> answer {
         if (!rows[i]) return {answer::kind::busy, nullptr, 0, "not held there"};
         try {
-            rows[i]->release_hold();
+            rows[i]->release_now();
             return {answer::kind::ok, nullptr, 0, {}};
         } catch (...) {
             return failure_of(std::current_exception());
@@ -931,7 +994,20 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             auto lease = self.lock();
             if (!lease || !lease->adopt(i, a.row)) give_back(a.row);
         });
-    auto answers = renewals->settle(std::min(valid_until(), clock::now() + majority_->member_timeout()), {});
+    // Settled once a majority renewed (or a majority is someone else's), as the acquire: a slow
+    // member's renewal still in flight only extends its row, and waiting for it could run the
+    // lease past its validity although a majority holds it.
+    auto const quorum = majority_->quorum();
+    auto answers =
+        renewals->settle(std::min(valid_until(), clock::now() + majority_->member_timeout()), [&](auto const& r) {
+            std::size_t ok = 0, refused = 0;
+            for (auto const& a : r) {
+                if (!a) continue;
+                if (a->what == answer::kind::ok) ++ok;
+                else if (a->what == answer::kind::lost) ++refused;
+            }
+            return ok >= quorum || refused > n - quorum;
+        });
     std::size_t renewed = 0, lost = 0;
     // The lease's expiry is the earliest its members' databases gave (each on its own clock): the
     // moment a majority still holds it, or earlier; never the client's clock.
@@ -952,7 +1028,6 @@ std::optional<renewal> majority_row::db_renew(milliseconds ttl) {
             rows_[i].reset();  // that member's row is someone else's now
         }
     }
-    auto const quorum = majority_->quorum();
     if (renewed >= quorum) return earliest;
     if (lost > n - quorum) return std::nullopt;  // a majority is someone else's: lost
     throw backend_unavailable("sqlock: majority lock '" + name() + "' was renewed on only " + std::to_string(renewed) +

@@ -45,9 +45,22 @@ locker_impl::member_token locker_impl::read_token(std::string const& name, clock
     auto& store = member_database(*this, member_store());
     return store.run("reading majority token of lock '" + name + "'",
                      [&](soci::session& s) {
-                         auto identity = store.dialect().majority_identity(s);
-                         if (!identity) no_identity(store);
-                         return member_token{std::move(*identity), store.dialect().majority_read(s, name)};
+                         auto read = store.dialect().majority_read(s, name);
+                         if (!read) no_identity(store);
+                         return member_token{std::move(read->identity), read->token};
+                     },
+                     {.io_deadline = deadline});
+}
+
+locker_impl::member_fast_write locker_impl::write_or_read_token(std::string const& name, std::int64_t token,
+                                                                clock::time_point deadline) {
+    auto& store = member_database(*this, member_store());
+    return store.run("writing majority token of lock '" + name + "'",
+                     [&](soci::session& s) {
+                         auto w = store.dialect().majority_write_or_read(s, name, token);
+                         if (w.won) return member_fast_write{true, {}};
+                         if (!w.read) no_identity(store);
+                         return member_fast_write{false, member_token{std::move(w.read->identity), w.read->token}};
                      },
                      {.io_deadline = deadline});
 }

@@ -26,6 +26,9 @@ public:
           store_(std::move(store)) {}
 
 private:
+    // One conditional DELETE by owner and token on a pooled connection: independent of a renewal.
+    bool deletes_beside_renewal() const noexcept override { return true; }
+
     bool db_delete() override {
         SQLOCK_FAILPOINT("release.before_statement");
         bool reconnected = false;

@@ -86,9 +86,11 @@ public:
     void delete_attempt(soci::session& s, std::string const& name, std::string const& owner,
                         std::int64_t attempt) const override;
 
-    [[nodiscard]] std::int64_t majority_read(soci::session& s, std::string const& name) const override;
+    [[nodiscard]] std::optional<member_counter> majority_read(soci::session& s, std::string const& name) const final;
     [[nodiscard]] bool majority_write(soci::session& s, std::string const& name, std::int64_t token,
                                       std::string const& member_id) const override;
+    [[nodiscard]] member_write majority_write_or_read(soci::session& s, std::string const& name,
+                                                      std::int64_t token) const override;
     [[nodiscard]] std::optional<member_identity> majority_identity(soci::session& s) const final;
     [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> majority_read_all(soci::session& s) const final;
     [[nodiscard]] bool majority_join(soci::session& s, std::string const& member_id,
@@ -188,6 +190,8 @@ protected:
     /// database's now in microseconds (which covers an acquire that read the
     /// floor just before a purge committed). Existing counters add 1.
     [[nodiscard]] std::string first_token_sql() const;
+    /// majority_read's statement: the identity row, its age, whether it has joined, and the counter of :name.
+    [[nodiscard]] std::string majority_read_sql() const;
     /// Counters the purge may delete: not the floor, token below now - `:horizon` µs.
     [[nodiscard]] std::string purgeable_tokens_sql() const;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace sqlock::detail {
@@ -27,6 +28,18 @@ struct member_identity {
     std::string id;
     std::int64_t age_us = 0;  // since the identity was created, on the database's clock
     bool joined = false;      // its counters were seeded under this identity
+};
+
+/// A member's majority counter of one name with the member's identity, read in one statement.
+struct member_counter {
+    member_identity identity;
+    std::int64_t token = 0;  // 0 when the name has no counter there yet
+};
+
+/// The write that comes with a grant (token_statements::majority_write_or_read).
+struct member_write {
+    bool won = false;                    // the counter was strictly below the token and is now the token
+    std::optional<member_counter> read;  // when not won: what the member holds; empty without an identity row
 };
 
 }  // namespace sqlock::detail

@@ -53,6 +53,12 @@ public:
     bool in_owning_process() const noexcept;
 
     /// Drop one hold; the last one deletes the row.
+    /// As release_hold() for the last hold, but without waiting for a renewal of this row in flight on
+    /// another thread where the row's delete is a conditional statement of its own
+    /// (deletes_beside_renewal(): the table lock): it deletes beside it, and the renewal, when it
+    /// answers, finds the row released. A majority's member rows: a slow member's renewal can run past
+    /// the row's expiry, and a release that queued behind it would leave the row to expire.
+    void release_now();
     void release_hold();
 
     /// Extend to `ttl` from now. Throws lease_lost (and marks the row lost) when
@@ -87,6 +93,8 @@ public:
 protected:
     // The strategy's statements. Each returns false when the row was not ours.
     virtual bool db_delete() = 0;
+    /// Whether db_delete() may run while db_renew() is in flight on another thread.
+    [[nodiscard]] virtual bool deletes_beside_renewal() const noexcept { return false; }
     virtual bool db_add_hold() = 0;
     virtual bool db_drop_hold() = 0;
     /// The new expiry (and the database's now), or empty when refused.

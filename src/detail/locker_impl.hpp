@@ -159,6 +159,14 @@ public:
     /// already there or higher, or the identity changed).
     [[nodiscard]] virtual bool write_token(std::string const& name, std::int64_t token, std::string const& member_id,
                                            clock::time_point deadline);
+    /// The write that comes with a grant: raise the counter of `name` to `token` where the member's
+    /// present identity has joined; when that did not win, the identity and the counter (a read).
+    struct member_fast_write {
+        bool won = false;
+        member_token read;  // when not won
+    };
+    [[nodiscard]] virtual member_fast_write write_or_read_token(std::string const& name, std::int64_t token,
+                                                                clock::time_point deadline);
     /// Every counter of the member, with its identity.
     [[nodiscard]] virtual member_counters read_counters(clock::time_point deadline);
     /// Seed the member whose identity is `member_id` with the counters `seed` (each

@@ -10,10 +10,28 @@ std::string dialect::first_token_sql() const {
                         epoch_us_sql(now_sql()));
 }
 
-std::int64_t dialect::majority_read(soci::session& s, std::string const& name) const {
-    long long token = 0;
-    s << "SELECT token FROM " + majority_table() + " WHERE name = :name", soci::use(name, "name"), soci::into(token);
-    return s.got_data() ? token : 0;
+std::string dialect::majority_read_sql() const {
+    return "SELECT i.id, " + epoch_us_sql(now_sql()) + " - " + epoch_us_sql("i.created_at") +
+           ", (SELECT COUNT(*) FROM " + majority_members_table() +
+           " g WHERE g.id = i.id), COALESCE((SELECT c.token FROM " + majority_table() +
+           " c WHERE c.name = :name), 0) FROM " + identity_table() + " i";
+}
+
+std::optional<member_counter> dialect::majority_read(soci::session& s, std::string const& name) const {
+    member_counter c;
+    long long age = 0, joined = 0, token = 0;
+    s << majority_read_sql(), soci::use(name, "name"), soci::into(c.identity.id), soci::into(age), soci::into(joined),
+        soci::into(token);
+    if (!s.got_data()) return std::nullopt;
+    c.identity.age_us = age;
+    c.identity.joined = joined > 0;
+    c.token = token;
+    return c;
+}
+
+member_write dialect::majority_write_or_read(soci::session& s, std::string const& name, std::int64_t token) const {
+    if (majority_write(s, name, token, {})) return {true, std::nullopt};
+    return {false, majority_read(s, name)};
 }
 
 bool dialect::majority_write(soci::session& s, std::string const& name, std::int64_t token,
@@ -23,13 +41,15 @@ bool dialect::majority_write(soci::session& s, std::string const& name, std::int
     // on one member. Only on the database the caller read as a joined member: a
     // member recreated since (another identity) or not seeded yet wins nothing.
     long long tok = token, stored = 0;
-    s << "INSERT INTO " + majority_table() +
-             " AS m (name, token) SELECT CAST(:name AS TEXT), CAST(:token AS BIGINT)"
-             " WHERE EXISTS (SELECT 1 FROM " +
-             identity_table() + " i JOIN " + majority_members_table() +
-             " g ON g.id = i.id WHERE i.id = :mid)"
-             " ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < excluded.token RETURNING token",
-        soci::use(name, "name"), soci::use(tok, "token"), soci::use(member_id, "mid"), soci::into(stored);
+    std::string const sql = "INSERT INTO " + majority_table() +
+                            " AS m (name, token) SELECT CAST(:name AS TEXT), CAST(:token AS BIGINT)"
+                            " WHERE EXISTS (SELECT 1 FROM " +
+                            identity_table() + " i JOIN " + majority_members_table() + " g ON g.id = i.id" +
+                            (member_id.empty() ? "" : " WHERE i.id = :mid") +
+                            ") ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE m.token < "
+                            "excluded.token RETURNING token";
+    if (member_id.empty()) s << sql, soci::use(name, "name"), soci::use(tok, "token"), soci::into(stored);
+    else s << sql, soci::use(name, "name"), soci::use(tok, "token"), soci::use(member_id, "mid"), soci::into(stored);
     return s.got_data();
 }
 

@@ -26,12 +26,14 @@ bool mysql_dialect::majority_write(soci::session& s, std::string const& name, st
                                    std::string const& member_id) const {
     long long tok = token;
     s << "INSERT IGNORE INTO " + majority_table() + " (name, token) VALUES (:name, 0)", soci::use(name, "name");
-    soci::statement st =
-        (s.prepare << "UPDATE " + majority_table() +
-                          " SET token = :token WHERE name = :name AND token < :below AND EXISTS (SELECT 1 FROM " +
-                          identity_table() + " i JOIN " + majority_members_table() +
-                          " g ON g.id = i.id WHERE i.id = :mid)",
-         soci::use(tok, "token"), soci::use(name, "name"), soci::use(tok, "below"), soci::use(member_id, "mid"));
+    std::string const sql = "UPDATE " + majority_table() +
+                            " SET token = :token WHERE name = :name AND token < :below AND EXISTS (SELECT 1 FROM " +
+                            identity_table() + " i JOIN " + majority_members_table() + " g ON g.id = i.id" +
+                            (member_id.empty() ? "" : " WHERE i.id = :mid") + ")";
+    soci::statement st = member_id.empty() ? (s.prepare << sql, soci::use(tok, "token"), soci::use(name, "name"),
+                                              soci::use(tok, "below"))
+                                           : (s.prepare << sql, soci::use(tok, "token"), soci::use(name, "name"),
+                                              soci::use(tok, "below"), soci::use(member_id, "mid"));
     st.execute(true);
     return st.get_affected_rows() > 0;
 }

@@ -93,6 +93,9 @@ public:
 
     // ---- the token counters (tokens.cpp) ----
     std::int64_t draw_token(pooled_session s, std::string const& name) const override;
+    // One statement: the identity, the write for the present identity (if it has joined), and the
+    // counter as the statement's snapshot saw it when the write did not win.
+    member_write majority_write_or_read(soci::session& s, std::string const& name, std::int64_t token) const override;
 
     // ---- the reaper and the operator's calls (admin.cpp) ----
     // pg_stat_activity shows the sessions of our own role; a row-lock holder is
