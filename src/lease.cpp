@@ -160,7 +160,9 @@ void lease_row::release_hold() {
 void lease_row::release_now() {
     if (deletes_beside_renewal()) {
         std::unique_lock lock(io_, std::try_to_lock);
-        if (!lock.owns_lock() && state_.load() != st_released) {
+        // Only beside a renewal: a release in flight (an earlier release() that did not return in
+        // time) is waited for, and its outcome counts.
+        if (!lock.owns_lock() && renewing_.load() && state_.load() != st_released) {
             // A renewal holds the statement lock. Released from here on: a renewal that answers
             // later changes nothing (a loss is not reported for a row let go), and the delete,
             // by owner and token, is right whichever statement the database runs first.
@@ -191,7 +193,15 @@ void lease_row::renew(std::chrono::milliseconds ttl) {
     }
     auto sent = clock::now();
     std::optional<renewal> r;
+    struct renewing_flag {
+        std::atomic<bool>& flag;
+        explicit renewing_flag(std::atomic<bool>& f) : flag(f) { flag.store(true); }
+        ~renewing_flag() { flag.store(false); }
+        renewing_flag(renewing_flag const&) = delete;
+        renewing_flag& operator=(renewing_flag const&) = delete;
+    };
     try {
+        renewing_flag const renewing(renewing_);
         r = db_renew(ttl);
     } catch (error const& e) {
         // Unreachable: in doubt until the safe deadline, which the renewer watches.

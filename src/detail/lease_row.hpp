@@ -148,6 +148,7 @@ private:
     std::atomic<int> state_{st_held};
     std::stop_source stop_;
     std::mutex io_;                      // one statement at a time per row: renewals never race a release
+    std::atomic<bool> renewing_{false};  // a renewal's statement is in flight (release_now)
     std::string gone_;                   // guarded by io_: see note_gone
     mutable std::mutex why_mutex_;       // only for lost_why_: mark_lost must not wait on I/O
     std::string lost_why_;               // the first reason given to mark_lost
