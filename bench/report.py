@@ -51,6 +51,7 @@ IMPL_TITLE = {
 # counts in the same cells as the table lock; their cost target is relative to it.
 COORD_IMPLS = ["sqlock-semaphore", "sqlock-rw-shared", "sqlock-rw-exclusive"]
 COORD_CLIENTS = [1, 4]
+HANDOFF_TARGET = 1.2  # issue 40: a hand-off p50 at most 1.2x the floor's own one-client cycle p50
 COORD_TARGET = 1.5  # a semaphore or read-lock cycle takes at most 1.5x the time of a table-lock cycle
 METRICS_TARGET = 0.02  # issue 23: the metrics cost at most 2 % of an uncontended table-lock cycle
 # What run.sh runs, for the rows of a suite that did not run at all.
@@ -769,30 +770,30 @@ class Page:
         every_client("table lock ≥ 0.9× the floor", "MariaDB, 1/4/16 clients", "sqlock-table", "floor",
                      "mysql", "", 0.9)
         for _, variant, title, _ in LANES[2:]:
-            every_client("table lock ≥ 0.9× the floor", f"{title}, 1/4/16 clients", "sqlock-table", "floor",
-                         "sqlite", variant, 0.9)
+            want = 1.2 if variant == "sync=full" else 0.9  # issue 40: FULL stays >= 1.2x, NORMAL reaches 0.9x
+            every_client(f"table lock ≥ {want}× the floor", f"{title}, 1/4/16 clients", "sqlock-table", "floor",
+                         "sqlite", variant, want)
         for engine, _, title, _ in LANES[:2]:
             want = 0.9 if engine == "postgresql" else 0.5  # MariaDB's floor flushes nothing; a durable token must
             every_client(f"row lock ≥ {want}× `BEGIN; SELECT … FOR UPDATE; COMMIT`", f"{title}, 1/4/16 clients",
                          "sqlock-row", "floor-rowlock", engine, "", want)
 
-        def handoff_target(target, where, engine, path, limit_us):
+        def handoff_target(where, engine, path, floor_impl):
+            # Issue 40: against the disk of the hour, the floor's own one-client cycle p50 of the same run (the
+            # plain table-lock statements for a table-lock path, `BEGIN; SELECT ... FOR UPDATE; COMMIT` for the row
+            # queue), with the absolute times beside it.
             h = d.one(suite="handoff", engine=engine, path=path)
-            p50 = num(h.get("p50_us")) if h else None
-            rows.append([target, where] + verdict(None if p50 is None else p50 <= limit_us,
-                                                  f"p50 {fus(p50)}" if p50 is not None else "—", h))
+            f = d.one(suite="cycle", engine=engine, variant="", impl=floor_impl, clients=1, names="distinct")
+            p50, fp50 = (num(h.get("p50_us")) if h else None), (num(f.get("p50_us")) if f else None)
+            r = ratio(p50, fp50)
+            measured = "—" if r is None else f"{fratio(r)} (p50 {fus(p50)} against the {floor_impl} cycle's {fus(fp50)})"
+            rows.append([f"hand-off p50 ≤ {HANDOFF_TARGET}× the floor's one-client cycle p50", where]
+                        + verdict(None if r is None else r <= HANDOFF_TARGET, measured, h, f))
 
-        handoff_target("hand-off p50 ≤ 0.5 ms with NOTIFY", "PostgreSQL, `notify`", "postgresql", "notify", 500)
-        handoff_target("hand-off p50 ≤ 0.4 ms with row locks", "PostgreSQL, `row-queue`", "postgresql",
-                       "row-queue", 400)
-        handoff_target("hand-off p50 ≤ 0.4 ms with row locks", "MariaDB, `row-queue`", "mysql", "row-queue", 400)
-        for engine, variant, limit_us in (("mysql", "", 1000), ("sqlite", "sync=full", 2000)):
-            # Across stores (as across processes): the engine's announcement; `poll` where it has none.
-            path = "notify" if d.one(suite="handoff", engine=engine, path="notify") else "poll"
-            title = ENGINE_TITLE[engine]
-            handoff_target(f"hand-off across processes p50 ≤ {limit_us // 1000} ms", f"{title}, `{path}`",
-                           engine, path, limit_us)
-        every_client("≥ 3× tooz", "PostgreSQL, 1/4/16 clients", "sqlock-table", "tooz", "postgresql", "", 3.0)
+        handoff_target("PostgreSQL, `notify`", "postgresql", "notify", "floor")
+        handoff_target("PostgreSQL, `row-queue`", "postgresql", "row-queue", "floor-rowlock")
+        handoff_target("MariaDB, `row-queue`", "mysql", "row-queue", "floor-rowlock")
+        handoff_target("MariaDB, `notify` (the cross-process bell)", "mysql", "notify", "floor")
         every_client("≥ 1× tooz", "MariaDB, 1/4/16 clients", "sqlock-table", "tooz", "mysql", "", 1.0)
 
         for impl, what in (("sqlock-semaphore", "semaphore"), ("sqlock-rw-shared", "read-lock")):
@@ -815,17 +816,6 @@ class Page:
                 if missing:
                     measured += f"; not run at {', '.join(missing)} clients"
                 rows.append([target, where] + verdict(worst[1] <= COORD_TARGET, measured, *recs))
-
-        # Issue 23: the metrics' recording (sqlock-metrics-bench) over the fastest uncontended table-lock cycle.
-        mrec = [r for r in d.find(suite="metrics") if r.get("clients") == 1 and r.get("variant") == "no-allow-list"]
-        best = max((num(r.get("cycles_per_s")) or 0 for r in d.find(
-            suite="cycle", impl="sqlock-table", names="distinct", clients=1)), default=0)
-        ns = num(mrec[-1].get("ns_per_cycle")) if mrec else None
-        share = ns * 1e-9 * best if ns is not None and best else None
-        measured = "—" if share is None else f"{share:.2%} ({ns:.0f} ns of {fus(1e6 / best)} per cycle)"
-        rows.append([f"the metrics ≤ {METRICS_TARGET:.0%} of an uncontended table-lock cycle",
-                     "the fastest engine, 1 client"]
-                    + verdict(None if share is None else share <= METRICS_TARGET, measured, *mrec[-1:]))
 
         _, _, base, _, healthy, stopped = self.majority_sets()
         b = time_per_cycle_us(base[-1]) if base else None
@@ -867,7 +857,7 @@ class Page:
                         + verdict(None if r is None else r <= 2.0, m, live))
 
         self.add("## Targets", "")
-        self.add("The goals of the issue, on `distinct` names unless said otherwise, checked against the numbers "
+        self.add("The goals of issue 40, on `distinct` names unless said otherwise, checked against the numbers "
                  "above. Where the issue names no client count, every client count measured must meet the goal "
                  "(the smallest ratio is shown; for a cost, the largest). A missed goal stays on this page as missed; \"not run\" means "
                  "the numbers are missing (see [Runs without results](#runs-without-results)).", "")
