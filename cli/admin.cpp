@@ -263,6 +263,9 @@ int schema_command(schema_args const& args) {
                                    " (" + std::string(to_string(*url_engine)) + "): drop --engine or fix --db");
     if (args.apply) {
         sqlock::store store(db.url, {.create_schema = true});
+        // Again where nothing was missing: what an older schema lacks without a store refusing it
+        // (the protocol record) is added too. Idempotent.
+        store.create_schema();
         std::string line = "the sqlock lock tables are in place in " + store.url() + "\n";
         std::fwrite(line.data(), 1, line.size(), stdout);
         std::fflush(stdout);

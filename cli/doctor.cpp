@@ -3,6 +3,7 @@
 
 #include <sqlock/admin.hpp>
 #include <sqlock/errors.hpp>
+#include <sqlock/version.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -114,16 +115,37 @@ void schema_findings(database_facts const& d, std::string const& prefix, std::ve
                            : "this account cannot create tables: have the schema's owner apply " + schema_file +
                                  " (sqlock schema --engine " + std::string(to_string(d.engine)) + ")"});
     }
+    if (auto const protocol = fact(f, "protocol"); protocol && protocol->empty() && missing && !missing->empty()) {
+        // No lock tables (the schema finding says so): nothing speaks a protocol yet.
+    } else if (!protocol) {
+        out.push_back({"protocol", severity::warning,
+                       "could not read the tables' protocol record: " + why_unknown(f, "protocol"),
+                       "check the account's privileges"});
+    } else if (auto const stored = number(protocol, 1); stored > sqlock::protocol_version()) {
+        out.push_back({"protocol", severity::error,
+                       "the tables speak sqlock protocol " + std::to_string(stored) + ", newer than this sqlock's " +
+                           std::to_string(sqlock::protocol_version()) + ": its stores refuse to open",
+                       "upgrade sqlock on this host to a release that speaks protocol " + std::to_string(stored)});
+    } else {
+        out.push_back(
+            {"protocol", severity::ok,
+             "the tables speak sqlock protocol " + std::to_string(stored) +
+                 (protocol->empty() ? " (made before the protocol was recorded; `sqlock schema --apply` records it)"
+                                    : ""),
+             ""});
+    }
     if (d.engine == engine::sqlite) return;
     if (auto p = fact(f, "privileges_missing")) {
         if (p->empty())
             out.push_back({"privileges", severity::ok,
-                           "SELECT, INSERT, UPDATE, DELETE granted on the lock tables" +
+                           "SELECT, INSERT, UPDATE, DELETE granted on the lock tables (SELECT on the protocol record)" +
                                std::string(missing && !missing->empty() ? (can_create ? "; CREATE granted" : "") : ""),
                            ""});
         else
-            out.push_back({"privileges", severity::error, "privileges missing on " + *p,
-                           "GRANT SELECT, INSERT, UPDATE, DELETE ON the lock tables TO this account"});
+            out.push_back(
+                {"privileges", severity::error, "privileges missing on " + *p,
+                 "GRANT SELECT, INSERT, UPDATE, DELETE ON the lock tables TO this account (SELECT only on the "
+                 "protocol record, <prefix>_protocol)"});
     } else {
         out.push_back({"privileges", severity::info,
                        "could not read the privileges: " + why_unknown(f, "privileges_missing"), ""});

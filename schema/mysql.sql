@@ -6,6 +6,18 @@
 -- Names are VARBINARY: byte-exact, no case folding, no trailing-space padding.
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
+-- The protocol these tables speak: the rules every client of the same tables
+-- follows (how a lock row is taken, released and given its token). A store
+-- refuses tables of a protocol newer than its own before it changes anything,
+-- with an error that says to upgrade sqlock. Tables without this row were made
+-- before the protocol was recorded, and speak protocol 1. Only an upgrade of
+-- the tables raises it (docs/operations.md, "Upgrading sqlock").
+CREATE TABLE IF NOT EXISTS sqlock_protocol (
+    one     INT NOT NULL PRIMARY KEY CHECK (one = 1),
+    version INT NOT NULL
+) ENGINE = InnoDB;
+INSERT IGNORE INTO sqlock_protocol (one, version) VALUES (1, 1);
+
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
 -- clean-up after a broken connection deletes only its own attempt's row.

@@ -2,6 +2,18 @@
 -- or open a store with create_schema = true. Idempotent.
 -- The library renames every "sqlock_" table when a table_prefix is set.
 
+-- The protocol these tables speak: the rules every client of the same tables
+-- follows (how a lock row is taken, released and given its token). A store
+-- refuses tables of a protocol newer than its own before it changes anything,
+-- with an error that says to upgrade sqlock. Tables without this row were made
+-- before the protocol was recorded, and speak protocol 1. Only an upgrade of
+-- the tables raises it (docs/operations.md, "Upgrading sqlock").
+CREATE TABLE IF NOT EXISTS sqlock_protocol (
+    one     integer NOT NULL PRIMARY KEY CHECK (one = 1),
+    version integer NOT NULL
+);
+INSERT INTO sqlock_protocol (one, version) VALUES (1, 1) ON CONFLICT (one) DO NOTHING;
+
 -- One row per held lock. Deleted on release; an expired row is taken over.
 -- attempt: a random id of the acquire attempt that wrote the row, so the
 -- clean-up after a broken connection deletes only its own attempt's row.

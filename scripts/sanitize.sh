@@ -57,7 +57,7 @@ fi
 # main test run.
 # The default list is also in tests/CMakeLists.txt (sqlock_sanitize_programs): change both. -L selects the
 # two CI tiers, which every test carries; a program left unbuilt shows up as an unlabelled <target>_NOT_BUILT.
-exclude=${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model|nemesis|characterization|battery|soak-smoke|ha|cli}
+exclude=${SQLOCK_SANITIZE_EXCLUDE:-restart|crash|model|nemesis|characterization|battery|soak-smoke|ha|cli|mixed-version}
 bash scripts/with-servers.sh bash -c '
   ctest --test-dir build/asan --output-on-failure -j2 -L "conformance|fault-smoke" -LE "$1" \
     -E "^Majority\.|^BatteryMajorityF\." || exit

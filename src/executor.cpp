@@ -44,7 +44,7 @@ void raise_engine_error(dialect const& d, std::string_view where, soci::soci_err
                                       code);
         case failure::permission: {
             // The engine's message names the refused privilege; say which ones sqlock needs.
-            std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables";
+            std::string need = "SELECT, INSERT, UPDATE and DELETE on the lock tables, SELECT on the protocol record";
             if (d.engine() == sqlock::engine::mysql) need += " and EXECUTE on their procedures";
             throw backend_error("sqlock: " + std::string(what) + " on " + in + " was refused for lack of privileges (" +
                                     message + "): GRANT the database user of the URL what sqlock needs (" + need +

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sqlock {
@@ -63,6 +64,15 @@ void clock_offset(soci::session& s, facts_t& facts, std::string const& now_us_sq
 
 std::string quoted(std::string const& identifier) { return "'" + identifier + "'"; }  // validated identifiers
 
+/// The tables a store's user needs privileges on, and which: the DML on every table of the schema,
+/// SELECT on the protocol record (read when a store opens; it is only written by the schema).
+std::vector<std::pair<std::string, std::vector<std::string>>> privileges_needed(detail::dialect const& d) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> out;
+    for (auto const& t : d.required_tables()) out.push_back({t, {"SELECT", "INSERT", "UPDATE", "DELETE"}});
+    out.push_back({d.protocol_table(), {"SELECT"}});
+    return out;
+}
+
 void postgresql_facts(detail::store_impl& impl, detail::url_parts const& url, facts_t& facts) {
     {
         auto c1 = impl.borrow("inspecting the database");
@@ -86,12 +96,15 @@ void postgresql_facts(detail::store_impl& impl, detail::url_parts const& url, fa
         facts["url_port"] = std::to_string(url.port == 0 ? 5432 : url.port);
         clock_offset(s, facts, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text");
         std::string missing;
-        for (auto const& t : impl.dialect().required_tables()) {
+        for (auto const& [t, privileges] : privileges_needed(impl.dialect())) {
             std::string lacking;
             soci::indicator ind = soci::i_ok;
             try {
-                s << "SELECT string_agg(p, ',') FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p "
-                     "WHERE to_regclass(" +
+                std::string list;
+                for (auto const& p : privileges) list += (list.empty() ? "'" : ", '") + p + "'";
+                s << "SELECT string_agg(p, ',') FROM unnest(ARRAY[" + list +
+                         "]) p "
+                         "WHERE to_regclass(" +
                          quoted(t) + ") IS NOT NULL AND NOT has_table_privilege(" + quoted(t) + ", p)",
                     soci::into(lacking, ind);
             } catch (std::exception const& e) {
@@ -161,13 +174,14 @@ void mysql_facts(detail::store_impl& impl, detail::url_parts const& url, facts_t
                    "x.table_schema = DATABASE() AND x.table_name = " +
                    quoted(table) + ")";
         };
-        std::string const dml =
-            "SELECT 'SELECT' AS p UNION ALL SELECT 'INSERT' UNION ALL SELECT 'UPDATE' UNION ALL SELECT 'DELETE'";
         std::string missing;
-        for (auto const& t : impl.dialect().required_tables()) {
+        for (auto const& [t, privileges] : privileges_needed(impl.dialect())) {
+            std::string list;
+            for (auto const& p : privileges)
+                list += (list.empty() ? "SELECT '" + p + "' AS p" : " UNION ALL SELECT '" + p + "'");
             std::string lacking;
             try {
-                s << lacking_sql(dml, t), soci::into(lacking);
+                s << lacking_sql(list, t), soci::into(lacking);
             } catch (std::exception const& e) {
                 facts["privileges_missing!"] = e.what();
                 break;
@@ -236,6 +250,12 @@ database_facts inspect_database(std::string_view url, std::string_view table_pre
             facts["schema_missing"] = impl->dialect().missing_table(s);
         } catch (std::exception const& e) {
             facts["schema_missing!"] = e.what();
+        }
+        try {
+            auto const protocol = impl->dialect().stored_protocol(s);
+            facts["protocol"] = protocol ? std::to_string(*protocol) : "";
+        } catch (std::exception const& e) {
+            facts["protocol!"] = e.what();
         }
         try {
             facts["relaxed_durability"] = impl->dialect().relaxed_durability(s).value_or("");

@@ -2,6 +2,7 @@
 
 #include <sqlock/errors.hpp>
 #include <sqlock/store.hpp>
+#include <sqlock/version.hpp>
 
 #include <soci/soci.h>
 
@@ -105,6 +106,15 @@ store_impl::store_impl(std::string_view url, store_options const& options) : sto
         }
         return 0;
     });
+    // Tables of a newer protocol first, before create_schema could add to them: a client of an
+    // older protocol beside newer ones could break exclusion or repeat a token.
+    auto const stored = run("checking the protocol", [&](soci::session& s) { return dialect_->stored_protocol(s); });
+    if (stored && *stored > protocol_version())
+        throw protocol_mismatch("sqlock: the lock tables in " + url_ + " (table prefix '" + options_.table_prefix +
+                                "') speak sqlock protocol " + std::to_string(*stored) + ", newer than this sqlock " +
+                                std::string(version()) + " speaks (protocol " + std::to_string(protocol_version()) +
+                                "): upgrade sqlock in this program to a release that speaks protocol " +
+                                std::to_string(*stored) + "; nothing was changed");
     // The schema's check in a run of its own too: a query per table, procedure and added column,
     // each a round trip, which must fit in one run's bound behind a slow link.
     auto missing = run("checking the schema", [&](soci::session& s) { return dialect_->missing_table(s); });

@@ -112,6 +112,8 @@ TEST_P(Doctor, TestServerIsHealthyAndEveryCheckSaysOk) {
     EXPECT_EQ(r.result.out.find(":sqlock@"), std::string::npos) << "password shown: " << r.describe();
     EXPECT_TRUE(r.has("engine", "ok")) << r.describe();
     EXPECT_TRUE(r.has("schema", "ok", "complete")) << r.describe();
+    EXPECT_TRUE(r.has("protocol", "ok", "speak sqlock protocol " + std::to_string(sqlock::protocol_version())))
+        << r.describe();
     EXPECT_TRUE(r.has("durability", "ok")) << r.describe();
     if (e_ != engine::sqlite) {
         EXPECT_TRUE(r.has("privileges", "ok")) << r.describe();
@@ -138,6 +140,27 @@ TEST_P(Doctor, MissingLockTablesAreAnErrorAndExit2) {
     EXPECT_TRUE(r.has("schema", "error", "does not exist")) << r.describe();
     EXPECT_EQ(r.out["worst"], "error");
     EXPECT_EQ(r.result.code(), 2) << r.describe();
+}
+
+// Tables of a newer protocol than this sqlock's: its stores refuse them, and the doctor says so and what to do.
+TEST_P(Doctor, TablesOfANewerProtocolAreAnErrorAndExit2) {
+    auto const prefix = "sqlt_doc_" + random_hex(6);
+    sqlock::store(url_, {.create_schema = true, .table_prefix = prefix});
+    auto const newer = std::to_string(sqlock::protocol_version() + 1);
+    *raw_ << "UPDATE " + prefix + "_protocol SET version = " + newer;
+    auto r = doctor(dir(), {"--db", url_, "--table-prefix", prefix});
+    EXPECT_TRUE(r.has("protocol", "error", "speak sqlock protocol " + newer + ", newer")) << r.describe();
+    EXPECT_EQ(r.out["worst"], "error");
+    EXPECT_EQ(r.result.code(), 2) << r.describe();
+    auto const fix = r.findings("protocol");
+    ASSERT_EQ(fix.size(), 1u) << r.describe();
+    EXPECT_NE(fix[0]["fix"].get<std::string>().find("upgrade sqlock"), std::string::npos) << r.describe();
+    if (e_ != engine::sqlite) {
+        std::vector<std::string> tables(64);
+        *raw_ << "SELECT table_name FROM information_schema.tables WHERE table_name LIKE '" + prefix + "%'",
+            soci::into(tables);
+        for (auto const& t : tables) *raw_ << "DROP TABLE IF EXISTS " + t;
+    }
 }
 
 TEST_P(Doctor, UnreachableDatabaseExits69AndIsStillReported) {

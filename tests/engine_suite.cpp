@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -1362,9 +1363,131 @@ TEST_P(TableLockMariaDB, RowLockTokenIsTheCountersValue) {
     }
 }
 
+// ============================================================ the protocol the tables speak
+
+/// Tables of a prefix of this test's own (docs/operations.md, "Upgrading sqlock"), dropped after it.
+class Protocol : public EngineTest {
+protected:
+    void TearDown() override {
+        try {
+            for (auto const& t : tables_of_prefix()) *raw_ << "DROP TABLE IF EXISTS " + t;
+            if (e_ == engine::mysql)
+                for (auto const& r : {"_acquire_v2", "_acquire_shared", "_acquire", "_renew"})
+                    *raw_ << "DROP PROCEDURE IF EXISTS " + tables_ + r;
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "could not drop the tables of prefix " << tables_ << ": " << describe(e);
+        }
+    }
+
+    sqlock::store_options options(bool create) const { return {.create_schema = create, .table_prefix = tables_}; }
+
+    /// Makes the tables (create_schema) and takes `name` once; its token.
+    std::int64_t make_tables_and_take(std::string const& name) {
+        sqlock::store made(url_, options(true));
+        auto l = sqlock::table_locker(made).acquire(name, 0ms);
+        l.release();
+        return l.token();
+    }
+
+    /// The tables whose names start with this test's prefix, sorted.
+    std::vector<std::string> tables_of_prefix() {
+        std::string const sql = e_ == engine::sqlite
+                                    ? "SELECT name FROM sqlite_master WHERE type = 'table'"
+                                    : "SELECT table_name FROM information_schema.tables WHERE table_schema = " +
+                                          std::string(e_ == engine::postgresql ? "current_schema()" : "DATABASE()");
+        std::vector<std::string> out;
+        soci::rowset<std::string> rs = (raw_->prepare << sql);
+        for (auto const& t : rs)
+            if (t.rfind(tables_ + "_", 0) == 0) out.push_back(t);
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+
+    /// The record's version; -1 when the table has no row.
+    int recorded() {
+        int v = -1;
+        *raw_ << "SELECT version FROM " + tables_ + "_protocol WHERE one = 1", soci::into(v);
+        return v;
+    }
+
+    std::int64_t counter(std::string const& name) {
+        long long t = -1;
+        *raw_ << "SELECT token FROM " + tables_ + "_tokens WHERE name = :n", soci::use(name, "n"), soci::into(t);
+        return t;
+    }
+
+    std::string const tables_ = "sqlt_p" + random_hex(10);
+};
+
+TEST_P(Protocol, ANewSchemaRecordsThisLibrarysProtocol) {
+    { sqlock::store made(url_, options(true)); }
+    EXPECT_EQ(sqlock::protocol_version(), 1);
+    EXPECT_EQ(recorded(), sqlock::protocol_version());
+    // Applied again, the record stays one row.
+    sqlock::store again(url_, options(false));
+    again.create_schema();
+    long long rows = 0;
+    *raw_ << "SELECT COUNT(*) FROM " + tables_ + "_protocol", soci::into(rows);
+    EXPECT_EQ(rows, 1);
+}
+
+// A client that does not know the rules of newer tables must not use them: the
+// store refuses before it changes anything (not even create_schema's DDL), with an
+// error that says to upgrade; the same tables open again once they speak this protocol.
+TEST_P(Protocol, TablesOfANewerProtocolAreRefusedBeforeAnythingChanges) {
+    std::string const name = n("upgraded");
+    std::int64_t const token = make_tables_and_take(name);
+    int const newer = sqlock::protocol_version() + 1;
+    *raw_ << "UPDATE " + tables_ + "_protocol SET version = " + std::to_string(newer);
+    // A table the newer protocol might have done without: create_schema must not put it back.
+    *raw_ << "DROP TABLE " + tables_ + "_semaphores";
+    auto const before = tables_of_prefix();
+    for (bool create : {false, true}) {
+        try {
+            sqlock::store s(url_, options(create));
+            ADD_FAILURE() << "a store (create_schema = " << create << ") opened tables of protocol " << newer;
+        } catch (sqlock::protocol_mismatch const& e) {
+            std::string const what = e.what();
+            EXPECT_NE(what.find("speak sqlock protocol " + std::to_string(newer)), std::string::npos) << what;
+            EXPECT_NE(what.find("upgrade sqlock"), std::string::npos) << what;
+            EXPECT_NE(what.find("'" + tables_ + "'"), std::string::npos) << what;
+            EXPECT_NE(what.find("nothing was changed"), std::string::npos) << what;
+        } catch (std::exception const& e) {
+            ADD_FAILURE() << "create_schema = " << create << ": not a protocol_mismatch: " << describe(e);
+        }
+    }
+    EXPECT_EQ(tables_of_prefix(), before) << "a refused store changed the tables";
+    EXPECT_EQ(recorded(), newer);
+    EXPECT_EQ(counter(name), token);
+
+    *raw_ << "UPDATE " + tables_ + "_protocol SET version = " + std::to_string(sqlock::protocol_version());
+    sqlock::store back(url_, options(true));
+    auto l = sqlock::table_locker(back).acquire(name, 0ms);
+    EXPECT_GT(l.token(), token);
+    l.release();
+}
+
+// Tables made before the record existed speak protocol 1: they open as they are, and
+// applying the schema again records it.
+TEST_P(Protocol, TablesWithoutTheRecordSpeakProtocolOne) {
+    std::string const name = n("before-the-record");
+    std::int64_t const token = make_tables_and_take(name);
+    *raw_ << "DROP TABLE " + tables_ + "_protocol";
+    sqlock::store old(url_, options(false));
+    auto l = sqlock::table_locker(old).acquire(name, 0ms);
+    EXPECT_GT(l.token(), token);
+    l.release();
+    auto const tables = tables_of_prefix();
+    EXPECT_EQ(std::count(tables.begin(), tables.end(), tables_ + "_protocol"), 0);
+    old.create_schema();
+    EXPECT_EQ(recorded(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, TableLockMariaDB, ::testing::Values(engine::mysql), engine_param_name{});
 
 INSTANTIATE_TEST_SUITE_P(Engines, TableLock, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
+                         engine_param_name{});
+INSTANTIATE_TEST_SUITE_P(Engines, Protocol, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});
 INSTANTIATE_TEST_SUITE_P(Engines, Restart, ::testing::Values(engine::postgresql, engine::mysql, engine::sqlite),
                          engine_param_name{});

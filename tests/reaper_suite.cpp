@@ -1154,6 +1154,16 @@ TEST_P(ReaperCli, ExitCodes) {
     EXPECT_NE(last_->err().find("does not exist"), std::string::npos) << diag();
     EXPECT_EQ(run({"--db", url_, "--table-prefix", "sqlr_missing_" + random_hex(6), "--interval", "1s"}), 78) << diag();
 
+    // 78: tables of a newer protocol (docs/operations.md, "Upgrading sqlock"), in both modes; an older
+    // reaper's rules could delete what the newer protocol keeps: nothing is deleted.
+    *raw_ << "UPDATE " + tables_ + "_protocol SET version = " + std::to_string(sqlock::protocol_version() + 1);
+    EXPECT_EQ(run(with_db({})), 78) << diag();
+    EXPECT_NE(last_->err().find("upgrade sqlock"), std::string::npos) << diag();
+    EXPECT_EQ(last_->err_lines().size(), 1u) << diag();
+    EXPECT_EQ(run(with_db({"--interval", "1s"})), 78) << diag();
+    EXPECT_EQ(count(), 2) << "a reaper deleted rows of tables of a newer protocol";
+    *raw_ << "UPDATE " + tables_ + "_protocol SET version = " + std::to_string(sqlock::protocol_version());
+
     // 69: unreachable (--once); the other database is still reaped.
     auto down = unreachable_url();
     EXPECT_EQ(run({"--db", down, "--db", url_, "--table-prefix", tables_}), 69) << diag();

@@ -34,6 +34,8 @@ int exit_code_of_current_exception() noexcept {
         return exit_code::usage;
     } catch (sqlock::schema_missing const&) {
         return exit_code::config;
+    } catch (sqlock::protocol_mismatch const&) {
+        return exit_code::config;
     } catch (sqlock::lease_lost const&) {
         return exit_code::lost;
     } catch (sqlock::error const&) {

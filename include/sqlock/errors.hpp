@@ -80,6 +80,15 @@ class SQLOCK_EXPORT schema_missing : public error {
     using error::error;
 };
 
+/// The lock tables speak a newer protocol than this library
+/// (sqlock::protocol_version()): a newer sqlock upgraded them, and a client of
+/// this one could break exclusion or repeat a fencing token beside it. Raised
+/// when a store opens, before it changes anything. What to do: upgrade sqlock
+/// in this program; retrying does not help.
+class SQLOCK_EXPORT protocol_mismatch : public error {
+    using error::error;
+};
+
 /// The database could not be reached or refused the connection (wrong
 /// credentials, server down, pool exhausted by a dead server).
 /// What to do: retry later, or fix the URL.

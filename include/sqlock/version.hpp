@@ -27,4 +27,11 @@ namespace sqlock {
 /// from SQLOCK_VERSION_STRING of the headers the program was compiled with.
 SQLOCK_EXPORT std::string_view version() noexcept;
 
+/// The protocol this library speaks: the rules every client of the same lock
+/// tables follows (how a row is taken, released and given its fencing token).
+/// The schema records its protocol in `<prefix>_protocol`; a store refuses
+/// tables of a newer protocol (sqlock::protocol_mismatch) before it changes
+/// anything. Tables without the record speak protocol 1.
+SQLOCK_EXPORT int protocol_version() noexcept;
+
 }  // namespace sqlock

@@ -71,6 +71,7 @@ public:
     [[nodiscard]] std::vector<std::pair<std::string, std::string>> added_columns() const override;
     [[nodiscard]] std::string missing_table(soci::session& s) const final;
     void create_schema(soci::session& s) const override;
+    [[nodiscard]] std::optional<int> stored_protocol(soci::session& s) const final;
     [[nodiscard]] std::string schema_sql() const final;
     [[nodiscard]] std::optional<std::string> relaxed_durability(soci::session& s) const override;
     [[nodiscard]] bool multi_writer_cluster(soci::session& s) const override;
@@ -135,6 +136,7 @@ public:
     [[nodiscard]] std::string identity_table() const { return prefix_ + "_identity"; }
     [[nodiscard]] std::string majority_members_table() const { return prefix_ + "_majority_members"; }
     [[nodiscard]] std::string semaphores_table() const { return prefix_ + "_semaphores"; }
+    [[nodiscard]] std::string protocol_table() const { return prefix_ + "_protocol"; }
 
 protected:
     /// After a cached statement has returned what it returns: let go of it where

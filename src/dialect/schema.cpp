@@ -39,6 +39,19 @@ std::string dialect::missing_table(soci::session& s) const {
     return {};
 }
 
+std::optional<int> dialect::stored_protocol(soci::session& s) const {
+    // Two statements: a SELECT of a table that is not there would be an error the server logs.
+    auto const table = protocol_table();
+    int found = 0;
+    s << table_exists_sql(), soci::use(table, "t"), soci::into(found);
+    if (found == 0) return std::nullopt;
+    int version = 0;
+    soci::indicator ind = soci::i_null;
+    s << "SELECT version FROM " + table + " WHERE one = 1", soci::into(version, ind);
+    if (!s.got_data() || ind != soci::i_ok) return std::nullopt;
+    return version;
+}
+
 std::vector<std::pair<std::string, std::string>> dialect::added_columns() const {
     return {{"attempt", "BIGINT NOT NULL DEFAULT 0"}};
 }

@@ -31,6 +31,10 @@ public:
     /// Create the tables (idempotent).
     virtual void create_schema(soci::session& s) const = 0;
 
+    /// The protocol the tables speak, as `<prefix>_protocol` records it: empty
+    /// when they have no record (made before protocol 1 was recorded: they speak 1).
+    [[nodiscard]] virtual std::optional<int> stored_protocol(soci::session& s) const = 0;
+
     /// The engine's DDL with this dialect's table names.
     [[nodiscard]] virtual std::string schema_sql() const = 0;
 

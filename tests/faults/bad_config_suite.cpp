@@ -101,6 +101,9 @@ protected:
             *su << "CREATE ROLE " + user_ + " LOGIN PASSWORD '" + password + "'";
             pg_roles_.push_back(user_);
             *su << "GRANT " + privileges + " ON " + locks_table() + ", " + tokens_table() + " TO " + user_;
+            // The protocol record, which a store reads as it opens (MariaDB: SELECT on the whole database below).
+            *su << "DO $$ BEGIN IF to_regclass('sqlock_protocol') IS NOT NULL THEN GRANT SELECT ON sqlock_protocol TO " +
+                       user_ + "; END IF; END $$";
         } else {
             auto root = mysql_root();
             if (!root) return {};
