@@ -59,7 +59,8 @@ int dispatch(int argc, char** argv) {
 
     CLI::App app{"sqlock: run a command under a lock kept in a SQL database (PostgreSQL, MariaDB/MySQL, SQLite)",
                  "sqlock"};
-    app.set_version_flag("--version", "sqlock " + std::string(sqlock::version()));
+    app.set_version_flag("--version", "sqlock " + std::string(sqlock::version()) + " (lock tables: protocol " +
+                                          std::to_string(sqlock::protocol_version()) + ")");
     app.require_subcommand(1);
     app.footer(exit_codes_help);
 

@@ -397,10 +397,11 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         "database are safe. Several --db (e.g. the members of a majority) are reaped independently:\n"
         "one that fails is reported and the others are still reaped. Exit codes (those of the sqlock\n"
         "command): 0 fine, 64 usage, 69 a database unreachable or it refused a statement, 70 internal\n"
-        "error (a bug), 78 the lock tables are missing. With several databases, the most serious met:\n"
-        "70, then 64, then 78, then 69.",
+        "error (a bug), 78 the lock tables are missing or speak a newer protocol. With several\n"
+        "databases, the most serious met: 70, then 64, then 78, then 69.",
         "sqlock-reaper"};
-    app.set_version_flag("--version", std::string(sqlock::version()));
+    app.set_version_flag("--version", "sqlock-reaper " + std::string(sqlock::version()) + " (lock tables: protocol " +
+                                          std::to_string(sqlock::protocol_version()) + ")");
     bool once = false;
     std::string interval_text, grace_text = "5s", max_age_text;
     std::size_t batch = s.reap.batch_size;

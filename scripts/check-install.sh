@@ -99,7 +99,7 @@ version=$(sed -n 's/^#define SQLOCK_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/incl
 for cmd in sqlock sqlock-reaper; do
   if [[ -x $prefix/bin/$cmd ]]; then
     out=$("$prefix/bin/$cmd" --version) || fail "the installed $cmd does not run"
-    [[ $out == *"$version" ]] || fail "the installed $cmd --version printed '$out', not version $version"
+    [[ $out == "$cmd $version (lock tables: protocol "* ]] || fail "the installed $cmd --version printed '$out', not version $version"
   fi
 done
 say "version $version: headers and installed commands agree"

@@ -1755,7 +1755,9 @@ TEST_F(CliBasics, HelpAndVersion) {
     temp_dir cwd;
     auto version = cli({"--version"}, cwd.path());
     EXPECT_EQ(version.code(), 0) << version.describe();
-    EXPECT_EQ(version.out, "sqlock " SQLOCK_VERSION_STRING "\n") << version.out;
+    EXPECT_EQ(version.out, "sqlock " SQLOCK_VERSION_STRING " (lock tables: protocol " +
+                               std::to_string(sqlock::protocol_version()) + ")\n")
+        << version.out;
     auto help = cli({"--help"}, cwd.path());
     EXPECT_EQ(help.code(), 0) << help.describe();
     for (char const* word : {"run", "list", "release", "schema", "elect", "leader", "semaphore"})

@@ -1177,7 +1177,8 @@ TEST_P(ReaperCli, ExitCodes) {
     EXPECT_EQ(run({"--help"}), 0);
     EXPECT_NE(last_->out().find("--interval"), std::string::npos);
     EXPECT_EQ(run({"--version"}), 0);
-    EXPECT_EQ(last_->out(), SQLOCK_VERSION_STRING "\n");
+    EXPECT_EQ(last_->out(), "sqlock-reaper " SQLOCK_VERSION_STRING " (lock tables: protocol " +
+                                std::to_string(sqlock::protocol_version()) + ")\n");
 }
 
 #ifdef SQLOCK_CLI_BIN
