@@ -81,7 +81,10 @@ pg_init() {
 port = $PG_PORT
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$PGDIR'
-max_connections = 200
+# The soak tier runs four storms at once (battery.sh soak -- -j4); each opens up to about 100 sessions here: its
+# workers' stores (4 x (pool + 2 reserved + the listener)), the reaper's, and the fenced resource's, which lives on
+# PostgreSQL for the MariaDB storms too. At 200 a round ran out of slots ("remaining connection slots are reserved").
+max_connections = 400
 shared_buffers = 16MB
 fsync = on
 synchronous_commit = on
