@@ -16,7 +16,6 @@
 #include "cli.hpp"
 
 #include <sqlock/errors.hpp>
-#include <sqlock/version.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -59,8 +58,7 @@ int dispatch(int argc, char** argv) {
 
     CLI::App app{"sqlock: run a command under a lock kept in a SQL database (PostgreSQL, MariaDB/MySQL, SQLite)",
                  "sqlock"};
-    app.set_version_flag("--version", "sqlock " + std::string(sqlock::version()) + " (lock tables: protocol " +
-                                          std::to_string(sqlock::protocol_version()) + ")");
+    app.set_version_flag("--version", sqlock::tools::version_text("sqlock"));
     app.require_subcommand(1);
     app.footer(exit_codes_help);
 

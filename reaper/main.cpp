@@ -400,8 +400,7 @@ int parse(int argc, char** argv, settings& s, logger& out) {
         "error (a bug), 78 the lock tables are missing or speak a newer protocol. With several\n"
         "databases, the most serious met: 70, then 64, then 78, then 69.",
         "sqlock-reaper"};
-    app.set_version_flag("--version", "sqlock-reaper " + std::string(sqlock::version()) + " (lock tables: protocol " +
-                                          std::to_string(sqlock::protocol_version()) + ")");
+    app.set_version_flag("--version", sqlock::tools::version_text("sqlock-reaper"));
     bool once = false;
     std::string interval_text, grace_text = "5s", max_age_text;
     std::size_t batch = s.reap.batch_size;

@@ -2,6 +2,7 @@
 #include "tool_support.hpp"
 
 #include <sqlock/errors.hpp>
+#include <sqlock/version.hpp>
 
 #include <cstdio>
 #include <ctime>
@@ -65,6 +66,11 @@ std::string one_line(std::string_view message) {
     constexpr std::string_view prefix = "sqlock: ";
     if (out.starts_with(prefix)) out.erase(0, prefix.size());
     return out;
+}
+
+std::string version_text(std::string_view program) {
+    return std::string(program) + " " + std::string(sqlock::version()) + " (lock tables: protocol " +
+           std::to_string(sqlock::protocol_version()) + ")";
 }
 
 void print_error(std::string_view program, std::string_view message) {

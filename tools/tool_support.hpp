@@ -47,6 +47,9 @@ inline constexpr int command_not_found = 127;
 /// Prints "<program>: <one_line(message)>" and a newline on stderr and flushes.
 void print_error(std::string_view program, std::string_view message);
 
+/// What `<program> --version` prints: "<program> X.Y.Z (lock tables: protocol N)".
+[[nodiscard]] std::string version_text(std::string_view program);
+
 /// 2024-05-01T12:34:56.789Z (UTC, milliseconds).
 [[nodiscard]] std::string iso8601(sqlock::db_time t);
 
